@@ -1,0 +1,90 @@
+// `huddle client`: a client agent on an edge node.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "client/agent.h"
+#include "client/runner.h"
+#include "cli/commands.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "transport/zmq_transport.h"
+
+namespace huddle::cli {
+namespace {
+
+Status ApplyFlags(const ClientFlags& f, ClientConfig* c) {
+  if (!f.coordinator.empty()) c->coordinator = f.coordinator;
+  if (!f.client_id.empty()) c->client_id = f.client_id;
+  if (!f.data.empty()) c->data.path = f.data;
+  if (!f.format.empty()) {
+    if (f.format != "idx" && f.format != "csv") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--format '", f.format, "' is not allowed (allowed: idx, csv)"));
+    }
+    c->data.format = f.format;
+  }
+  if (!f.partition.empty()) {
+    if (f.partition == "none") {
+      c->data.partitioned = false;
+    } else {
+      HUDDLE_ASSIGN_OR_RETURN(c->data.partition.kind, data::ParsePartitionKind(f.partition));
+      c->data.partitioned = true;
+    }
+  }
+  if (f.num_shards > 0) c->data.partition.num_shards = f.num_shards;
+  if (f.shard >= 0) c->data.shard = f.shard;
+  if (f.alpha > 0) c->data.partition.alpha = f.alpha;
+  if (f.partition_seed >= 0) c->data.partition.seed = static_cast<uint64_t>(f.partition_seed);
+  if (f.give_up_after_s >= 0) {
+    c->runner.give_up_after_ms = static_cast<int64_t>(f.give_up_after_s * 1000);
+  }
+  if (!f.log_level.empty()) c->log_level = f.log_level;
+  return ValidateClientConfig(*c);
+}
+
+}  // namespace
+
+int RunClientCommand(const ClientFlags& flags) {
+  ClientConfig config;
+  if (!flags.config.empty()) {
+    auto loaded = LoadClientConfig(flags.config);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "huddle client: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    config = std::move(loaded).value();
+  }
+  if (Status st = ApplyFlags(flags, &config); !st.ok()) {
+    std::fprintf(stderr, "huddle client: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  if (Status st = SetupLogging(config.log_level, "client " + config.client_id); !st.ok()) {
+    std::fprintf(stderr, "huddle client: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  auto dataset = data::LoadClientData(config.data);
+  if (!dataset.ok()) {
+    std::fprintf(stderr, "huddle client: %s\n", std::string(dataset.status().message()).c_str());
+    return 1;
+  }
+  data::DatasetView view;
+  view.base = &dataset.value();
+  spdlog::info("loaded {} examples from {}", view.size(), config.data.path);
+  auto transport = transport::ConnectZmqClient(config.coordinator);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "huddle client: %s\n", std::string(transport.status().message()).c_str());
+    return 1;
+  }
+  client::ClientAgent agent(config.client_id, &view);
+  Status st = client::RunClient(agent, **transport, config.runner, *SteadyClock::Get(), &StopFlag());
+  if (!st.ok()) {
+    std::fprintf(stderr, "huddle client %s: %s\n", config.client_id.c_str(),
+                 std::string(st.message()).c_str());
+    return 1;
+  }
+  spdlog::info("finished after training {} rounds", agent.rounds_trained());
+  return 0;
+}
+
+}  // namespace huddle::cli

@@ -1,0 +1,112 @@
+// `huddle coordinator`: serve a job over ZeroMQ.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "coordinator/coordinator.h"
+#include "data/fashion_mnist.h"
+#include "transport/zmq_transport.h"
+
+namespace huddle::cli {
+
+std::atomic<bool>& StopFlag() {
+  static std::atomic<bool> stop{false};
+  return stop;
+}
+
+void InstallStopHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { StopFlag().store(true); };
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
+  const coordinator::CoordinatorOptions& o = job.coordinator;
+  coordinator::Evaluator evaluator;
+  std::shared_ptr<data::Dataset> test;
+  if (o.eval_every > 0) {
+    auto loaded = data::LoadFashionMnist(job.eval_data, data::Split::kTest, nullptr);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "huddle coordinator: evaluation data: %s\n",
+                   std::string(loaded.status().message()).c_str());
+      return 1;
+    }
+    test = std::make_shared<data::Dataset>(std::move(loaded).value());
+    const models::MlpSpec spec = o.model;
+    evaluator = [test, spec](const TensorList& model) {
+      data::DatasetView view;
+      view.base = test.get();
+      return models::EvaluateMlp(spec, model, view);
+    };
+  }
+  auto on_round = [](const coordinator::RoundMetrics& m) {
+    std::printf("%s\n", m.ProgressLine().c_str());
+    std::fflush(stdout);
+  };
+  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), evaluator, on_round);
+  std::printf("job '%s': %lld rounds, model mlp %lld-%s-%lld\n", o.job_name.c_str(),
+              static_cast<long long>(o.rounds), static_cast<long long>(o.model.input_dim),
+              [&] {
+                std::string s;
+                for (size_t i = 0; i < o.model.hidden.size(); ++i) {
+                  s += (i ? "-" : "") + std::to_string(o.model.hidden[i]);
+                }
+                return s;
+              }().c_str(),
+              static_cast<long long>(o.model.num_classes));
+  std::fflush(stdout);
+  Status st = coord.Run(&StopFlag());
+  if (!st.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s\n", std::string(st.message()).c_str());
+    return absl::IsCancelled(st) ? 130 : 1;
+  }
+  const coordinator::JobSummary& s = coord.summary();
+  std::printf("done: %llu rounds in %.1f s", static_cast<unsigned long long>(s.rounds_completed),
+              s.elapsed_s);
+  if (s.final_test_accuracy) {
+    std::printf(" | final test accuracy %.4f (best %.4f at round %llu)", *s.final_test_accuracy,
+                *s.best_test_accuracy, static_cast<unsigned long long>(*s.best_round));
+  }
+  std::printf(" | %.1f MB in, %.1f MB out\n", s.bytes_in / 1e6, s.bytes_out / 1e6);
+  if (!o.out_dir.empty()) {
+    std::printf("outputs: %s/{metrics.jsonl,summary.json,model.bin}\n", o.out_dir.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+int RunCoordinatorCommand(const CoordinatorFlags& flags) {
+  auto job = LoadJobConfig(flags.config);
+  if (!job.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
+  if (!flags.bind.empty()) job->bind = flags.bind;
+  job->coordinator.resume = flags.resume;
+  if (job->coordinator.out_dir.empty()) job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
+  if (Status st = SetupLogging(job->log_level, "coordinator"); !st.ok()) return 2;
+  transport::ZmqOptions zopts;
+  zopts.io_threads = 2;
+  // The largest legitimate frame is one tensor of the model; allow headroom, refuse the rest.
+  int64_t largest = 0;
+  for (const TensorSpec& t : models::MlpLayout(job->coordinator.model)) {
+    largest = std::max(largest, t.ByteLength());
+  }
+  zopts.max_frame_bytes = std::max<int64_t>(largest + 4096, 1 << 20);
+  auto server = transport::BindZmqServer(job->bind, zopts);
+  if (!server.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  spdlog::info("listening on {}", job->bind);
+  return RunCoordinatorWith(std::move(job).value(), server->get());
+}
+
+}  // namespace huddle::cli

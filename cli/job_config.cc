@@ -1,0 +1,175 @@
+#include "cli/job_config.h"
+
+#include "common/config_reader.h"
+
+namespace huddle::cli {
+namespace {
+
+
+// Reads seconds (a float) into milliseconds.
+Status OptionalSeconds(ConfigMap& m, const char* key, int64_t* out_ms, double lo, double hi) {
+  double s = static_cast<double>(*out_ms) / 1000.0;
+  HUDDLE_RETURN_IF_ERROR(m.Optional(key, &s, lo, hi));
+  *out_ms = static_cast<int64_t>(s * 1000.0);
+  return absl::OkStatus();
+}
+
+Status ReadDataSpec(ConfigMap& m, data::DataSpec* spec, bool shard_keys) {
+  HUDDLE_RETURN_IF_ERROR(m.Optional("path", &spec->path));
+  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("format", &spec->format, {"idx", "csv"}));
+  std::string partition = spec->partitioned
+                              ? (spec->partition.kind == data::PartitionOptions::Kind::kIid
+                                     ? "iid" : "dirichlet")
+                              : "none";
+  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("partition", &partition, {"none", "iid", "dirichlet"}));
+  spec->partitioned = partition != "none";
+  spec->partition.kind = partition == "dirichlet" ? data::PartitionOptions::Kind::kDirichlet
+                                                  : data::PartitionOptions::Kind::kIid;
+  HUDDLE_RETURN_IF_ERROR(m.Optional("alpha", &spec->partition.alpha, 1e-3, 1e6));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("num_classes", &spec->num_classes, 2, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("scale_255", &spec->csv_scale_255));
+  int64_t seed = static_cast<int64_t>(spec->partition.seed);
+  HUDDLE_RETURN_IF_ERROR(m.Optional("seed", &seed, 0, INT64_MAX));
+  spec->partition.seed = static_cast<uint64_t>(seed);
+  if (shard_keys) {
+    HUDDLE_RETURN_IF_ERROR(m.Optional("num_shards", &spec->partition.num_shards, 1, 1 << 20));
+    HUDDLE_RETURN_IF_ERROR(m.Optional("shard", &spec->shard, 0, (1 << 20) - 1));
+  }
+  return m.Finish();
+}
+
+}  // namespace
+
+StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
+  JobConfig job;
+  coordinator::CoordinatorOptions& o = job.coordinator;
+  int64_t seed = static_cast<int64_t>(o.seed);
+  HUDDLE_RETURN_IF_ERROR(top.Optional("name", &o.job_name));
+  HUDDLE_RETURN_IF_ERROR(top.Optional("seed", &seed, 0, INT64_MAX));
+  o.seed = static_cast<uint64_t>(seed);
+  HUDDLE_RETURN_IF_ERROR(top.Optional("rounds", &o.rounds, 1, 1000000));
+  HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &job.log_level,
+                                            {"trace", "debug", "info", "warn", "error", "off"}));
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
+  std::string kind = "mlp";
+  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp"}));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &o.model.input_dim, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &o.model.hidden, 1, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &o.model.num_classes, 2, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(model.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &o.train.epochs, 1, 1000));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("batch_size", &o.train.batch_size, 1, 65536));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &o.train.learning_rate, 1e-9, 100.0));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &o.train.momentum, 0.0, 0.999));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("weight_decay", &o.train.weight_decay, 0.0, 1.0));
+  HUDDLE_RETURN_IF_ERROR(train.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap cohort, top.Child("cohort"));
+  std::string sampling = "fixed";
+  HUDDLE_RETURN_IF_ERROR(cohort.OptionalChoice("sampling", &sampling, {"fixed", "poisson"}));
+  o.cohort.sampling = sampling == "poisson" ? coordinator::CohortOptions::Sampling::kPoisson
+                                            : coordinator::CohortOptions::Sampling::kFixed;
+  HUDDLE_RETURN_IF_ERROR(cohort.Optional("size", &o.cohort.size, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(cohort.Optional("rate", &o.cohort.rate, 1e-9, 1.0));
+  HUDDLE_RETURN_IF_ERROR(cohort.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap round, top.Child("round"));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(round, "deadline_s", &o.round_deadline_ms, 0.1, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(round.Optional("quorum", &o.quorum, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(round.Optional("upload_slots", &o.upload_slots, 1, 4096));
+  HUDDLE_RETURN_IF_ERROR(round.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap server, top.Child("server"));
+  HUDDLE_RETURN_IF_ERROR(server.Optional("learning_rate", &o.server.learning_rate, 1e-9, 100.0));
+  HUDDLE_RETURN_IF_ERROR(server.Optional("momentum", &o.server.momentum, 0.0, 0.999));
+  HUDDLE_RETURN_IF_ERROR(server.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap agg, top.Child("aggregation"));
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_update_abs", &o.aggregation.max_abs_value, 1e-6, 1e12));
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_examples", &o.aggregation.max_weight, 1, int64_t{1} << 40));
+  HUDDLE_RETURN_IF_ERROR(agg.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap eval, top.Child("evaluation"));
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("every", &o.eval_every, 0, 1000000));
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("data", &job.eval_data));
+  HUDDLE_RETURN_IF_ERROR(eval.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap coord, top.Child("coordinator"));
+  const bool coord_has_min_clients = coord.Has("min_clients");
+  HUDDLE_RETURN_IF_ERROR(coord.Optional("bind", &job.bind));
+  // Default: a fixed-size cohort waits for a full cohort; Poisson sampling for one client.
+  o.min_clients = o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed ? o.cohort.size : 1;
+  HUDDLE_RETURN_IF_ERROR(coord.Optional("min_clients", &o.min_clients, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(coord, "wait_for_clients_s", &o.wait_for_clients_ms, 0.1, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(coord, "heartbeat_interval_s", &o.heartbeat_interval_ms, 0.05, 3600));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(coord, "client_timeout_s", &o.client_timeout_ms, 0, 86400));
+  HUDDLE_RETURN_IF_ERROR(coord.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
+  job.client_data.partitioned = true;
+  job.client_data.partition.seed = o.seed;
+  HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &job.client_data, /*shard_keys=*/false));
+
+  HUDDLE_RETURN_IF_ERROR(top.Optional("clients", &job.local_clients, 1, 4096));
+  if (top.Has("simulation")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap sim, top.Child("simulation"));
+    SimulationOptions s;
+    HUDDLE_RETURN_IF_ERROR(sim.Optional("clients", &s.clients, 1, 1 << 20));
+    HUDDLE_RETURN_IF_ERROR(sim.Optional("threads", &s.threads, 1, 256));
+    HUDDLE_RETURN_IF_ERROR(sim.Finish());
+    job.simulation = s;
+    if (!coord_has_min_clients) o.min_clients = s.clients;
+  } else {
+    (void)top.Child("simulation");
+  }
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap output, top.Child("output"));
+  HUDDLE_RETURN_IF_ERROR(output.Optional("dir", &o.out_dir));
+  HUDDLE_RETURN_IF_ERROR(output.Finish());
+  HUDDLE_RETURN_IF_ERROR(top.Finish());
+
+  if (o.quorum > o.cohort.size && o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": round.quorum (", o.quorum,
+                                                   ") exceeds cohort.size (", o.cohort.size,
+                                                   "): no round could ever update the model"));
+  }
+  if (o.model.hidden.empty()) o.model.hidden = {128};
+  return job;
+}
+
+StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
+  ClientConfig c;
+  HUDDLE_RETURN_IF_ERROR(top.Optional("coordinator", &c.coordinator));
+  HUDDLE_RETURN_IF_ERROR(top.Optional("client_id", &c.client_id));
+  HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
+                                            {"trace", "debug", "info", "warn", "error", "off"}));
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
+  HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &c.data, /*shard_keys=*/true));
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap conn, top.Child("connection"));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "coordinator_timeout_s", &c.runner.coordinator_timeout_ms, 0.1, 86400));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "backoff_initial_s", &c.runner.backoff_initial_ms, 0.01, 3600));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "backoff_max_s", &c.runner.backoff_max_ms, 0.01, 3600));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "give_up_after_s", &c.runner.give_up_after_ms, 0, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(conn.Finish());
+  HUDDLE_RETURN_IF_ERROR(top.Finish());
+  return c;
+}
+
+Status ValidateClientConfig(const ClientConfig& c) {
+  if (c.coordinator.empty()) {
+    return absl::InvalidArgumentError("no coordinator given (--coordinator tcp://HOST:PORT)");
+  }
+  if (c.client_id.empty()) return absl::InvalidArgumentError("no client id given (--client-id)");
+  if (c.data.partitioned && c.data.shard >= c.data.partition.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", c.data.shard, " is out of range for ",
+                                                   c.data.partition.num_shards, " shards"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace huddle::cli

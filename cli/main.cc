@@ -1,0 +1,56 @@
+// The `huddle` binary: one executable, one subcommand per role.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <iostream>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Huddle: federated and privacy-preserving training"};
+  app.require_subcommand(1);
+
+  huddle::cli::CoordinatorFlags cf;
+  CLI::App* coord = app.add_subcommand("coordinator", "Run a coordinator server for a job");
+  coord->add_option("--config", cf.config, "Job YAML")->required()->check(CLI::ExistingFile);
+  coord->add_option("--out", cf.out_dir, "Output directory (overrides output.dir)");
+  coord->add_option("--bind", cf.bind, "Endpoint to bind, e.g. tcp://0.0.0.0:5555");
+  coord->add_flag("--resume", cf.resume, "Continue from OUT/checkpoint.bin");
+
+  huddle::cli::ClientFlags kf;
+  CLI::App* client = app.add_subcommand("client", "Run a client agent");
+  client->add_option("--config", kf.config, "Client YAML")->check(CLI::ExistingFile);
+  client->add_option("--coordinator", kf.coordinator, "Coordinator endpoint tcp://HOST:PORT");
+  client->add_option("--client-id", kf.client_id, "This client's id ([A-Za-z0-9._-], unique)");
+  client->add_option("--data", kf.data,
+                     "Local data: a directory of IDX .gz files, or a CSV file with --format csv");
+  client->add_option("--format", kf.format, "Data format: idx (default) or csv");
+  client->add_option("--partition", kf.partition,
+                     "Use one shard of the data: none (default), iid or dirichlet");
+  client->add_option("--num-shards", kf.num_shards, "Number of shards the data is split into");
+  client->add_option("--shard", kf.shard, "This client's shard index, 0-based");
+  client->add_option("--alpha", kf.alpha, "Dirichlet concentration for --partition dirichlet");
+  client->add_option("--partition-seed", kf.partition_seed, "Seed of the partition");
+  client->add_option("--give-up-after", kf.give_up_after_s,
+                     "Exit if no coordinator answers for this many seconds (0: never)");
+  client->add_option("--log-level", kf.log_level, "trace, debug, info, warn, error, off");
+
+  huddle::cli::RunFlags rf;
+  CLI::App* run = app.add_subcommand("run", "Run a whole federation on this machine");
+  run->add_option("config", rf.config, "Job YAML")->required()->check(CLI::ExistingFile);
+  run->add_option("--out", rf.out_dir, "Output directory (overrides output.dir)");
+
+  CLI11_PARSE(app, argc, argv);
+  huddle::cli::InstallStopHandlers();
+
+  if (*coord) return huddle::cli::RunCoordinatorCommand(cf);
+  if (*client) return huddle::cli::RunClientCommand(kf);
+  if (*run) {
+    char self[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+    return huddle::cli::RunLocalCommand(rf, exe);
+  }
+  return 2;
+}

@@ -1,0 +1,224 @@
+// `huddle run job.yaml --out DIR`: a whole federation on this machine.
+//
+// Without a `simulation` section: one coordinator process and `clients` client processes on
+// 127.0.0.1, each client loading only its own shard. Progress comes from the coordinator's
+// stdout; every process logs to DIR/logs/.
+// With `simulation: {clients: N}`: the same coordinator and client agent code in this process,
+// over the in-process transport, N agents sharing one copy of the training set.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "client/agent.h"
+#include "cli/commands.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "data/fashion_mnist.h"
+#include "data/csv.h"
+#include "data/partition.h"
+#include "transport/inproc_transport.h"
+
+namespace huddle::cli {
+namespace {
+
+// A free TCP port on 127.0.0.1 (bound, read, released).
+StatusOr<int> FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    return absl::InternalError("cannot find a free port on 127.0.0.1");
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+// Starts `argv` with stdout/stderr sent to `log` (stdout kept if keep_stdout).
+StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
+                      bool keep_stdout) {
+  pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      if (!keep_stdout) ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "cannot start %s\n", args[0]);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int RunProcesses(const JobConfig& job, const std::string& config, const std::string& out,
+                 const std::string& exe) {
+  auto port = FreePort();
+  if (!port.ok()) {
+    std::fprintf(stderr, "huddle run: %s\n", std::string(port.status().message()).c_str());
+    return 1;
+  }
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(*port);
+  const std::string logs = out + "/logs";
+  if (Status st = MakeDirs(logs); !st.ok()) {
+    std::fprintf(stderr, "huddle run: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  std::printf("huddle run: coordinator on %s, %lld client processes, logs in %s\n", endpoint.c_str(),
+              static_cast<long long>(job.local_clients), logs.c_str());
+  std::fflush(stdout);
+
+  auto coord = Spawn({exe, "coordinator", "--config", config, "--out", out, "--bind", endpoint},
+                     logs + "/coordinator.log", /*keep_stdout=*/true);
+  if (!coord.ok()) return 1;
+  std::vector<pid_t> clients;
+  const data::DataSpec& d = job.client_data;
+  for (int64_t i = 0; i < job.local_clients; ++i) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "client-%03lld", static_cast<long long>(i));
+    std::vector<std::string> argv = {exe, "client", "--coordinator", endpoint, "--client-id", id,
+                                     "--data", d.path, "--format", d.format,
+                                     "--give-up-after", "120"};
+    if (d.partitioned) {
+      argv.insert(argv.end(),
+                  {"--partition",
+                   d.partition.kind == data::PartitionOptions::Kind::kIid ? "iid" : "dirichlet",
+                   "--num-shards", std::to_string(job.local_clients), "--shard", std::to_string(i),
+                   "--alpha", std::to_string(d.partition.alpha), "--partition-seed",
+                   std::to_string(d.partition.seed)});
+    }
+    auto pid = Spawn(argv, logs + "/" + id + ".log", /*keep_stdout=*/false);
+    if (pid.ok()) clients.push_back(*pid);
+  }
+
+  int status = 0;
+  while (true) {
+    pid_t r = ::waitpid(*coord, &status, WNOHANG);
+    if (r == *coord) break;
+    if (StopFlag().load()) ::kill(*coord, SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // Clients leave on the coordinator's Shutdown; give them a moment, then stop the rest.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (pid_t pid : clients) {
+    int cs;
+    while (::waitpid(pid, &cs, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        ::kill(pid, SIGTERM);
+        ::waitpid(pid, &cs, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  const int code = ExitCode(status);
+  if (code != 0) {
+    std::fprintf(stderr, "huddle run: coordinator exited with %d; see %s/coordinator.log\n", code,
+                 logs.c_str());
+  }
+  return code;
+}
+
+// One simulated client: the real agent behind the in-process transport.
+class SimulatedClient final : public transport::InProcPeer {
+ public:
+  SimulatedClient(std::string id, data::DatasetView view)
+      : view_(std::move(view)), agent_(std::move(id), &view_) {}
+  std::vector<wire::Message> OnStart() override {
+    std::vector<wire::Message> out;
+    out.push_back(agent_.MakeJoin());
+    return out;
+  }
+  StatusOr<std::vector<wire::Message>> OnMessage(const wire::Message& msg) override {
+    return agent_.Handle(msg);
+  }
+
+ private:
+  data::DatasetView view_;
+  client::ClientAgent agent_;
+};
+
+int RunSimulation(JobConfig job) {
+  const SimulationOptions sim = *job.simulation;
+  const data::DataSpec& d = job.client_data;
+  StatusOr<data::Dataset> train =
+      d.format == "csv" ? data::LoadCsvDataset(d.path, data::CsvOptions{d.num_classes, d.csv_scale_255})
+                        : data::LoadFashionMnist(d.path, data::Split::kTrain, nullptr);
+  if (!train.ok()) {
+    std::fprintf(stderr, "huddle run: %s\n", std::string(train.status().message()).c_str());
+    return 1;
+  }
+  data::PartitionOptions popts = d.partition;
+  popts.num_shards = sim.clients;
+  popts.min_shard_size = 1;
+  auto shards = data::Partition(train->labels, train->num_classes, popts);
+  if (!shards.ok()) {
+    std::fprintf(stderr, "huddle run: %s\n", std::string(shards.status().message()).c_str());
+    return 1;
+  }
+  std::vector<std::unique_ptr<SimulatedClient>> clients;
+  std::vector<transport::InProcPeer*> peers;
+  for (int64_t i = 0; i < sim.clients; ++i) {
+    data::DatasetView view;
+    view.base = &train.value();
+    view.indices = std::move((*shards)[static_cast<size_t>(i)]);
+    char id[32];
+    std::snprintf(id, sizeof(id), "sim-%05lld", static_cast<long long>(i));
+    clients.push_back(std::make_unique<SimulatedClient>(id, std::move(view)));
+    peers.push_back(clients.back().get());
+  }
+  std::printf("huddle run: simulating %lld clients in-process on %lld threads\n",
+              static_cast<long long>(sim.clients), static_cast<long long>(sim.threads));
+  std::fflush(stdout);
+  job.coordinator.client_timeout_ms = 0;  // simulated clients do not heartbeat
+  transport::InProcServerTransport transport(peers, static_cast<int>(sim.threads));
+  transport.Start();
+  return RunCoordinatorWith(std::move(job), &transport);
+}
+
+}  // namespace
+
+int RunLocalCommand(const RunFlags& flags, const std::string& self_exe) {
+  auto job = LoadJobConfig(flags.config);
+  if (!job.ok()) {
+    std::fprintf(stderr, "huddle run: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
+  if (job->coordinator.out_dir.empty()) job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
+  if (job->simulation) {
+    if (Status st = SetupLogging(job->log_level, "simulation"); !st.ok()) return 2;
+    if (Status st = MakeDirs(job->coordinator.out_dir); !st.ok()) return 1;
+    return RunSimulation(std::move(job).value());
+  }
+  std::string out_dir = job->coordinator.out_dir;
+  return RunProcesses(*job, flags.config, out_dir, self_exe);
+}
+
+}  // namespace huddle::cli

@@ -1,0 +1,163 @@
+#include "client/agent.h"
+
+#include <spdlog/spdlog.h>
+
+#include "common/rng.h"
+
+namespace huddle::client {
+
+constexpr const char* kAgentVersion = "huddle-0.1";
+
+StatusOr<models::MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec) {
+  if (spec.kind != "mlp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator asks for model kind '", spec.kind, "'; this agent supports: mlp"));
+  }
+  models::MlpSpec m;
+  m.input_dim = spec.input_dim;
+  m.hidden = spec.hidden;
+  m.num_classes = spec.num_classes;
+  HUDDLE_RETURN_IF_ERROR(models::ValidateMlpSpec(m));
+  return m;
+}
+
+wire::ModelSpec MlpSpecToWire(const models::MlpSpec& spec) {
+  wire::ModelSpec w;
+  w.kind = "mlp";
+  w.input_dim = spec.input_dim;
+  w.hidden = spec.hidden;
+  w.num_classes = spec.num_classes;
+  return w;
+}
+
+models::TrainOptions TrainOptionsFromWire(const wire::TrainConfig& train) {
+  models::TrainOptions t;
+  t.epochs = train.epochs;
+  t.batch_size = train.batch_size;
+  t.learning_rate = train.learning_rate;
+  t.momentum = train.momentum;
+  t.weight_decay = train.weight_decay;
+  return t;
+}
+
+ClientAgent::ClientAgent(std::string client_id, const data::DatasetView* data)
+    : client_id_(std::move(client_id)), data_(data) {}
+
+wire::Message ClientAgent::MakeJoin() const {
+  wire::Join join;
+  join.client_id = client_id_;
+  join.num_examples = static_cast<uint64_t>(data_->size());
+  join.agent_version = kAgentVersion;
+  return wire::MakeMessage(std::move(join), 0, client_id_);
+}
+
+StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& msg) {
+  using Replies = std::vector<wire::Message>;
+  switch (msg.type()) {
+    case wire::MessageType::kWelcome: {
+      const auto& w = std::get<wire::Welcome>(msg.body);
+      HUDDLE_ASSIGN_OR_RETURN(models::MlpSpec spec, MlpSpecFromWire(w.model));
+      if (spec.input_dim != data_->base->feature_dim) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job '", w.job_name, "' expects ", spec.input_dim,
+                         " input features; this client's data has ", data_->base->feature_dim));
+      }
+      model_ = spec;
+      spdlog::info("joined job '{}' ({} local examples)", w.job_name, data_->size());
+      return Replies{};
+    }
+    case wire::MessageType::kFitInstruction:
+      return OnFit(msg, std::get<wire::FitInstruction>(msg.body));
+    case wire::MessageType::kUploadGrant:
+      return OnGrant(msg);
+    case wire::MessageType::kHeartbeat:
+      return Replies{};
+    case wire::MessageType::kError:
+      return OnError(msg, std::get<wire::Error>(msg.body));
+    case wire::MessageType::kShutdown:
+      spdlog::info("coordinator shut the job down: {}", std::get<wire::Shutdown>(msg.body).reason);
+      done_ = true;
+      return Replies{};
+    default:
+      spdlog::warn("ignoring unexpected {} from the coordinator", wire::MessageTypeName(msg.type()));
+      return Replies{};
+  }
+}
+
+StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg,
+                                                        const wire::FitInstruction& fit) {
+  using Replies = std::vector<wire::Message>;
+  if (!model_) {
+    spdlog::warn("round {}: fit instruction before welcome; rejoining", msg.round);
+    return Replies{MakeJoin()};
+  }
+  TensorList global = wire::ToTensors(msg.tensors);
+  Status params_ok = models::CheckParams(*model_, global);
+  if (!params_ok.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", msg.round, ": global model does not match the job's model: ",
+                     params_ok.message()));
+  }
+  models::TrainOptions train = TrainOptionsFromWire(fit.train);
+  TensorList local = global;
+  const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
+  StatusOr<models::TrainStats> stats = models::TrainMlp(*model_, train, *data_, seed, &local);
+  if (!stats.ok()) {
+    // Bad training settings or local data: tell the coordinator (it counts the client as failed)
+    // and stay available for the next round.
+    spdlog::error("round {}: local training failed: {}", msg.round, stats.status().message());
+    return Replies{};
+  }
+  auto delta = std::make_shared<TensorList>(std::move(local));
+  for (size_t t = 0; t < delta->size(); ++t) {
+    std::vector<float>& d = (*delta)[t].data;
+    const std::vector<float>& g = global[t].data;
+    for (size_t i = 0; i < d.size(); ++i) d[i] -= g[i];
+  }
+  Pending pending;
+  pending.round = msg.round;
+  pending.result.num_examples = static_cast<uint64_t>(stats->examples);
+  pending.result.train_loss = stats->loss;
+  pending.result.train_accuracy = stats->accuracy;
+  pending.result.train_seconds = stats->seconds;
+  pending.result.model_version = fit.model_version;
+  pending.delta = std::move(delta);
+  pending_ = std::move(pending);
+  ++rounds_trained_;
+  spdlog::debug("round {}: trained on {} examples, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
+                stats->examples, stats->loss, stats->accuracy, stats->seconds);
+  return Replies{wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples}, msg.round,
+                                   client_id_)};
+}
+
+std::vector<wire::Message> ClientAgent::OnGrant(const wire::Message& msg) {
+  if (!pending_ || pending_->round != msg.round) {
+    spdlog::warn("round {}: upload grant but no update is pending for that round", msg.round);
+    return {};
+  }
+  wire::Message result = wire::MakeMessage(pending_->result, msg.round, client_id_);
+  result.tensors = wire::ShareAll(pending_->delta);
+  pending_.reset();
+  std::vector<wire::Message> out;
+  out.push_back(std::move(result));
+  return out;
+}
+
+StatusOr<std::vector<wire::Message>> ClientAgent::OnError(const wire::Message& msg,
+                                                          const wire::Error& err) {
+  using Replies = std::vector<wire::Message>;
+  switch (err.code) {
+    case wire::ErrorCode::kVersionMismatch:
+      return absl::FailedPreconditionError(
+          absl::StrCat("coordinator refused this agent: ", err.message));
+    case wire::ErrorCode::kUnknownClient:
+      spdlog::info("coordinator does not know this client ({}); joining again", err.message);
+      return Replies{MakeJoin()};
+    default:
+      spdlog::warn("round {}: coordinator error {}: {}", msg.round, wire::ErrorCodeName(err.code),
+                   err.message);
+      return Replies{};
+  }
+}
+
+}  // namespace huddle::client

@@ -1,0 +1,76 @@
+// The client agent's protocol logic, independent of any transport.
+//
+// A ClientAgent holds a client's identity and its local data (a view, so simulated clients can
+// share one copy of a data set). It turns each coordinator message into its replies:
+//
+//   Start()                 -> Join
+//   Welcome                 -> (remember the job's model)
+//   FitInstruction + model  -> train locally from the global model; delta = local - global;
+//                              -> UploadRequest (the delta waits for a grant)
+//   UploadGrant             -> FitResult + delta tensors
+//   Heartbeat               -> (nothing; the coordinator is alive)
+//   Error unknown_client    -> Join (the coordinator restarted or forgot us)
+//   Error version_mismatch  -> fatal error
+//   Shutdown                -> done()
+//
+// The same agent runs behind a ZeroMQ DEALER in `huddle client` (client/runner.h) and behind the
+// in-process transport in simulations.
+//
+// Thread-safety: none; the caller serialises calls.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "data/dataset.h"
+#include "models/mlp.h"
+#include "proto/messages.h"
+
+namespace huddle::client {
+
+class ClientAgent {
+ public:
+  // `data` must outlive the agent.
+  ClientAgent(std::string client_id, const data::DatasetView* data);
+
+  wire::Message MakeJoin() const;
+
+  // Replies to one coordinator message. An error is fatal for the agent (e.g. the coordinator
+  // speaks another protocol version); everything recoverable is logged and answered instead.
+  StatusOr<std::vector<wire::Message>> Handle(const wire::Message& msg);
+
+  bool done() const { return done_; }
+  const std::string& client_id() const { return client_id_; }
+  // Rounds trained so far (for logs and tests).
+  int64_t rounds_trained() const { return rounds_trained_; }
+
+ private:
+  StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
+                                             const wire::FitInstruction& fit);
+  std::vector<wire::Message> OnGrant(const wire::Message& msg);
+  StatusOr<std::vector<wire::Message>> OnError(const wire::Message& msg, const wire::Error& err);
+
+  std::string client_id_;
+  const data::DatasetView* data_;
+  std::optional<models::MlpSpec> model_;
+  bool done_ = false;
+  int64_t rounds_trained_ = 0;
+
+  // The update waiting for an upload grant.
+  struct Pending {
+    uint64_t round = 0;
+    wire::FitResult result;
+    std::shared_ptr<const TensorList> delta;
+  };
+  std::optional<Pending> pending_;
+};
+
+// Maps between the wire's model description and the model library's.
+StatusOr<models::MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec);
+wire::ModelSpec MlpSpecToWire(const models::MlpSpec& spec);
+models::TrainOptions TrainOptionsFromWire(const wire::TrainConfig& train);
+
+}  // namespace huddle::client

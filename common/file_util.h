@@ -1,0 +1,25 @@
+// Durable file helpers. Checkpoints and outputs are written atomically: a temporary file beside
+// the target, fsync'd, renamed over the target, and the directory fsync'd, so a crash at any point
+// leaves either the old file or the new one, never a torn one.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace huddle {
+
+// Atomically replaces `path` with `contents` (temp file + fsync + rename + directory fsync).
+Status WriteFileAtomic(const std::string& path, std::string_view contents);
+
+// Reads the whole file. NotFound if it does not exist.
+StatusOr<std::string> ReadFile(const std::string& path);
+
+// Creates `dir` and its parents if missing.
+Status MakeDirs(const std::string& dir);
+
+// Appends `line` plus '\n' to `path` (created if missing) and fsyncs it.
+Status AppendLine(const std::string& path, std::string_view line);
+
+}  // namespace huddle

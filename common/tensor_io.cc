@@ -1,0 +1,119 @@
+#include "common/tensor_io.h"
+
+#include <bit>
+#include <cstring>
+
+#include "common/file_util.h"
+
+namespace huddle {
+namespace {
+
+template <typename T>
+void AppendRaw(const T& v, std::string* out) {
+  static_assert(std::endian::native == std::endian::little, "little-endian hosts only");
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+constexpr uint32_t kMaxTensors = 1 << 16;
+constexpr uint32_t kMaxName = 1024;
+constexpr int64_t kMaxElements = int64_t{1} << 32;
+
+}  // namespace
+
+void AppendU32(uint32_t v, std::string* out) { AppendRaw(v, out); }
+void AppendU64(uint64_t v, std::string* out) { AppendRaw(v, out); }
+
+void AppendTensorList(const TensorList& tensors, std::string* out) {
+  AppendU32(static_cast<uint32_t>(tensors.size()), out);
+  for (const Tensor& t : tensors) {
+    AppendU32(static_cast<uint32_t>(t.name().size()), out);
+    out->append(t.name());
+    AppendU32(static_cast<uint32_t>(t.spec.shape.size()), out);
+    for (int64_t d : t.spec.shape) AppendRaw(d, out);
+    out->append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
+  }
+}
+
+Status ByteReader::Need(size_t n) const {
+  if (n > remaining()) {
+    return absl::DataLossError(absl::StrCat(what_, ": truncated at byte ", offset_, " (needs ", n,
+                                            " more bytes, ", remaining(), " left)"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<uint32_t> ByteReader::U32() {
+  HUDDLE_RETURN_IF_ERROR(Need(4));
+  uint32_t v;
+  std::memcpy(&v, in_.data() + offset_, 4);
+  offset_ += 4;
+  return v;
+}
+
+StatusOr<uint64_t> ByteReader::U64() {
+  HUDDLE_RETURN_IF_ERROR(Need(8));
+  uint64_t v;
+  std::memcpy(&v, in_.data() + offset_, 8);
+  offset_ += 8;
+  return v;
+}
+
+StatusOr<std::string> ByteReader::Bytes(size_t n) {
+  HUDDLE_RETURN_IF_ERROR(Need(n));
+  std::string s(in_.substr(offset_, n));
+  offset_ += n;
+  return s;
+}
+
+StatusOr<TensorList> ByteReader::TensorListValue() {
+  HUDDLE_ASSIGN_OR_RETURN(uint32_t count, U32());
+  if (count > kMaxTensors) {
+    return absl::DataLossError(absl::StrCat(what_, ": ", count, " tensors exceeds the limit"));
+  }
+  TensorList out;
+  for (uint32_t i = 0; i < count; ++i) {
+    Tensor t;
+    HUDDLE_ASSIGN_OR_RETURN(uint32_t name_len, U32());
+    if (name_len > kMaxName) {
+      return absl::DataLossError(absl::StrCat(what_, ": tensor ", i, " name too long"));
+    }
+    HUDDLE_ASSIGN_OR_RETURN(t.spec.name, Bytes(name_len));
+    HUDDLE_ASSIGN_OR_RETURN(uint32_t rank, U32());
+    if (rank > 8) return absl::DataLossError(absl::StrCat(what_, ": tensor ", i, " rank ", rank));
+    for (uint32_t r = 0; r < rank; ++r) {
+      HUDDLE_ASSIGN_OR_RETURN(uint64_t d, U64());
+      t.spec.shape.push_back(static_cast<int64_t>(d));
+    }
+    Status shape_ok = ValidateShape(t.spec.shape, kMaxElements, absl::StrCat(what_, ": ", t.name()));
+    if (!shape_ok.ok()) return absl::DataLossError(shape_ok.message());
+    const size_t bytes = static_cast<size_t>(t.spec.NumElements()) * sizeof(float);
+    HUDDLE_RETURN_IF_ERROR(Need(bytes));
+    t.data.resize(static_cast<size_t>(t.spec.NumElements()));
+    std::memcpy(t.data.data(), in_.data() + offset_, bytes);
+    offset_ += bytes;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Status WriteModelFile(const std::string& path, const TensorList& tensors) {
+  std::string out(kModelFileMagic, 8);
+  AppendTensorList(tensors, &out);
+  return WriteFileAtomic(path, out);
+}
+
+StatusOr<TensorList> ReadModelFile(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  ByteReader reader(bytes, path);
+  HUDDLE_ASSIGN_OR_RETURN(std::string magic, reader.Bytes(8));
+  if (magic != std::string(kModelFileMagic, 8)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a Huddle model file (bad magic)"));
+  }
+  HUDDLE_ASSIGN_OR_RETURN(TensorList tensors, reader.TensorListValue());
+  if (reader.remaining() != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": ", reader.remaining(), " trailing bytes"));
+  }
+  return tensors;
+}
+
+}  // namespace huddle

@@ -1,0 +1,32 @@
+// Coordinator checkpoints: everything needed to continue a job exactly where it stopped.
+// Written atomically after every round (temp file + fsync + rename + directory fsync), so a
+// coordinator killed at any moment resumes from the last completed round and, given the same
+// clients, ends with the same model as an uninterrupted run.
+#pragma once
+
+#include <string>
+
+#include "common/rng.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace huddle::coordinator {
+
+struct Checkpoint {
+  uint64_t completed_round = 0;   // rounds 1..completed_round are done
+  uint64_t model_version = 0;
+  uint64_t seed = 0;              // the job's seed (a resume with another seed is refused)
+  Rng::State rng_state{};         // cohort sampling stream
+  TensorList model;
+  TensorList optimizer_state;     // server optimizer (velocity); may be empty
+  double elapsed_s = 0;           // wall time of the job so far
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+};
+
+inline constexpr char kCheckpointFile[] = "checkpoint.bin";
+
+Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
+
+}  // namespace huddle::coordinator

@@ -1,0 +1,560 @@
+#include "coordinator/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
+#include "common/tensor_io.h"
+#include "coordinator/checkpoint.h"
+
+namespace huddle::coordinator {
+namespace {
+
+using transport::PeerName;
+
+constexpr uint64_t kInitStream = 0x696e6974;    // "init"
+constexpr uint64_t kCohortStream = 0x636f686f;  // "coho"
+constexpr uint64_t kClientStream = 0x636c6e74;  // "clnt"
+
+bool ValidClientId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Path(const std::string& dir, const char* file) {
+  return (std::filesystem::path(dir) / file).string();
+}
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorOptions options, transport::ServerTransport* transport,
+                         const Clock* clock, Evaluator evaluator, RoundCallback on_round)
+    : options_(std::move(options)),
+      transport_(transport),
+      clock_(clock),
+      evaluator_(std::move(evaluator)),
+      on_round_(std::move(on_round)),
+      rng_(DeriveSeed(options_.seed, kCohortStream)),
+      optimizer_(options_.server) {}
+
+Status Coordinator::Initialise() {
+  HUDDLE_RETURN_IF_ERROR(models::ValidateMlpSpec(options_.model));
+  if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
+  const std::string ckpt_path = Path(options_.out_dir, kCheckpointFile);
+  if (options_.resume) {
+    HUDDLE_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(ckpt_path));
+    if (ckpt.seed != options_.seed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ckpt_path, " was written by a job with seed ", ckpt.seed,
+                       "; this job has seed ", options_.seed));
+    }
+    HUDDLE_RETURN_IF_ERROR(models::CheckParams(options_.model, ckpt.model));
+    model_ = std::move(ckpt.model);
+    model_version_ = ckpt.model_version;
+    next_round_ = ckpt.completed_round + 1;
+    rng_.set_state(ckpt.rng_state);
+    HUDDLE_RETURN_IF_ERROR(optimizer_.RestoreState(std::move(ckpt.optimizer_state)));
+    elapsed_before_s_ = ckpt.elapsed_s;
+    bytes_in_base_ = ckpt.bytes_in;
+    bytes_out_base_ = ckpt.bytes_out;
+    summary_.rounds_completed = ckpt.completed_round;
+    // Drop metrics lines of rounds after the checkpoint (written just before a crash).
+    const std::string metrics_path = Path(options_.out_dir, "metrics.jsonl");
+    if (auto text = ReadFile(metrics_path); text.ok()) {
+      std::string kept;
+      size_t pos = 0;
+      while (pos < text->size()) {
+        size_t end = text->find('\n', pos);
+        if (end == std::string::npos) end = text->size();
+        const std::string line = text->substr(pos, end - pos);
+        pos = end + 1;
+        auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object() && j.contains("round") && j["round"].is_number_unsigned() &&
+            j["round"].get<uint64_t>() <= ckpt.completed_round) {
+          kept += line + "\n";
+        }
+      }
+      HUDDLE_RETURN_IF_ERROR(WriteFileAtomic(metrics_path, kept));
+    }
+    spdlog::info("resuming job '{}' after round {} from {}", options_.job_name,
+                 ckpt.completed_round, ckpt_path);
+  } else {
+    model_ = models::InitMlp(options_.model, DeriveSeed(options_.seed, kInitStream));
+    if (!options_.out_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(Path(options_.out_dir, "metrics.jsonl"), ec);
+    }
+  }
+  layout_ = LayoutOf(model_);
+  HUDDLE_ASSIGN_OR_RETURN(auto agg,
+                          aggregation::StreamingAggregator::Create(layout_, options_.aggregation));
+  aggregator_.emplace(std::move(agg));
+  return absl::OkStatus();
+}
+
+Status Coordinator::Run(const std::atomic<bool>* stop) {
+  HUDDLE_RETURN_IF_ERROR(Initialise());
+  started_ms_ = clock_->NowMs();
+  for (uint64_t r = next_round_; r <= static_cast<uint64_t>(options_.rounds); ++r) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat("stopped before round ", r));
+    }
+    HUDDLE_RETURN_IF_ERROR(WaitForClients(stop));
+    HUDDLE_RETURN_IF_ERROR(RunRound(r));
+  }
+  return Finish();
+}
+
+Status Coordinator::WaitForClients(const std::atomic<bool>* stop) {
+  const int64_t give_up = clock_->NowMs() + options_.wait_for_clients_ms;
+  bool announced = false;
+  while (LiveClients() < options_.min_clients) {
+    if (stop != nullptr && stop->load()) return absl::CancelledError("stopped");
+    if (!announced) {
+      spdlog::info("waiting for clients: {} of {} joined", LiveClients(), options_.min_clients);
+      announced = true;
+    }
+    if (clock_->NowMs() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("only ", LiveClients(), " of the ", options_.min_clients,
+                       " required clients joined within ", options_.wait_for_clients_ms / 1000,
+                       " s (coordinator.min_clients, coordinator.wait_for_clients_s)"));
+    }
+    Pump(100);
+    ExpireSilentClients();
+  }
+  return absl::OkStatus();
+}
+
+// One round, step by step:
+//   1. Sample the cohort from the live enrolled clients (seeded; fixed-size or Poisson).
+//   2. Send each member a FitInstruction with the global model (one shared copy, zero-copy).
+//   3. Pump messages until every member has reported or failed, or the deadline passes:
+//      UploadRequest -> queue for a slot; at most upload_slots uploads are in flight;
+//      FitResult     -> validate against the round spec and fold into the aggregator;
+//      a member that goes silent (client_timeout_ms) fails and frees its slot.
+//   4. Close: with >= quorum results, mean delta (weighted by examples) -> server optimizer;
+//      otherwise the model is unchanged. Stragglers' later messages are refused as stale.
+//   5. Evaluate (when due), checkpoint, append metrics, report progress.
+Status Coordinator::RunRound(uint64_t number) {
+  const int64_t start_ms = clock_->NowMs();
+  const uint64_t in0 = transport_->bytes_in();
+  const uint64_t out0 = transport_->bytes_out();
+  round_.emplace();
+  Round& round = *round_;
+  round.number = number;
+  round.deadline_ms = start_ms + options_.round_deadline_ms;
+  round.global = std::make_shared<const TensorList>(model_);
+  round.metrics.round = number;
+  round.metrics.total_rounds = static_cast<uint64_t>(options_.rounds);
+  round.metrics.clients_enrolled = LiveClients();
+  round.metrics.stale = std::exchange(pending_stale_, 0);
+  round.metrics.malformed = std::exchange(pending_malformed_, 0);
+  aggregator_->Reset();
+
+  // 1-2.
+  for (const std::string& id : SampleCohort()) {
+    round.members.emplace(id, MemberState::kTraining);
+    SendFit(id);
+  }
+  round.metrics.clients_sampled = static_cast<int64_t>(round.members.size());
+
+  // 3.
+  auto open = [&] {
+    return std::any_of(round.members.begin(), round.members.end(), [](const auto& m) {
+      return m.second != MemberState::kDone && m.second != MemberState::kFailed;
+    });
+  };
+  while (open()) {
+    const int64_t now = clock_->NowMs();
+    if (now >= round.deadline_ms) {
+      for (auto& [id, state] : round.members) {
+        if (state != MemberState::kDone && state != MemberState::kFailed) {
+          spdlog::warn("round {}: client {} missed the deadline", number, id);
+          state = MemberState::kFailed;
+        }
+      }
+      break;
+    }
+    Pump(std::min<int64_t>(100, round.deadline_ms - now));
+    ExpireSilentClients();
+  }
+
+  // 4-5.
+  round.metrics.duration_s = (clock_->NowMs() - start_ms) / 1000.0;
+  round.metrics.bytes_in = transport_->bytes_in() - in0;
+  round.metrics.bytes_out = transport_->bytes_out() - out0;
+  Status st = FinishRound(round);
+  round_.reset();
+  return st;
+}
+
+std::vector<std::string> Coordinator::SampleCohort() {
+  std::vector<std::string> live;
+  for (const auto& [id, c] : clients_) {
+    if (Alive(c)) live.push_back(id);
+  }
+  std::vector<std::string> cohort;
+  if (options_.cohort.sampling == CohortOptions::Sampling::kPoisson) {
+    for (const std::string& id : live) {
+      if (rng_.Uniform() < options_.cohort.rate) cohort.push_back(id);
+    }
+    return cohort;
+  }
+  rng_.Shuffle(live);
+  const size_t n = std::min(live.size(), static_cast<size_t>(options_.cohort.size));
+  cohort.assign(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n));
+  std::sort(cohort.begin(), cohort.end());
+  return cohort;
+}
+
+void Coordinator::SendFit(const std::string& id) {
+  Round& round = *round_;
+  wire::FitInstruction fit;
+  fit.model_version = model_version_;
+  fit.train = options_.train;
+  fit.seed = DeriveSeed(options_.seed, kClientStream, round.number);
+  fit.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(0, round.deadline_ms - clock_->NowMs()));
+  wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
+  msg.tensors = wire::ShareAll(round.global);
+  Status st = transport_->Send(clients_.at(id).peer, msg);
+  if (!st.ok()) {
+    spdlog::warn("round {}: cannot send the model to client {}: {}", round.number, id, st.message());
+    round.members[id] = MemberState::kFailed;
+  }
+}
+
+void Coordinator::Pump(int64_t timeout_ms) {
+  auto in = transport_->Receive(timeout_ms);
+  if (!in.ok()) {
+    spdlog::error("transport: {}", in.status().message());
+    return;
+  }
+  if (!in->has_value()) return;
+  Handle(std::move(**in));
+  // Drain whatever else is already queued without waiting.
+  for (int i = 0; i < 256; ++i) {
+    auto more = transport_->Receive(0);
+    if (!more.ok() || !more->has_value()) break;
+    Handle(std::move(**more));
+  }
+}
+
+void Coordinator::Handle(transport::Inbound in) {
+  const uint64_t current = round_ ? round_->number : 0;
+  if (!in.message.ok()) {
+    const Status& err = in.message.status();
+    auto id_it = peer_to_id_.find(in.peer);
+    const std::string who =
+        id_it != peer_to_id_.end() ? "client " + id_it->second : "peer " + PeerName(in.peer);
+    spdlog::warn("{}: {}", who, err.message());
+    (round_ ? round_->metrics.malformed : pending_malformed_)++;
+    const auto code = absl::IsFailedPrecondition(err) ? wire::ErrorCode::kVersionMismatch
+                                                      : wire::ErrorCode::kMalformed;
+    Reply(in.peer, wire::MakeError(code, std::string(err.message()), current));
+    return;
+  }
+  wire::Message& msg = *in.message;
+  if (msg.type() == wire::MessageType::kJoin) {
+    OnJoin(in.peer, msg);
+    return;
+  }
+  auto id_it = peer_to_id_.find(in.peer);
+  if (id_it == peer_to_id_.end()) {
+    Refuse(in.peer, wire::ErrorCode::kUnknownClient,
+           "this connection has not joined (send Join first)", msg.round);
+    return;
+  }
+  const std::string id = id_it->second;
+  clients_[id].last_seen_ms = clock_->NowMs();
+  switch (msg.type()) {
+    case wire::MessageType::kHeartbeat:
+      Reply(in.peer, wire::MakeMessage(wire::Heartbeat{}, current, "coordinator"));
+      return;
+    case wire::MessageType::kUploadRequest:
+      OnUploadRequest(id, msg);
+      return;
+    case wire::MessageType::kFitResult:
+      OnFitResult(id, msg);
+      return;
+    default:
+      spdlog::warn("client {}: unexpected {} message", id, wire::MessageTypeName(msg.type()));
+      (round_ ? round_->metrics.malformed : pending_malformed_)++;
+      Refuse(in.peer, wire::ErrorCode::kMalformed,
+             absl::StrCat("a client may not send ", wire::MessageTypeName(msg.type())), msg.round);
+  }
+}
+
+void Coordinator::OnJoin(const transport::PeerId& peer, const wire::Message& msg) {
+  const auto& join = std::get<wire::Join>(msg.body);
+  if (!ValidClientId(join.client_id)) {
+    spdlog::warn("peer {}: refused join with invalid client id", PeerName(peer));
+    Refuse(peer, wire::ErrorCode::kRejected,
+           "client id must be 1-128 characters of [A-Za-z0-9._-]", 0);
+    return;
+  }
+  ClientRecord& c = clients_[join.client_id];
+  const bool rejoin = !c.peer.empty();
+  if (rejoin && c.peer != peer) peer_to_id_.erase(c.peer);
+  c.peer = peer;
+  c.num_examples = join.num_examples;
+  c.last_seen_ms = clock_->NowMs();
+  peer_to_id_[peer] = join.client_id;
+  spdlog::info("client {} {} ({} examples, {} live)", join.client_id, rejoin ? "rejoined" : "joined",
+               join.num_examples, LiveClients());
+  wire::Welcome welcome;
+  welcome.job_name = options_.job_name;
+  welcome.model = wire::ModelSpec{"mlp", options_.model.input_dim, options_.model.hidden,
+                                  options_.model.num_classes};
+  welcome.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval_ms);
+  Reply(peer, wire::MakeMessage(std::move(welcome), 0, "coordinator"));
+  // A cohort member that comes back mid-round (it restarted, or lost us) gets its work again.
+  if (round_) {
+    auto m = round_->members.find(join.client_id);
+    if (m != round_->members.end() && m->second != MemberState::kDone &&
+        m->second != MemberState::kFailed) {
+      if (m->second == MemberState::kUploading) round_->uploads_in_flight--;
+      std::erase(round_->waiting, join.client_id);
+      m->second = MemberState::kTraining;
+      SendFit(join.client_id);
+      GrantSlots();
+    }
+  }
+}
+
+void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& msg) {
+  const transport::PeerId& peer = clients_[id].peer;
+  if (!round_ || msg.round != round_->number) {
+    (round_ ? round_->metrics.stale : pending_stale_)++;
+    Refuse(peer, wire::ErrorCode::kWrongRound,
+           absl::StrCat("round ", msg.round, " is closed", round_ ? absl::StrCat("; round ", round_->number, " is open") : ""),
+           msg.round);
+    return;
+  }
+  auto m = round_->members.find(id);
+  if (m == round_->members.end() || m->second != MemberState::kTraining) {
+    Refuse(peer, wire::ErrorCode::kRejected,
+           absl::StrCat("client ", id, " has no pending work in round ", msg.round), msg.round);
+    return;
+  }
+  m->second = MemberState::kWaitingSlot;
+  round_->waiting.push_back(id);
+  GrantSlots();
+}
+
+void Coordinator::GrantSlots() {
+  Round& round = *round_;
+  while (round.uploads_in_flight < options_.upload_slots && !round.waiting.empty()) {
+    const std::string id = round.waiting.front();
+    round.waiting.pop_front();
+    auto m = round.members.find(id);
+    if (m == round.members.end() || m->second != MemberState::kWaitingSlot) continue;
+    Status st = transport_->Send(clients_.at(id).peer,
+                                 wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
+    if (!st.ok()) {
+      FailMember(id, "unreachable for its upload grant");
+      continue;
+    }
+    m->second = MemberState::kUploading;
+    round.uploads_in_flight++;
+  }
+}
+
+void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
+  const transport::PeerId& peer = clients_[id].peer;
+  if (!round_ || msg.round != round_->number) {
+    (round_ ? round_->metrics.stale : pending_stale_)++;
+    spdlog::warn("client {}: result for round {} arrived after it closed", id, msg.round);
+    Refuse(peer, wire::ErrorCode::kWrongRound, absl::StrCat("round ", msg.round, " is closed"),
+           msg.round);
+    return;
+  }
+  Round& round = *round_;
+  auto m = round.members.find(id);
+  if (m == round.members.end() || m->second != MemberState::kUploading) {
+    round.metrics.rejected++;
+    spdlog::warn("client {}: unsolicited result in round {}", id, round.number);
+    Refuse(peer, wire::ErrorCode::kRejected,
+           absl::StrCat("client ", id, " holds no upload grant in round ", round.number), msg.round);
+    return;
+  }
+  round.uploads_in_flight--;
+  const auto& result = std::get<wire::FitResult>(msg.body);
+  Status st = FoldResult(msg, result);
+  if (st.ok()) {
+    m->second = MemberState::kDone;
+    round.metrics.results++;
+    round.metrics.examples += static_cast<int64_t>(result.num_examples);
+    round.weighted_loss += result.train_loss * static_cast<double>(result.num_examples);
+  } else {
+    m->second = MemberState::kFailed;
+    round.metrics.rejected++;
+    spdlog::warn("client {}: round {}: update rejected: {}", id, round.number, st.message());
+    Refuse(peer, wire::ErrorCode::kInvalidUpdate, std::string(st.message()), round.number);
+  }
+  GrantSlots();
+}
+
+Status Coordinator::FoldResult(const wire::Message& msg, const wire::FitResult& result) {
+  if (result.model_version != model_version_) {
+    return absl::InvalidArgumentError(absl::StrCat("update was computed from model version ",
+                                                   result.model_version, "; round ", msg.round,
+                                                   " sent version ", model_version_));
+  }
+  if (result.num_examples < 1 ||
+      result.num_examples > static_cast<uint64_t>(options_.aggregation.max_weight)) {
+    return absl::InvalidArgumentError(absl::StrCat("num_examples ", result.num_examples,
+                                                   " is outside [1, ",
+                                                   options_.aggregation.max_weight, "]"));
+  }
+  if (msg.tensors.size() != layout_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("update has ", msg.tensors.size(),
+                                                   " tensors; round ", msg.round, " expects ",
+                                                   layout_.size()));
+  }
+  std::vector<std::span<const float>> spans;
+  spans.reserve(layout_.size());
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const TensorSpec& got = msg.tensors[i].spec;
+    const TensorSpec& want = layout_[i];
+    if (got.name != want.name || got.shape != want.shape || got.dtype != want.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", i, " is '", got.name, "' ", ShapeString(got.shape), " ", DTypeName(got.dtype),
+          "; round ", msg.round, " expects '", want.name, "' ", ShapeString(want.shape), " ",
+          DTypeName(want.dtype)));
+    }
+    spans.push_back(msg.tensors[i].floats());
+  }
+  return aggregator_->Fold(spans, static_cast<int64_t>(result.num_examples));
+}
+
+void Coordinator::FailMember(const std::string& id, const char* why) {
+  Round& round = *round_;
+  auto m = round.members.find(id);
+  if (m == round.members.end()) return;
+  if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
+  if (m->second == MemberState::kUploading) round.uploads_in_flight--;
+  m->second = MemberState::kFailed;
+  spdlog::warn("round {}: client {} {}", round.number, id, why);
+  GrantSlots();
+}
+
+bool Coordinator::Alive(const ClientRecord& c) const {
+  return options_.client_timeout_ms <= 0 ||
+         clock_->NowMs() - c.last_seen_ms <= options_.client_timeout_ms;
+}
+
+int64_t Coordinator::LiveClients() const {
+  return std::count_if(clients_.begin(), clients_.end(),
+                       [this](const auto& kv) { return Alive(kv.second); });
+}
+
+void Coordinator::ExpireSilentClients() {
+  if (!round_ || options_.client_timeout_ms <= 0) return;
+  for (const auto& [id, state] : round_->members) {
+    if (state == MemberState::kDone || state == MemberState::kFailed) continue;
+    if (!Alive(clients_.at(id))) FailMember(id, "went silent (client_timeout)");
+  }
+}
+
+void Coordinator::Reply(const transport::PeerId& peer, const wire::Message& msg) {
+  Status st = transport_->Send(peer, msg);
+  if (!st.ok()) spdlog::debug("reply to {} not sent: {}", PeerName(peer), st.message());
+}
+
+void Coordinator::Refuse(const transport::PeerId& peer, wire::ErrorCode code,
+                         const std::string& text, uint64_t round) {
+  Reply(peer, wire::MakeError(code, text, round));
+}
+
+Status Coordinator::FinishRound(Round& round) {
+  RoundMetrics& m = round.metrics;
+  m.dropped = m.clients_sampled - m.results;
+  if (m.results > 0) m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
+  if (m.results >= options_.quorum && m.results > 0) {
+    TensorList mean;
+    HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
+    HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
+    ++model_version_;
+    m.updated = true;
+  } else {
+    spdlog::warn("round {}: {} results, quorum is {}; the model is unchanged", round.number,
+                 m.results, options_.quorum);
+  }
+  const bool last = round.number == static_cast<uint64_t>(options_.rounds);
+  if (evaluator_ && options_.eval_every > 0 &&
+      (round.number % static_cast<uint64_t>(options_.eval_every) == 0 || last)) {
+    HUDDLE_ASSIGN_OR_RETURN(models::EvalStats eval, evaluator_(model_));
+    m.test_accuracy = eval.accuracy;
+    m.test_loss = eval.loss;
+    summary_.final_test_accuracy = eval.accuracy;
+    summary_.final_test_loss = eval.loss;
+    if (!summary_.best_test_accuracy || eval.accuracy > *summary_.best_test_accuracy) {
+      summary_.best_test_accuracy = eval.accuracy;
+      summary_.best_round = round.number;
+    }
+  }
+  m.elapsed_s = elapsed_before_s_ + (clock_->NowMs() - started_ms_) / 1000.0;
+  summary_.rounds_completed = round.number;
+  summary_.elapsed_s = m.elapsed_s;
+  summary_.bytes_in = bytes_in_base_ + transport_->bytes_in();
+  summary_.bytes_out = bytes_out_base_ + transport_->bytes_out();
+  if (!options_.out_dir.empty()) {
+    HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, "metrics.jsonl"), m.ToJson()));
+    HUDDLE_RETURN_IF_ERROR(SaveCheckpoint());
+  }
+  if (on_round_) on_round_(m);
+  return absl::OkStatus();
+}
+
+Status Coordinator::SaveCheckpoint() {
+  Checkpoint c;
+  c.completed_round = summary_.rounds_completed;
+  c.model_version = model_version_;
+  c.seed = options_.seed;
+  c.rng_state = rng_.state();
+  c.model = model_;
+  c.optimizer_state = optimizer_.state();
+  c.elapsed_s = summary_.elapsed_s;
+  c.bytes_in = summary_.bytes_in;
+  c.bytes_out = summary_.bytes_out;
+  return WriteCheckpoint(Path(options_.out_dir, kCheckpointFile), c);
+}
+
+Status Coordinator::Finish() {
+  for (const auto& [id, c] : clients_) {
+    Reply(c.peer, wire::MakeMessage(wire::Shutdown{"job complete"}, 0, "coordinator"));
+  }
+  if (options_.out_dir.empty()) return absl::OkStatus();
+  HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(options_.out_dir, "model.bin"), model_));
+  return WriteFileAtomic(Path(options_.out_dir, "summary.json"), summary_.ToJson(options_));
+}
+
+std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
+  nlohmann::ordered_json j;
+  auto opt = [](const auto& v) { return v ? nlohmann::ordered_json(*v) : nullptr; };
+  j["job"] = options.job_name;
+  j["rounds"] = options.rounds;
+  j["rounds_completed"] = rounds_completed;
+  j["final_test_accuracy"] = opt(final_test_accuracy);
+  j["final_test_loss"] = opt(final_test_loss);
+  j["best_test_accuracy"] = opt(best_test_accuracy);
+  j["best_round"] = opt(best_round);
+  j["elapsed_s"] = elapsed_s;
+  j["bytes_in"] = bytes_in;
+  j["bytes_out"] = bytes_out;
+  j["model_file"] = "model.bin";
+  return j.dump(2) + "\n";
+}
+
+}  // namespace huddle::coordinator

@@ -1,0 +1,137 @@
+// The coordinator: runs rounds of federated averaging over a ServerTransport.
+//
+// It keeps the enrolled population (clients that joined, with their liveness), samples a cohort
+// each round, sends the global model, grants upload slots, validates every result against the
+// round's spec and folds it into an exact, order-independent streaming aggregator (memory
+// O(model), whatever the number of clients), applies the server optimizer, evaluates, writes
+// metrics and a checkpoint. See RunRound() in coordinator.cc for the round state machine, and
+// docs/protocol.md for the messages.
+//
+// Nothing a client sends can crash it or stall a round past its deadline: malformed, wrong-round,
+// wrong-shaped, non-finite or unsolicited messages are answered with an Error (or dropped),
+// logged with the peer's identity and counted in the round's metrics; the model never changes
+// because of them.
+//
+// Thread-safety: Run() on one thread; the object is not shared.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "aggregation/server_optimizer.h"
+#include "aggregation/streaming_aggregator.h"
+#include "common/clock.h"
+#include "common/rng.h"
+#include "coordinator/options.h"
+#include "coordinator/round_metrics.h"
+#include "models/mlp.h"
+#include "transport/transport.h"
+
+namespace huddle::coordinator {
+
+// Server-side evaluation of a global model (e.g. on the Fashion-MNIST test set).
+using Evaluator = std::function<StatusOr<models::EvalStats>(const TensorList& model)>;
+// Called after every round (live progress).
+using RoundCallback = std::function<void(const RoundMetrics&)>;
+
+struct JobSummary {
+  uint64_t rounds_completed = 0;
+  std::optional<double> final_test_accuracy;
+  std::optional<double> final_test_loss;
+  std::optional<double> best_test_accuracy;
+  std::optional<uint64_t> best_round;
+  double elapsed_s = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  std::string ToJson(const CoordinatorOptions& options) const;
+};
+
+class Coordinator {
+ public:
+  // `transport` and `clock` must outlive the coordinator. `evaluator` may be empty.
+  Coordinator(CoordinatorOptions options, transport::ServerTransport* transport, const Clock* clock,
+              Evaluator evaluator = {}, RoundCallback on_round = {});
+
+  // Runs (or resumes) the job to its last round, then shuts the clients down and writes the
+  // final model and summary to out_dir. Returns the first unrecoverable error (bad options, no
+  // clients by wait_for_clients_ms, I/O failure writing outputs).
+  Status Run(const std::atomic<bool>* stop = nullptr);
+
+  const TensorList& model() const { return model_; }
+  const JobSummary& summary() const { return summary_; }
+
+ private:
+  enum class MemberState { kTraining, kWaitingSlot, kUploading, kDone, kFailed };
+  struct ClientRecord {
+    transport::PeerId peer;
+    uint64_t num_examples = 0;
+    int64_t last_seen_ms = 0;
+  };
+  struct Round {
+    uint64_t number = 0;
+    int64_t deadline_ms = 0;
+    std::shared_ptr<const TensorList> global;
+    std::map<std::string, MemberState> members;
+    std::deque<std::string> waiting;  // members waiting for an upload slot, in request order
+    int64_t uploads_in_flight = 0;
+    double weighted_loss = 0;
+    RoundMetrics metrics;
+  };
+
+  Status Initialise();
+  Status WaitForClients(const std::atomic<bool>* stop);
+  Status RunRound(uint64_t number);
+  std::vector<std::string> SampleCohort();
+  void SendFit(const std::string& id);
+  void Pump(int64_t timeout_ms);
+  void Handle(transport::Inbound in);
+  void OnJoin(const transport::PeerId& peer, const wire::Message& msg);
+  void OnUploadRequest(const std::string& id, const wire::Message& msg);
+  void OnFitResult(const std::string& id, const wire::Message& msg);
+  Status FoldResult(const wire::Message& msg, const wire::FitResult& result);
+  void GrantSlots();
+  void FailMember(const std::string& id, const char* why);
+  void ExpireSilentClients();
+  bool Alive(const ClientRecord& c) const;
+  int64_t LiveClients() const;
+  void Reply(const transport::PeerId& peer, const wire::Message& msg);
+  void Refuse(const transport::PeerId& peer, wire::ErrorCode code, const std::string& text,
+              uint64_t round);
+  Status FinishRound(Round& round);
+  Status SaveCheckpoint();
+  Status Finish();
+
+  CoordinatorOptions options_;
+  transport::ServerTransport* transport_;
+  const Clock* clock_;
+  Evaluator evaluator_;
+  RoundCallback on_round_;
+
+  TensorList model_;
+  ModelLayout layout_;
+  uint64_t model_version_ = 0;
+  uint64_t next_round_ = 1;
+  Rng rng_;
+  std::optional<aggregation::StreamingAggregator> aggregator_;
+  aggregation::ServerOptimizer optimizer_;
+
+  std::map<std::string, ClientRecord> clients_;  // by client id: sorted, so sampling is stable
+  std::unordered_map<transport::PeerId, std::string> peer_to_id_;
+  std::optional<Round> round_;
+  // Counters for messages that arrive between rounds, added to the next round's metrics.
+  int64_t pending_stale_ = 0;
+  int64_t pending_malformed_ = 0;
+
+  double elapsed_before_s_ = 0;  // from a resumed checkpoint
+  int64_t started_ms_ = 0;
+  uint64_t bytes_in_base_ = 0;
+  uint64_t bytes_out_base_ = 0;
+  JobSummary summary_;
+};
+
+}  // namespace huddle::coordinator

@@ -1,0 +1,44 @@
+#include "coordinator/round_metrics.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace huddle::coordinator {
+
+std::string RoundMetrics::ToJson() const {
+  nlohmann::ordered_json j;
+  j["round"] = round;
+  j["clients_enrolled"] = clients_enrolled;
+  j["clients_sampled"] = clients_sampled;
+  j["results"] = results;
+  j["dropped"] = dropped;
+  j["rejected"] = rejected;
+  j["stale"] = stale;
+  j["malformed"] = malformed;
+  j["updated"] = updated;
+  j["examples"] = examples;
+  j["train_loss"] = train_loss ? nlohmann::ordered_json(*train_loss) : nullptr;
+  j["test_accuracy"] = test_accuracy ? nlohmann::ordered_json(*test_accuracy) : nullptr;
+  j["test_loss"] = test_loss ? nlohmann::ordered_json(*test_loss) : nullptr;
+  j["duration_s"] = duration_s;
+  j["bytes_in"] = bytes_in;
+  j["bytes_out"] = bytes_out;
+  j["elapsed_s"] = elapsed_s;
+  return j.dump();
+}
+
+std::string RoundMetrics::ProgressLine() const {
+  std::string line = fmt::format("round {}/{} | updates {}/{}", round, total_rounds, results,
+                                 clients_sampled);
+  if (dropped > 0) line += fmt::format(" ({} dropped)", dropped);
+  if (rejected + stale + malformed > 0) {
+    line += fmt::format(" | refused {} rejected, {} stale, {} malformed", rejected, stale, malformed);
+  }
+  if (!updated) line += " | no quorum, model unchanged";
+  if (test_accuracy) line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);
+  line += fmt::format(" | {:.2f} s", duration_s);
+  return line;
+}
+
+}  // namespace huddle::coordinator

@@ -1,0 +1,268 @@
+#include "proto/codec.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "huddle.pb.h"
+
+namespace huddle::wire {
+namespace {
+
+Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed message: ", what));
+}
+
+Status CheckString(const std::string& s, size_t max, absl::string_view field) {
+  if (s.size() > max) {
+    return Malformed(absl::StrCat(field, " is ", s.size(), " bytes, limit ", max));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckFinite(double x, absl::string_view field) {
+  if (!std::isfinite(x)) return Malformed(absl::StrCat(field, " is not finite"));
+  return absl::OkStatus();
+}
+
+void ToProto(const ModelSpec& m, pb::ModelSpec* p) {
+  p->set_kind(m.kind);
+  p->set_input_dim(m.input_dim);
+  for (int64_t h : m.hidden) p->add_hidden(h);
+  p->set_num_classes(m.num_classes);
+}
+
+void ToProto(const TrainConfig& t, pb::TrainConfig* p) {
+  p->set_epochs(t.epochs);
+  p->set_batch_size(t.batch_size);
+  p->set_learning_rate(t.learning_rate);
+  p->set_momentum(t.momentum);
+  p->set_weight_decay(t.weight_decay);
+}
+
+struct BodyToProto {
+  pb::Header* h;
+  void operator()(const Join& b) {
+    auto* p = h->mutable_join();
+    p->set_client_id(b.client_id);
+    p->set_num_examples(b.num_examples);
+    p->set_agent_version(b.agent_version);
+  }
+  void operator()(const Welcome& b) {
+    auto* p = h->mutable_welcome();
+    p->set_job_name(b.job_name);
+    ToProto(b.model, p->mutable_model());
+    p->set_heartbeat_interval_ms(b.heartbeat_interval_ms);
+  }
+  void operator()(const FitInstruction& b) {
+    auto* p = h->mutable_fit_instruction();
+    p->set_model_version(b.model_version);
+    ToProto(b.train, p->mutable_train());
+    p->set_seed(b.seed);
+    p->set_deadline_ms(b.deadline_ms);
+  }
+  void operator()(const UploadRequest& b) {
+    h->mutable_upload_request()->set_num_examples(b.num_examples);
+  }
+  void operator()(const UploadGrant&) { h->mutable_upload_grant(); }
+  void operator()(const FitResult& b) {
+    auto* p = h->mutable_fit_result();
+    p->set_num_examples(b.num_examples);
+    p->set_train_loss(b.train_loss);
+    p->set_train_accuracy(b.train_accuracy);
+    p->set_train_seconds(b.train_seconds);
+    p->set_model_version(b.model_version);
+  }
+  void operator()(const Heartbeat&) { h->mutable_heartbeat(); }
+  void operator()(const Error& b) {
+    auto* p = h->mutable_error();
+    p->set_code(static_cast<pb::Error::Code>(b.code));
+    p->set_message(b.message);
+  }
+  void operator()(const Shutdown& b) { h->mutable_shutdown()->set_reason(b.reason); }
+};
+
+StatusOr<ModelSpec> FromProto(const pb::ModelSpec& p, const CodecLimits& limits) {
+  HUDDLE_RETURN_IF_ERROR(CheckString(p.kind(), limits.max_string_bytes, "welcome.model.kind"));
+  if (p.hidden_size() > 64) return Malformed("welcome.model.hidden has more than 64 layers");
+  ModelSpec m;
+  m.kind = p.kind();
+  m.input_dim = p.input_dim();
+  m.hidden.assign(p.hidden().begin(), p.hidden().end());
+  m.num_classes = p.num_classes();
+  return m;
+}
+
+StatusOr<TrainConfig> FromProto(const pb::TrainConfig& p) {
+  HUDDLE_RETURN_IF_ERROR(CheckFinite(p.learning_rate(), "fit_instruction.train.learning_rate"));
+  HUDDLE_RETURN_IF_ERROR(CheckFinite(p.momentum(), "fit_instruction.train.momentum"));
+  HUDDLE_RETURN_IF_ERROR(CheckFinite(p.weight_decay(), "fit_instruction.train.weight_decay"));
+  TrainConfig t;
+  t.epochs = p.epochs();
+  t.batch_size = p.batch_size();
+  t.learning_rate = p.learning_rate();
+  t.momentum = p.momentum();
+  t.weight_decay = p.weight_decay();
+  return t;
+}
+
+StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
+  switch (h.body_case()) {
+    case pb::Header::kJoin: {
+      const auto& p = h.join();
+      HUDDLE_RETURN_IF_ERROR(CheckString(p.client_id(), limits.max_string_bytes, "join.client_id"));
+      HUDDLE_RETURN_IF_ERROR(
+          CheckString(p.agent_version(), limits.max_string_bytes, "join.agent_version"));
+      return Body(Join{p.client_id(), p.num_examples(), p.agent_version()});
+    }
+    case pb::Header::kWelcome: {
+      const auto& p = h.welcome();
+      HUDDLE_RETURN_IF_ERROR(CheckString(p.job_name(), limits.max_string_bytes, "welcome.job_name"));
+      HUDDLE_ASSIGN_OR_RETURN(ModelSpec model, FromProto(p.model(), limits));
+      return Body(Welcome{p.job_name(), std::move(model), p.heartbeat_interval_ms()});
+    }
+    case pb::Header::kFitInstruction: {
+      const auto& p = h.fit_instruction();
+      HUDDLE_ASSIGN_OR_RETURN(TrainConfig train, FromProto(p.train()));
+      return Body(FitInstruction{p.model_version(), train, p.seed(), p.deadline_ms()});
+    }
+    case pb::Header::kUploadRequest:
+      return Body(UploadRequest{h.upload_request().num_examples()});
+    case pb::Header::kUploadGrant:
+      return Body(UploadGrant{});
+    case pb::Header::kFitResult: {
+      const auto& p = h.fit_result();
+      HUDDLE_RETURN_IF_ERROR(CheckFinite(p.train_loss(), "fit_result.train_loss"));
+      HUDDLE_RETURN_IF_ERROR(CheckFinite(p.train_accuracy(), "fit_result.train_accuracy"));
+      HUDDLE_RETURN_IF_ERROR(CheckFinite(p.train_seconds(), "fit_result.train_seconds"));
+      return Body(FitResult{p.num_examples(), p.train_loss(), p.train_accuracy(), p.train_seconds(),
+                            p.model_version()});
+    }
+    case pb::Header::kHeartbeat:
+      return Body(Heartbeat{});
+    case pb::Header::kError: {
+      const auto& p = h.error();
+      HUDDLE_RETURN_IF_ERROR(CheckString(p.message(), limits.max_text_bytes, "error.message"));
+      const int code = static_cast<int>(p.code());
+      if (code < 0 || code > static_cast<int>(ErrorCode::kInternal)) {
+        return Malformed(absl::StrCat("error.code ", code, " is unknown"));
+      }
+      return Body(Error{static_cast<ErrorCode>(code), p.message()});
+    }
+    case pb::Header::kShutdown:
+      HUDDLE_RETURN_IF_ERROR(
+          CheckString(h.shutdown().reason(), limits.max_text_bytes, "shutdown.reason"));
+      return Body(Shutdown{h.shutdown().reason()});
+    case pb::Header::BODY_NOT_SET:
+      break;
+  }
+  return Malformed("header has no message body");
+}
+
+bool CarriesTensors(MessageType t) {
+  return t == MessageType::kFitInstruction || t == MessageType::kFitResult;
+}
+
+}  // namespace
+
+std::string EncodeHeader(const Message& msg) {
+  pb::Header h;
+  h.set_protocol_version(msg.protocol_version);
+  h.set_round(msg.round);
+  h.set_sender(msg.sender);
+  for (const TensorPayload& t : msg.tensors) {
+    auto* spec = h.add_tensors();
+    spec->set_name(t.spec.name);
+    spec->set_dtype(pb::DTYPE_FLOAT32);
+    for (int64_t d : t.spec.shape) spec->add_shape(d);
+    spec->set_byte_length(t.bytes.size());
+  }
+  std::visit(BodyToProto{&h}, msg.body);
+  return h.SerializeAsString();
+}
+
+StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limits) {
+  if (frames.empty()) return Malformed("no frames");
+  const Frame& head = frames[0];
+  if (head.bytes.size() > limits.max_header_bytes) {
+    return Malformed(absl::StrCat("header is ", head.bytes.size(), " bytes, limit ",
+                                  limits.max_header_bytes));
+  }
+  pb::Header h;
+  if (!h.ParseFromArray(head.bytes.data(), static_cast<int>(head.bytes.size()))) {
+    return Malformed("header does not parse as a protobuf Header");
+  }
+  if (h.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("protocol version mismatch: peer speaks version ", h.protocol_version(),
+                     ", this build speaks version ", kProtocolVersion));
+  }
+  HUDDLE_RETURN_IF_ERROR(CheckString(h.sender(), limits.max_string_bytes, "sender"));
+  HUDDLE_ASSIGN_OR_RETURN(Body body, BodyFromProto(h, limits));
+
+  Message msg;
+  msg.protocol_version = h.protocol_version();
+  msg.round = h.round();
+  msg.sender = h.sender();
+  msg.body = std::move(body);
+
+  const size_t n = static_cast<size_t>(h.tensors_size());
+  if (n > limits.max_tensors) {
+    return Malformed(absl::StrCat("header lists ", n, " tensors, limit ", limits.max_tensors));
+  }
+  if (n != frames.size() - 1) {
+    return Malformed(absl::StrCat("header lists ", n, " tensors but ", frames.size() - 1,
+                                  " tensor frames follow"));
+  }
+  if (n > 0 && !CarriesTensors(msg.type())) {
+    return Malformed(absl::StrCat(MessageTypeName(msg.type()), " must not carry tensors"));
+  }
+  msg.tensors.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const pb::TensorSpec& s = h.tensors(static_cast<int>(i));
+    const std::string what = absl::StrCat("tensor ", i, " ('", s.name().substr(0, 64), "')");
+    HUDDLE_RETURN_IF_ERROR(CheckString(s.name(), limits.max_string_bytes, what + " name"));
+    if (s.name().empty()) return Malformed(absl::StrCat("tensor ", i, " has an empty name"));
+    if (s.dtype() != pb::DTYPE_FLOAT32) {
+      return Malformed(absl::StrCat(what, " has dtype ", static_cast<int>(s.dtype()),
+                                    ", expected float32 (1)"));
+    }
+    std::vector<int64_t> shape(s.shape().begin(), s.shape().end());
+    Status shape_ok = ValidateShape(shape, limits.max_tensor_elements, what);
+    if (!shape_ok.ok()) return Malformed(std::string(shape_ok.message()));
+    TensorPayload p;
+    p.spec.name = s.name();
+    p.spec.dtype = DType::kFloat32;
+    p.spec.shape = std::move(shape);
+    const uint64_t expected = static_cast<uint64_t>(p.spec.ByteLength());
+    const Frame& f = frames[i + 1];
+    if (s.byte_length() != expected || f.bytes.size() != expected) {
+      return Malformed(absl::StrCat(what, " with shape ", ShapeString(p.spec.shape), " needs ",
+                                    expected, " bytes; header says ", s.byte_length(),
+                                    ", frame has ", f.bytes.size()));
+    }
+    if (reinterpret_cast<uintptr_t>(f.bytes.data()) % alignof(float) != 0) {
+      auto copy = std::make_shared<std::vector<float>>(expected / sizeof(float));
+      std::memcpy(copy->data(), f.bytes.data(), expected);
+      p.bytes = std::as_bytes(std::span<const float>(*copy));
+      p.owner = std::move(copy);
+    } else {
+      p.bytes = f.bytes;
+      p.owner = f.owner;
+    }
+    msg.tensors.push_back(std::move(p));
+  }
+  return msg;
+}
+
+std::vector<Frame> EncodeToFrames(const Message& msg) {
+  std::vector<Frame> frames;
+  auto header = std::make_shared<std::string>(EncodeHeader(msg));
+  frames.push_back(Frame{header, std::as_bytes(std::span<const char>(*header))});
+  for (const TensorPayload& t : msg.tensors) {
+    auto copy = std::make_shared<std::vector<float>>(t.floats().begin(), t.floats().end());
+    frames.push_back(Frame{copy, std::as_bytes(std::span<const float>(*copy))});
+  }
+  return frames;
+}
+
+}  // namespace huddle::wire

@@ -1,0 +1,47 @@
+// The wire codec: Message <-> [protobuf Header][raw tensor frame]...
+//
+// Encode side: EncodeHeader() serialises the header (including one TensorSpec per payload); the
+// transport then sends msg.tensors[i].bytes as frames 1..n without copying them.
+// Decode side: Decode() validates everything structural before anything else sees the message:
+// frame count, header size and parse, protocol version, that exactly one body is set, that tensors
+// appear only on messages that carry them, every TensorSpec (name, dtype, rank and dimensions,
+// element count, byte length equal to the frame's size) and string lengths. Values (finite, norm)
+// and round semantics are checked by the receiver against its own state.
+//
+// Thread-safety: stateless functions.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "proto/messages.h"
+
+namespace huddle::wire {
+
+// One received frame: bytes kept alive by owner (e.g. the zmq::message_t).
+struct Frame {
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> bytes;
+};
+
+struct CodecLimits {
+  size_t max_header_bytes = 64 * 1024;
+  size_t max_tensors = 256;
+  int64_t max_tensor_elements = int64_t{1} << 28;  // 1 GiB of float32
+  size_t max_string_bytes = 256;                    // names, ids, sender
+  size_t max_text_bytes = 4096;                     // error and shutdown texts
+};
+
+std::string EncodeHeader(const Message& msg);
+
+// Errors: FailedPrecondition for a protocol version mismatch (the text names both versions);
+// InvalidArgument for anything malformed, naming the field and the offending value.
+StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limits = {});
+
+// Encodes `msg` into owned frames (header + copies of the payloads). For tests and the fuzzer;
+// the ZeroMQ transport sends payloads zero-copy instead.
+std::vector<Frame> EncodeToFrames(const Message& msg);
+
+}  // namespace huddle::wire

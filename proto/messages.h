@@ -1,0 +1,148 @@
+// Huddle's wire messages as plain C++ types. proto/codec.h maps them to and from the wire; the
+// generated protobuf types never leave codec.cc.
+//
+// A Message is a header (type-specific body plus routing fields) and zero or more tensor payloads.
+// Payloads share ownership of their bytes, so the coordinator can send one global model to a
+// thousand clients, and fold a received update straight out of the ZeroMQ frame, without copies.
+//
+// Thread-safety: plain values. Payload bytes are immutable once shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/tensor.h"
+
+namespace huddle::wire {
+
+// Bumped on any incompatible change; peers with a different version are refused with an Error.
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// One tensor frame: its spec and its bytes (little-endian float32, row-major), kept alive by
+// `owner`. `bytes` is always 4-byte aligned (the codec copies a misaligned frame).
+struct TensorPayload {
+  TensorSpec spec;
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> bytes;
+
+  std::span<const float> floats() const {
+    return {reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float)};
+  }
+  // An owning copy of `t`.
+  static TensorPayload CopyOf(const Tensor& t);
+  // A view of tensor `index` of `list` that keeps the whole list alive.
+  static TensorPayload ShareOf(std::shared_ptr<const TensorList> list, size_t index);
+};
+
+// Payloads for every tensor of `list`, sharing it.
+std::vector<TensorPayload> ShareAll(std::shared_ptr<const TensorList> list);
+// Copies payloads into owned tensors (e.g. to keep a received model).
+TensorList ToTensors(const std::vector<TensorPayload>& payloads);
+
+struct ModelSpec {
+  std::string kind = "mlp";
+  int64_t input_dim = 0;
+  std::vector<int64_t> hidden;
+  int64_t num_classes = 0;
+};
+
+struct TrainConfig {
+  int64_t epochs = 1;
+  int64_t batch_size = 32;
+  double learning_rate = 0.05;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+};
+
+enum class ErrorCode {
+  kUnspecified = 0,
+  kVersionMismatch = 1,
+  kMalformed = 2,
+  kUnknownClient = 3,
+  kWrongRound = 4,
+  kInvalidUpdate = 5,
+  kRejected = 6,
+  kInternal = 7,
+};
+const char* ErrorCodeName(ErrorCode code);
+
+// Client -> coordinator: first message of a session (and again after losing the coordinator).
+struct Join {
+  std::string client_id;
+  uint64_t num_examples = 0;
+  std::string agent_version;
+};
+// Coordinator -> client: admitted; here is the job's model.
+struct Welcome {
+  std::string job_name;
+  ModelSpec model;
+  uint32_t heartbeat_interval_ms = 0;
+};
+// Coordinator -> client: train from the global model in the tensor payloads.
+struct FitInstruction {
+  uint64_t model_version = 0;
+  TrainConfig train;
+  uint64_t seed = 0;
+  uint32_t deadline_ms = 0;
+};
+// Client -> coordinator: trained; may I upload?
+struct UploadRequest {
+  uint64_t num_examples = 0;
+};
+// Coordinator -> client: upload now.
+struct UploadGrant {};
+// Client -> coordinator: the update (delta = local - global) in the tensor payloads.
+struct FitResult {
+  uint64_t num_examples = 0;
+  double train_loss = 0;
+  double train_accuracy = 0;
+  double train_seconds = 0;
+  uint64_t model_version = 0;
+};
+struct Heartbeat {};
+struct Error {
+  ErrorCode code = ErrorCode::kUnspecified;
+  std::string message;
+};
+struct Shutdown {
+  std::string reason;
+};
+
+using Body = std::variant<Join, Welcome, FitInstruction, UploadRequest, UploadGrant, FitResult,
+                          Heartbeat, Error, Shutdown>;
+
+// The order of Body's alternatives.
+enum class MessageType {
+  kJoin,
+  kWelcome,
+  kFitInstruction,
+  kUploadRequest,
+  kUploadGrant,
+  kFitResult,
+  kHeartbeat,
+  kError,
+  kShutdown,
+};
+const char* MessageTypeName(MessageType type);
+
+struct Message {
+  uint32_t protocol_version = kProtocolVersion;
+  uint64_t round = 0;
+  std::string sender;
+  Body body;
+  std::vector<TensorPayload> tensors;
+
+  MessageType type() const { return static_cast<MessageType>(body.index()); }
+  // Total bytes of the tensor payloads.
+  size_t PayloadBytes() const;
+};
+
+// Convenience constructors.
+Message MakeMessage(Body body, uint64_t round = 0, std::string sender = {});
+Message MakeError(ErrorCode code, std::string text, uint64_t round = 0);
+
+}  // namespace huddle::wire

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs, builds and runs the whole CTest suite (unit + integration; gpu tests skip themselves
+# without a GPU). Then builds the tests again with ASan+UBSan and runs them there too, unless
+# HUDDLE_SKIP_SANITIZE=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+JOBS="${JOBS:-$(nproc)}"
+
+BUILD_DIR=build scripts/build.sh
+(cd build && ctest --output-on-failure -j "$JOBS" --timeout 300)
+
+if [ "${HUDDLE_SKIP_SANITIZE:-0}" != "1" ]; then
+  echo "== ASan + UBSan =="
+  BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DHUDDLE_SANITIZE=ON -DHUDDLE_BUILD_BENCH=OFF
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j "$JOBS" --timeout 600)
+fi

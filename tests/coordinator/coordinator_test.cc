@@ -1,0 +1,267 @@
+// Coordinator behaviour in simulated time: rounds, determinism under any arrival order, hostile
+// and failing clients, quorum, checkpoints and resume.
+#include "coordinator/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "aggregation/server_optimizer.h"
+#include "coordinator/checkpoint.h"
+#include "tests/coordinator/fake_federation.h"
+
+namespace huddle::coordinator {
+namespace {
+
+using testing::Behaviour;
+using testing::FakeFederation;
+using testing::ManualClock;
+using testing::SyntheticClient;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  CoordinatorOptions Options(int64_t rounds, int64_t cohort) {
+    CoordinatorOptions o;
+    o.job_name = "test";
+    o.seed = 7;
+    o.rounds = rounds;
+    o.model.input_dim = 6;
+    o.model.hidden = {5};
+    o.model.num_classes = 3;
+    o.cohort.size = cohort;
+    o.min_clients = cohort;
+    o.quorum = 1;
+    o.upload_slots = 2;
+    o.round_deadline_ms = 60'000;
+    o.client_timeout_ms = 0;
+    o.eval_every = 0;
+    return o;
+  }
+
+  std::vector<SyntheticClient> Clients(int n, uint64_t examples_step = 10) {
+    std::vector<SyntheticClient> out;
+    for (int i = 0; i < n; ++i) {
+      out.push_back({"c" + std::to_string(i), Behaviour::kHonest, 50 + examples_step * i});
+    }
+    return out;
+  }
+
+  // Runs a job; returns the final model and the metrics of every round.
+  TensorList RunJob(const CoordinatorOptions& o, std::vector<SyntheticClient> clients,
+                    uint64_t delivery_seed, std::vector<RoundMetrics>* metrics = nullptr,
+                    FakeFederation** keep = nullptr) {
+    ManualClock clock;
+    auto fed = std::make_unique<FakeFederation>(std::move(clients), models::MlpLayout(o.model),
+                                                &clock, delivery_seed);
+    Coordinator coord(o, fed.get(), &clock, {}, [&](const RoundMetrics& m) {
+      if (metrics) metrics->push_back(m);
+    });
+    Status st = coord.Run();
+    EXPECT_TRUE(st.ok()) << st;
+    if (keep) {
+      *keep = fed.release();  // the test inspects and frees it
+    }
+    return coord.model();
+  }
+
+  static bool BitwiseEqual(const TensorList& a, const TensorList& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].data.size() != b[i].data.size()) return false;
+      if (std::memcmp(a[i].data.data(), b[i].data.data(), a[i].data.size() * 4) != 0) return false;
+    }
+    return true;
+  }
+
+  std::string TempDir(const std::string& name) {
+    auto dir = std::filesystem::temp_directory_path() /
+               ("huddle_coord_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    return dir.string();
+  }
+};
+
+TEST_F(CoordinatorTest, RoundsCompleteAndApplyTheWeightedMean) {
+  CoordinatorOptions o = Options(1, 4);
+  std::vector<RoundMetrics> metrics;
+  TensorList model = RunJob(o, Clients(4), 1, &metrics);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].clients_sampled, 4);
+  EXPECT_EQ(metrics[0].results, 4);
+  EXPECT_EQ(metrics[0].dropped, 0);
+  EXPECT_TRUE(metrics[0].updated);
+
+  // Expected: init + sum_k n_k d_k / sum_k n_k, in double.
+  TensorList expected = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
+  const ModelLayout layout = models::MlpLayout(o.model);
+  std::vector<SyntheticClient> clients = Clients(4);
+  double total = 0;
+  for (const auto& c : clients) total += static_cast<double>(c.num_examples);
+  for (size_t t = 0; t < layout.size(); ++t) {
+    for (size_t i = 0; i < expected[t].data.size(); ++i) {
+      double sum = 0;
+      for (const auto& c : clients) {
+        sum += static_cast<double>(c.num_examples) * testing::HonestDelta(layout, 1, c.id)[t].data[i];
+      }
+      EXPECT_NEAR(model[t].data[i], expected[t].data[i] + sum / total, 1e-6) << t << " " << i;
+    }
+  }
+}
+
+TEST_F(CoordinatorTest, ArrivalOrderDoesNotChangeTheModelBitwise) {
+  CoordinatorOptions o = Options(3, 12);
+  const TensorList reference = RunJob(o, Clients(12), 1);
+  for (uint64_t seed = 2; seed < 8; ++seed) {
+    EXPECT_TRUE(BitwiseEqual(RunJob(o, Clients(12), seed), reference)) << "delivery seed " << seed;
+  }
+}
+
+TEST_F(CoordinatorTest, HostileAndBrokenClientsChangeNothing) {
+  CoordinatorOptions o = Options(2, 9);
+  o.min_clients = 9;
+  std::vector<SyntheticClient> clients = Clients(4);
+  const TensorList honest_only = [&] {
+    CoordinatorOptions h = o;
+    h.cohort.size = 4;
+    h.min_clients = 4;
+    return RunJob(h, clients, 3);
+  }();
+  clients.push_back({"nan", Behaviour::kNaN, 100});
+  clients.push_back({"shape", Behaviour::kWrongShape, 100});
+  clients.push_back({"late", Behaviour::kWrongRound, 100});
+  clients.push_back({"eager", Behaviour::kUnsolicited, 100});
+  clients.push_back({"huge", Behaviour::kHugeValue, 100});
+  std::vector<RoundMetrics> metrics;
+  FakeFederation* fed = nullptr;
+  TensorList model = RunJob(o, clients, 4, &metrics, &fed);
+  std::unique_ptr<FakeFederation> owned(fed);
+  EXPECT_TRUE(BitwiseEqual(model, honest_only));
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const RoundMetrics& m : metrics) {
+    EXPECT_EQ(m.clients_sampled, 9);
+    EXPECT_EQ(m.results, 4);
+    EXPECT_EQ(m.dropped, 5);
+    EXPECT_GE(m.rejected, 4);  // nan, shape, huge, unsolicited
+    EXPECT_GE(m.stale, 1);     // wrong round
+  }
+  EXPECT_EQ(fed->ErrorsSent("nan", wire::ErrorCode::kInvalidUpdate), 2);
+  EXPECT_EQ(fed->ErrorsSent("shape", wire::ErrorCode::kInvalidUpdate), 2);
+  EXPECT_EQ(fed->ErrorsSent("huge", wire::ErrorCode::kInvalidUpdate), 2);
+  EXPECT_EQ(fed->ErrorsSent("late", wire::ErrorCode::kWrongRound), 2);
+  EXPECT_EQ(fed->ErrorsSent("eager", wire::ErrorCode::kRejected), 2);
+}
+
+TEST_F(CoordinatorTest, SilentClientMakesTheRoundCloseAtItsDeadline) {
+  CoordinatorOptions o = Options(1, 3);
+  std::vector<SyntheticClient> clients = Clients(2);
+  clients.push_back({"zombie", Behaviour::kSilent, 100});
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, clients, 5, &metrics);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].results, 2);
+  EXPECT_EQ(metrics[0].dropped, 1);
+  EXPECT_TRUE(metrics[0].updated);
+  EXPECT_GE(metrics[0].duration_s, 60.0);  // it waited for the deadline, in simulated time
+  EXPECT_LT(metrics[0].duration_s, 61.0);
+}
+
+TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchanged) {
+  CoordinatorOptions o = Options(1, 3);
+  o.quorum = 3;
+  std::vector<SyntheticClient> clients = Clients(2);
+  clients.push_back({"zombie", Behaviour::kSilent, 100});
+  std::vector<RoundMetrics> metrics;
+  TensorList model = RunJob(o, clients, 6, &metrics);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_FALSE(metrics[0].updated);
+  EXPECT_TRUE(BitwiseEqual(model, models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974))));
+}
+
+TEST_F(CoordinatorTest, MalformedMessagesAreCountedAndAnswered) {
+  CoordinatorOptions o = Options(1, 2);
+  ManualClock clock;
+  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  fed.InjectGarbage("stranger");
+  std::vector<RoundMetrics> metrics;
+  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
+  ASSERT_TRUE(coord.Run().ok());
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].malformed, 1);
+  EXPECT_EQ(metrics[0].results, 2);
+  EXPECT_EQ(fed.ErrorsSent("stranger", wire::ErrorCode::kMalformed), 1);
+  EXPECT_EQ(fed.shutdowns(), 2);
+}
+
+TEST_F(CoordinatorTest, PoissonSamplingIsSeededAndVaries) {
+  CoordinatorOptions o = Options(5, 0);
+  o.cohort.sampling = CohortOptions::Sampling::kPoisson;
+  o.cohort.rate = 0.5;
+  o.min_clients = 20;
+  std::vector<RoundMetrics> a, b;
+  RunJob(o, Clients(20), 1, &a);
+  RunJob(o, Clients(20), 2, &b);
+  ASSERT_EQ(a.size(), 5u);
+  std::set<int64_t> sizes;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].clients_sampled, b[i].clients_sampled);  // same seed, same cohorts
+    sizes.insert(a[i].clients_sampled);
+  }
+  EXPECT_GT(sizes.size(), 1u);  // Poisson: the cohort size varies
+}
+
+TEST_F(CoordinatorTest, ResumeFromCheckpointEqualsAnUninterruptedRun) {
+  CoordinatorOptions o = Options(4, 5);
+  o.cohort.size = 3;  // sampling consumes the RNG, which the checkpoint must carry
+  o.min_clients = 5;
+  o.server.momentum = 0.5;  // optimizer state must be carried too
+  o.out_dir = TempDir("full");
+  const TensorList full = RunJob(o, Clients(5), 1);
+
+  CoordinatorOptions part = o;
+  part.out_dir = TempDir("part");
+  part.rounds = 2;
+  RunJob(part, Clients(5), 2);
+  auto ckpt = ReadCheckpoint(part.out_dir + "/checkpoint.bin");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->completed_round, 2u);
+
+  CoordinatorOptions resumed = o;
+  resumed.out_dir = part.out_dir;
+  resumed.resume = true;
+  std::vector<RoundMetrics> metrics;
+  const TensorList model = RunJob(resumed, Clients(5), 3, &metrics);
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_EQ(metrics[0].round, 3u);
+  EXPECT_TRUE(BitwiseEqual(model, full));
+}
+
+TEST_F(CoordinatorTest, ResumeRefusesACheckpointOfAnotherJob) {
+  CoordinatorOptions o = Options(1, 2);
+  o.out_dir = TempDir("other");
+  RunJob(o, Clients(2), 1);
+  CoordinatorOptions other = o;
+  other.seed = 8;
+  other.resume = true;
+  ManualClock clock;
+  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  Coordinator coord(other, &fed, &clock);
+  Status st = coord.Run();
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_NE(st.message().find("seed"), absl::string_view::npos);
+}
+
+TEST_F(CoordinatorTest, TooFewClientsIsAClearError) {
+  CoordinatorOptions o = Options(1, 5);
+  o.min_clients = 5;
+  o.wait_for_clients_ms = 5000;
+  ManualClock clock;
+  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  Coordinator coord(o, &fed, &clock);
+  Status st = coord.Run();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
+  EXPECT_NE(st.message().find("only 2 of the 5"), absl::string_view::npos) << st;
+}
+
+}  // namespace
+}  // namespace huddle::coordinator

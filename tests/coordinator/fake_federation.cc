@@ -1,0 +1,114 @@
+#include "tests/coordinator/fake_federation.h"
+
+#include <cmath>
+#include <limits>
+
+namespace huddle::testing {
+
+TensorList HonestDelta(const ModelLayout& layout, uint64_t round, const std::string& id) {
+  Rng rng(DeriveSeed(round, StableHash(id)));
+  TensorList delta;
+  for (const TensorSpec& spec : layout) {
+    Tensor t(spec.name, spec.shape);
+    for (float& x : t.data) x = static_cast<float>(0.01 * rng.Normal());
+    delta.push_back(std::move(t));
+  }
+  return delta;
+}
+
+FakeFederation::FakeFederation(std::vector<SyntheticClient> clients, ModelLayout layout,
+                               ManualClock* clock, uint64_t delivery_seed)
+    : layout_(std::move(layout)), clock_(clock), delivery_(delivery_seed) {
+  for (SyntheticClient& c : clients) {
+    wire::Join join{c.id, c.num_examples, "test"};
+    Queue(c.id, wire::MakeMessage(join, 0, c.id));
+    clients_[c.id] = std::move(c);
+  }
+}
+
+void FakeFederation::Queue(const std::string& peer, wire::Message msg) {
+  transport::Inbound in;
+  in.peer = peer;
+  in.wire_bytes = msg.PayloadBytes() + 32;
+  bytes_in_ += in.wire_bytes;
+  in.message = std::move(msg);
+  pending_.push_back(std::move(in));
+}
+
+void FakeFederation::InjectGarbage(const std::string& peer) {
+  transport::Inbound in;
+  in.peer = peer;
+  in.message = absl::InvalidArgumentError("malformed message: header does not parse");
+  pending_.push_back(std::move(in));
+}
+
+int FakeFederation::ErrorsSent(const std::string& peer, wire::ErrorCode code) const {
+  auto it = errors_.find({peer, static_cast<int>(code)});
+  return it == errors_.end() ? 0 : it->second;
+}
+
+Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& msg) {
+  bytes_out_ += msg.PayloadBytes() + 32;
+  if (msg.type() == wire::MessageType::kError) {
+    errors_[{peer, static_cast<int>(std::get<wire::Error>(msg.body).code)}]++;
+    return absl::OkStatus();
+  }
+  if (msg.type() == wire::MessageType::kShutdown) {
+    ++shutdowns_;
+    return absl::OkStatus();
+  }
+  auto it = clients_.find(peer);
+  if (it == clients_.end()) return absl::NotFoundError("unknown peer");
+  const SyntheticClient& c = it->second;
+  const uint64_t round = msg.round;
+  switch (msg.type()) {
+    case wire::MessageType::kFitInstruction: {
+      versions_[peer] = std::get<wire::FitInstruction>(msg.body).model_version;
+      if (c.behaviour == Behaviour::kSilent) return absl::OkStatus();
+      if (c.behaviour == Behaviour::kUnsolicited) {
+        wire::Message r = wire::MakeMessage(
+            wire::FitResult{c.num_examples, 0.5, 0.5, 0.1,
+                            std::get<wire::FitInstruction>(msg.body).model_version},
+            round, c.id);
+        for (Tensor& t : HonestDelta(layout_, round, c.id)) {
+          r.tensors.push_back(wire::TensorPayload::CopyOf(t));
+        }
+        Queue(peer, std::move(r));
+        return absl::OkStatus();
+      }
+      const uint64_t reply_round = c.behaviour == Behaviour::kWrongRound ? round - 1 : round;
+      Queue(peer, wire::MakeMessage(wire::UploadRequest{c.num_examples}, reply_round, c.id));
+      return absl::OkStatus();
+    }
+    case wire::MessageType::kUploadGrant: {
+      TensorList delta = HonestDelta(layout_, round, c.id);
+      if (c.behaviour == Behaviour::kNaN) delta[0].data[3] = std::nanf("");
+      if (c.behaviour == Behaviour::kHugeValue) delta[1].data[0] = 1e9f;
+      if (c.behaviour == Behaviour::kWrongShape) {
+        Tensor bad(delta[0].name(), {delta[0].spec.shape[0] + 1, delta[0].spec.shape[1]});
+        delta[0] = std::move(bad);
+      }
+      wire::Message r = wire::MakeMessage(
+          wire::FitResult{c.num_examples, 0.5, 0.5, 0.1, versions_[peer]}, round, c.id);
+      for (Tensor& t : delta) r.tensors.push_back(wire::TensorPayload::CopyOf(t));
+      Queue(peer, std::move(r));
+      return absl::OkStatus();
+    }
+    default:
+      return absl::OkStatus();
+  }
+}
+
+StatusOr<std::optional<transport::Inbound>> FakeFederation::Receive(int64_t timeout_ms) {
+  if (pending_.empty()) {
+    clock_->Advance(std::max<int64_t>(1, timeout_ms));
+    return std::optional<transport::Inbound>();
+  }
+  const size_t pick = static_cast<size_t>(delivery_.UniformInt(pending_.size()));
+  transport::Inbound in = std::move(pending_[pick]);
+  pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(pick));
+  clock_->Advance(1);
+  return std::optional<transport::Inbound>(std::move(in));
+}
+
+}  // namespace huddle::testing

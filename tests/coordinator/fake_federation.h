@@ -1,0 +1,80 @@
+// A scripted federation for coordinator tests: a fake ServerTransport whose peers are synthetic
+// clients with a behaviour each (honest, silent, NaN update, wrong shape, ...), and a manual clock
+// that advances only when the coordinator waits on an empty transport. Rounds therefore run in
+// simulated time: a deadline of 60 s costs nothing.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/rng.h"
+#include "models/mlp.h"
+#include "transport/transport.h"
+
+namespace huddle::testing {
+
+class ManualClock final : public Clock {
+ public:
+  int64_t NowMs() const override { return now_ms_; }
+  void Advance(int64_t ms) { now_ms_ += ms; }
+
+ private:
+  int64_t now_ms_ = 1'000'000;
+};
+
+enum class Behaviour {
+  kHonest,         // deterministic delta derived from (round, client)
+  kSilent,         // joins, then never answers a fit instruction
+  kNaN,            // a NaN in its update
+  kWrongShape,     // a tensor with a wrong shape
+  kWrongRound,     // answers with round - 1
+  kUnsolicited,    // sends a FitResult without asking for an upload slot
+  kHugeValue,      // a value above the aggregation bound
+};
+
+struct SyntheticClient {
+  std::string id;
+  Behaviour behaviour = Behaviour::kHonest;
+  uint64_t num_examples = 100;
+};
+
+// The delta an honest client sends in `round`: a deterministic function of (round, id).
+TensorList HonestDelta(const ModelLayout& layout, uint64_t round, const std::string& id);
+
+class FakeFederation final : public transport::ServerTransport {
+ public:
+  // `delivery_seed` permutes the order in which queued client messages reach the coordinator.
+  FakeFederation(std::vector<SyntheticClient> clients, ModelLayout layout, ManualClock* clock,
+                 uint64_t delivery_seed);
+
+  Status Send(const transport::PeerId& peer, const wire::Message& msg) override;
+  StatusOr<std::optional<transport::Inbound>> Receive(int64_t timeout_ms) override;
+  uint64_t bytes_in() const override { return bytes_in_; }
+  uint64_t bytes_out() const override { return bytes_out_; }
+
+  // Queues raw bad bytes from a stranger (a decode error reaches the coordinator).
+  void InjectGarbage(const std::string& peer);
+  // Number of Error messages each peer received, by code name.
+  int ErrorsSent(const std::string& peer, wire::ErrorCode code) const;
+  int shutdowns() const { return shutdowns_; }
+
+ private:
+  void Queue(const std::string& peer, wire::Message msg);
+
+  std::map<std::string, SyntheticClient> clients_;  // by peer id (== client id)
+  ModelLayout layout_;
+  ManualClock* clock_;
+  Rng delivery_;
+  std::vector<transport::Inbound> pending_;
+  std::map<std::pair<std::string, int>, int> errors_;
+  std::map<std::string, uint64_t> versions_;  // model version of each peer's last instruction
+  int shutdowns_ = 0;
+  uint64_t bytes_in_ = 0;
+  uint64_t bytes_out_ = 0;
+};
+
+}  // namespace huddle::testing

@@ -1,0 +1,119 @@
+#include "transport/inproc_transport.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "absl/strings/numbers.h"
+
+namespace huddle::transport {
+namespace {
+
+size_t WireSize(const wire::Message& m) { return m.PayloadBytes() + 64; }
+
+}  // namespace
+
+InProcServerTransport::InProcServerTransport(std::vector<InProcPeer*> peers, int threads)
+    : peers_(std::move(peers)), threads_(std::max(1, threads)), mailboxes_(peers_.size()) {}
+
+InProcServerTransport::~InProcServerTransport() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : pool_) t.join();
+}
+
+void InProcServerTransport::Start() {
+  for (int i = 0; i < threads_; ++i) pool_.emplace_back([this] { Worker(); });
+  for (size_t i = 0; i < peers_.size(); ++i) Deliver(i, peers_[i]->OnStart());
+}
+
+void InProcServerTransport::Deliver(size_t index, std::vector<wire::Message> replies) {
+  if (replies.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (wire::Message& m : replies) {
+    Inbound in;
+    in.peer = std::to_string(index);
+    in.wire_bytes = WireSize(m);
+    bytes_in_ += in.wire_bytes;
+    in.message = std::move(m);
+    inbox_.push_back(std::move(in));
+  }
+  inbox_cv_.notify_one();
+}
+
+Status InProcServerTransport::Send(const PeerId& peer, const wire::Message& msg) {
+  size_t index;
+  if (!absl::SimpleAtoi(peer, &index) || index >= peers_.size()) {
+    return absl::NotFoundError(absl::StrCat("no simulated client '", peer, "'"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Mailbox& box = mailboxes_[index];
+  if (box.stopped) return absl::NotFoundError(absl::StrCat("simulated client ", peer, " stopped"));
+  bytes_out_ += WireSize(msg);
+  box.queue.push_back(msg);
+  if (!box.scheduled) {
+    box.scheduled = true;
+    ready_.push_back(index);
+    work_cv_.notify_one();
+  }
+  return absl::OkStatus();
+}
+
+void InProcServerTransport::Worker() {
+  while (true) {
+    size_t index;
+    wire::Message msg;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [this] { return shutting_down_ || !ready_.empty(); });
+      if (shutting_down_) return;
+      index = ready_.front();
+      ready_.pop_front();
+      msg = std::move(mailboxes_[index].queue.front());
+      mailboxes_[index].queue.pop_front();
+    }
+    StatusOr<std::vector<wire::Message>> replies = peers_[index]->OnMessage(msg);
+    if (!replies.ok()) {
+      spdlog::warn("simulated client {} stopped: {}", index, replies.status().message());
+    } else {
+      Deliver(index, std::move(replies).value());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Mailbox& box = mailboxes_[index];
+    if (!replies.ok()) {
+      box.stopped = true;
+      box.queue.clear();
+    }
+    if (!box.queue.empty()) {
+      ready_.push_back(index);
+      work_cv_.notify_one();
+    } else {
+      box.scheduled = false;
+    }
+  }
+}
+
+StatusOr<std::optional<Inbound>> InProcServerTransport::Receive(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  inbox_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)),
+                     [this] { return !inbox_.empty(); });
+  if (inbox_.empty()) return std::optional<Inbound>();
+  Inbound in = std::move(inbox_.front());
+  inbox_.pop_front();
+  return std::optional<Inbound>(std::move(in));
+}
+
+uint64_t InProcServerTransport::bytes_in() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_in_;
+}
+
+uint64_t InProcServerTransport::bytes_out() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_out_;
+}
+
+}  // namespace huddle::transport

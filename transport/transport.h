@@ -1,0 +1,56 @@
+// Transports move wire::Messages between the coordinator and its clients. The coordinator and the
+// client agent are written once against these interfaces; ZeroMQ carries them between processes
+// (zmq_transport.h), and an in-process transport carries them inside one process for simulations of
+// large populations (inproc_transport.h).
+//
+// Neither call ever blocks past its timeout. Bytes that fail to decode arrive as an Inbound whose
+// `message` holds the decode error, so the receiver can log and count them against the peer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "proto/messages.h"
+
+namespace huddle::transport {
+
+// Opaque peer address chosen by the transport (a ZeroMQ routing id, an in-process index).
+using PeerId = std::string;
+
+// Printable form of a peer id (hex for binary ZeroMQ routing ids).
+std::string PeerName(const PeerId& peer);
+
+struct Inbound {
+  PeerId peer;
+  StatusOr<wire::Message> message = absl::UnknownError("unset");
+  size_t wire_bytes = 0;
+};
+
+// The coordinator's side. Not thread-safe: one thread owns it.
+class ServerTransport {
+ public:
+  virtual ~ServerTransport() = default;
+  // Queues `msg` for `peer` without blocking. NotFound if the peer is gone; Unavailable if its
+  // queue is full.
+  virtual Status Send(const PeerId& peer, const wire::Message& msg) = 0;
+  // The next inbound message, or nullopt once `timeout_ms` has passed with none.
+  virtual StatusOr<std::optional<Inbound>> Receive(int64_t timeout_ms) = 0;
+  virtual uint64_t bytes_in() const = 0;
+  virtual uint64_t bytes_out() const = 0;
+};
+
+// A client's side. Not thread-safe: one thread owns it.
+class ClientTransport {
+ public:
+  virtual ~ClientTransport() = default;
+  // Queues `msg` for the coordinator without blocking. Unavailable while not connected.
+  virtual Status Send(const wire::Message& msg) = 0;
+  // The next message from the coordinator (or a decode error), or nullopt after `timeout_ms`.
+  virtual StatusOr<std::optional<StatusOr<wire::Message>>> Receive(int64_t timeout_ms) = 0;
+  // Drops the connection and everything queued on it and connects afresh.
+  virtual Status Reconnect() = 0;
+};
+
+}  // namespace huddle::transport
