@@ -99,6 +99,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
                      params_ok.message()));
   }
   models::TrainOptions train = TrainOptionsFromWire(fit.train);
+  spdlog::info("round {}: training on {} examples", msg.round, data_->size());
   TensorList local = global;
   const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
   StatusOr<models::TrainStats> stats = models::TrainMlp(*model_, train, *data_, seed, &local);
@@ -124,7 +125,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   pending.delta = std::move(delta);
   pending_ = std::move(pending);
   ++rounds_trained_;
-  spdlog::debug("round {}: trained on {} examples, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
+  spdlog::info("round {}: trained on {} examples, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
                 stats->examples, stats->loss, stats->accuracy, stats->seconds);
   return Replies{wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples}, msg.round,
                                    client_id_)};

@@ -1,0 +1,206 @@
+// Integration tests: real `huddle` coordinator and client processes on 127.0.0.1.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/integration/process.h"
+
+namespace huddle::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+struct JobSettings {
+  int rounds = 3;
+  int clients = 3;
+  double deadline_s = 60;
+  double client_timeout_s = 30;
+  int hidden = 32;
+};
+
+class FederationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(kFashionMnist) + "/train-images-idx3-ubyte.gz")) {
+      GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+    }
+  }
+
+  // Writes the job YAML into `dir` and returns its path.
+  std::string WriteJob(const std::string& dir, const JobSettings& s) {
+    const std::string path = dir + "/job.yaml";
+    WriteText(path, "name: it\nseed: 3\nrounds: " + std::to_string(s.rounds) +
+                        "\nmodel: {hidden: [" + std::to_string(s.hidden) + "]}\n"
+                        "train: {epochs: 1, batch_size: 64, learning_rate: 0.1}\n"
+                        "cohort: {size: " + std::to_string(s.clients) + "}\n"
+                        "round: {deadline_s: " + std::to_string(s.deadline_s) +
+                        ", quorum: 1, upload_slots: 2}\n"
+                        "evaluation: {every: 1}\n"
+                        "coordinator: {min_clients: " + std::to_string(s.clients) +
+                        ", wait_for_clients_s: 60, heartbeat_interval_s: 0.5, client_timeout_s: " +
+                        std::to_string(s.client_timeout_s) + "}\n");
+    return path;
+  }
+
+  std::unique_ptr<Process> StartCoordinator(const std::string& dir, const std::string& endpoint,
+                                            bool resume = false) {
+    std::vector<std::string> argv = {HuddleBin(), "coordinator", "--config", dir + "/job.yaml",
+                                     "--out", dir + "/out", "--bind", endpoint};
+    if (resume) argv.push_back("--resume");
+    return std::make_unique<Process>(argv, dir + "/coordinator.log");
+  }
+
+  std::unique_ptr<Process> StartClient(const std::string& dir, const std::string& endpoint, int i,
+                                       int num_shards) {
+    return std::make_unique<Process>(
+        std::vector<std::string>{HuddleBin(), "client", "--coordinator", endpoint, "--client-id",
+                                 "c" + std::to_string(i), "--data", kFashionMnist, "--partition",
+                                 "iid", "--num-shards", std::to_string(num_shards), "--shard",
+                                 std::to_string(i), "--partition-seed", "1", "--give-up-after",
+                                 "60"},
+        dir + "/client-" + std::to_string(i) + ".log");
+  }
+
+  static std::vector<nlohmann::json> Metrics(const std::string& dir) {
+    std::vector<nlohmann::json> out;
+    for (const std::string& line : ReadLines(dir + "/out/metrics.jsonl")) {
+      out.push_back(nlohmann::json::parse(line));
+    }
+    return out;
+  }
+
+  static std::string Endpoint(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
+};
+
+TEST_F(FederationTest, ClientsStartedFirstJoinAndRoundsComplete) {
+  const std::string dir = MakeTempDir("rounds");
+  JobSettings s;
+  WriteJob(dir, s);
+  const std::string endpoint = Endpoint(FreeLoopbackPort());
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+  std::this_thread::sleep_for(milliseconds(1500));  // clients retry with backoff meanwhile
+  auto coordinator = StartCoordinator(dir, endpoint);
+  ASSERT_EQ(coordinator->Wait(seconds(180)), 0) << ReadAll(dir + "/coordinator.log");
+
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 3u);
+  for (size_t r = 0; r < metrics.size(); ++r) {
+    EXPECT_EQ(metrics[r]["round"], r + 1);
+    EXPECT_EQ(metrics[r]["clients_sampled"], 3);
+    EXPECT_EQ(metrics[r]["results"], 3);
+    EXPECT_EQ(metrics[r]["dropped"], 0);
+    EXPECT_GT(metrics[r]["test_accuracy"].get<double>(), 0.5);
+    EXPECT_GT(metrics[r]["bytes_in"].get<double>(), 0);
+  }
+  auto summary = nlohmann::json::parse(ReadAll(dir + "/out/summary.json"));
+  EXPECT_EQ(summary["rounds_completed"], 3);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/out/model.bin"));
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(20)), 0) << "clients leave on Shutdown";
+}
+
+TEST_F(FederationTest, KilledClientMidRoundTheRoundClosesAtItsDeadline) {
+  const std::string dir = MakeTempDir("killed");
+  JobSettings s;
+  s.rounds = 2;
+  s.deadline_s = 8;
+  s.client_timeout_s = 120;  // the coordinator does not notice the death early: the deadline does
+  s.hidden = 128;
+  WriteJob(dir, s);
+  const std::string endpoint = Endpoint(FreeLoopbackPort());
+  auto coordinator = StartCoordinator(dir, endpoint);
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(dir, endpoint, i, 3));
+  // Kill client 2 while it trains for round 2 (a shard of 20000 examples takes ~1 s).
+  ASSERT_TRUE(WaitFor([&] {
+    return ReadAll(dir + "/client-2.log").find("round 2: training") != std::string::npos;
+  }, seconds(120))) << ReadAll(dir + "/coordinator.log");
+  clients[2]->Kill(SIGKILL);
+  ASSERT_EQ(coordinator->Wait(seconds(120)), 0) << ReadAll(dir + "/coordinator.log");
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_EQ(metrics[1]["clients_sampled"], 3);
+  EXPECT_EQ(metrics[1]["results"], 2);
+  EXPECT_EQ(metrics[1]["dropped"], 1);
+  EXPECT_TRUE(metrics[1]["updated"].get<bool>());
+  EXPECT_GE(metrics[1]["duration_s"].get<double>(), 7.5);
+}
+
+TEST_F(FederationTest, SigkilledCoordinatorResumesToTheSameModel) {
+  JobSettings s;
+  s.rounds = 4;
+  // Uninterrupted reference run.
+  const std::string ref = MakeTempDir("resume_ref");
+  WriteJob(ref, s);
+  {
+    const std::string endpoint = Endpoint(FreeLoopbackPort());
+    auto coordinator = StartCoordinator(ref, endpoint);
+    std::vector<std::unique_ptr<Process>> clients;
+    for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(ref, endpoint, i, 20));
+    ASSERT_EQ(coordinator->Wait(seconds(180)), 0) << ReadAll(ref + "/coordinator.log");
+  }
+  // Killed after round 2, resumed on the same endpoint; the clients rejoin by themselves.
+  const std::string dir = MakeTempDir("resume_kill");
+  WriteJob(dir, s);
+  const std::string endpoint = Endpoint(FreeLoopbackPort());
+  auto coordinator = StartCoordinator(dir, endpoint);
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+  ASSERT_TRUE(WaitFor([&] { return Metrics(dir).size() >= 2; }, seconds(120)));
+  coordinator->Kill(SIGKILL);
+  ASSERT_EQ(coordinator->Wait(seconds(10)), 128 + SIGKILL);
+  coordinator = StartCoordinator(dir, endpoint, /*resume=*/true);
+  ASSERT_EQ(coordinator->Wait(seconds(180)), 0) << ReadAll(dir + "/coordinator.log");
+
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 4u) << "each round exactly once in metrics.jsonl";
+  for (size_t r = 0; r < metrics.size(); ++r) EXPECT_EQ(metrics[r]["round"], r + 1);
+  const std::string a = ReadAll(ref + "/out/model.bin");
+  const std::string b = ReadAll(dir + "/out/model.bin");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "resumed model differs from the uninterrupted run";
+}
+
+TEST_F(FederationTest, ConfigTypoIsAClearError) {
+  const std::string dir = MakeTempDir("typo");
+  WriteText(dir + "/job.yaml", "rounds: 2\ntrian: {epochs: 1}\n");
+  Process p({HuddleBin(), "coordinator", "--config", dir + "/job.yaml"}, dir + "/log");
+  EXPECT_EQ(p.Wait(seconds(20)), 2);
+  const std::string log = ReadAll(dir + "/log");
+  EXPECT_NE(log.find("unknown key 'trian'"), std::string::npos) << log;
+  EXPECT_NE(log.find("did you mean 'train'"), std::string::npos) << log;
+
+  WriteText(dir + "/job2.yaml", "train: {batch_size: 0}\n");
+  Process q({HuddleBin(), "coordinator", "--config", dir + "/job2.yaml"}, dir + "/log2");
+  EXPECT_EQ(q.Wait(seconds(20)), 2);
+  EXPECT_NE(ReadAll(dir + "/log2").find("train.batch_size: 0 is out of range [1, 65536]"),
+            std::string::npos)
+      << ReadAll(dir + "/log2");
+}
+
+TEST_F(FederationTest, InProcessSimulationOfAThousandClients) {
+  const std::string dir = MakeTempDir("sim");
+  WriteText(dir + "/sim.yaml",
+            "name: sim\nseed: 5\nrounds: 2\nmodel: {hidden: [32]}\n"
+            "train: {epochs: 1, batch_size: 16, learning_rate: 0.1}\n"
+            "cohort: {sampling: poisson, rate: 0.05}\n"
+            "evaluation: {every: 1}\nsimulation: {clients: 1000, threads: 2}\n");
+  Process p({HuddleBin(), "run", dir + "/sim.yaml", "--out", dir + "/out"}, dir + "/log");
+  ASSERT_EQ(p.Wait(seconds(180)), 0) << ReadAll(dir + "/log");
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const auto& m : metrics) {
+    EXPECT_EQ(m["clients_enrolled"], 1000);
+    EXPECT_GT(m["clients_sampled"].get<int>(), 20);  // ~50 expected
+    EXPECT_EQ(m["results"], m["clients_sampled"]);
+  }
+}
+
+}  // namespace
+}  // namespace huddle::testing

@@ -1,0 +1,48 @@
+// Test helpers for integration tests: start `huddle` subprocesses, wait with deadlines, kill them,
+// and read the files a job writes. Every wait has a deadline; nothing here can hang a test run.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace huddle::testing {
+
+// Path of the huddle binary (HUDDLE_BIN, set by CTest).
+std::string HuddleBin();
+
+class Process {
+ public:
+  // Starts argv[0] with stdout+stderr appended to `log`.
+  Process(const std::vector<std::string>& argv, const std::string& log);
+  ~Process();  // SIGKILLs the process if it is still running
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  void Kill(int signal = SIGKILL);
+  // Exit code (128+signal if killed), or -1 if it did not exit within the timeout.
+  int Wait(std::chrono::milliseconds timeout);
+  bool running();
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = 0;
+  bool reaped_ = false;
+};
+
+// Polls `done` every 50 ms until it returns true or `timeout` passes; returns its last value.
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+
+// Lines of a text file (empty if missing).
+std::vector<std::string> ReadLines(const std::string& path);
+std::string ReadAll(const std::string& path);
+std::string MakeTempDir(const std::string& name);
+void WriteText(const std::string& path, const std::string& text);
+int FreeLoopbackPort();
+
+}  // namespace huddle::testing
