@@ -29,6 +29,17 @@ StatusOr<ConfigMap> ConfigMap::From(const YAML::Node& node, std::string origin, 
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", path.empty() ? "top level" : path,
                                                    " must be a mapping of keys to values"));
   }
+  if (node && node.IsMap()) {
+    // yaml-cpp keeps the first of two equal keys silently; a repeated key is a mistake to report.
+    std::set<std::string> seen;
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>("");
+      if (!seen.insert(key).second) {
+        return absl::InvalidArgumentError(absl::StrCat(origin, ": ", path.empty() ? "top level" : path,
+                                                       ": key '", key, "' appears twice"));
+      }
+    }
+  }
   return ConfigMap(node && node.IsMap() ? node : YAML::Node(YAML::NodeType::Map), std::move(origin),
                    std::move(path));
 }
@@ -118,8 +129,9 @@ Status ConfigMap::Optional(std::string_view key, std::string* out) {
 
 Status ConfigMap::OptionalChoice(std::string_view key, std::string* out,
                                  std::initializer_list<std::string_view> allowed) {
-  std::string value = *out;
-  HUDDLE_RETURN_IF_ERROR(Optional(key, &value));
+  HUDDLE_ASSIGN_OR_RETURN(auto v, Scalar(key));
+  if (!v) return absl::OkStatus();  // absent: the default stays, whatever it is
+  const std::string value = v->Scalar();
   if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
     return absl::InvalidArgumentError(absl::StrCat(Where(key), ": '", value,
                                                    "' is not allowed (allowed: ",

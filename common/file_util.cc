@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -35,8 +36,11 @@ std::string DirOf(const std::string& path) {
 }  // namespace
 
 Status WriteFileAtomic(const std::string& path, std::string_view contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Unique per call (process id + counter) and created exclusively: concurrent writers of the
+  // same path never share a temporary file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);
   Status st = WriteAll(fd, contents, tmp);
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoError("fsync", tmp);

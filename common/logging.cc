@@ -11,7 +11,14 @@ Status SetupLogging(const std::string& level, const std::string& component) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown log level '", level, "' (allowed: trace, debug, info, warn, error, critical, off)"));
   }
-  auto logger = spdlog::stderr_color_mt(component);
+  std::shared_ptr<spdlog::logger> logger = spdlog::get(component);
+  if (!logger) {
+    try {
+      logger = spdlog::stderr_color_mt(component);
+    } catch (const spdlog::spdlog_ex& e) {
+      return absl::InternalError(absl::StrCat("cannot create logger: ", e.what()));
+    }
+  }
   logger->set_pattern(absl::StrCat("%H:%M:%S.%e [", component, "] %^%l%$ %v"));
   logger->set_level(lvl);
   spdlog::set_default_logger(logger);

@@ -76,7 +76,14 @@ double Rng::Normal() {
   }
 }
 
+bool Rng::set_state(const State& s) {
+  if ((s[0] | s[1] | s[2] | s[3]) == 0) return false;
+  state_ = s;
+  return true;
+}
+
 double Rng::Gamma(double shape) {
+  if (!(shape > 0.0) || !std::isfinite(shape)) return std::nan("");
   if (shape < 1.0) {
     // Gamma(a) = Gamma(a + 1) * U^(1/a).
     double u = Uniform();

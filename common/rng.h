@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace huddle {
@@ -39,7 +40,8 @@ class Rng {
   double Uniform();
   // Standard normal (Marsaglia polar method).
   double Normal();
-  // Gamma(shape, 1), shape > 0 (Marsaglia and Tsang; boosted for shape < 1).
+  // Gamma(shape, 1) (Marsaglia and Tsang; boosted for shape < 1). Returns NaN unless shape is
+  // finite and > 0.
   double Gamma(double shape);
   // Fisher-Yates shuffle of `v`.
   template <typename T>
@@ -51,7 +53,9 @@ class Rng {
   }
 
   State state() const { return state_; }
-  void set_state(const State& s) { state_ = s; }
+  // Restores a saved state. Returns false (and keeps the current state) for the all-zero state,
+  // which xoshiro can never reach and from which it would never leave.
+  bool set_state(const State& s);
 
  private:
   State state_;

@@ -1,5 +1,6 @@
 #include "common/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_join.h"

@@ -62,7 +62,9 @@ Status Coordinator::Initialise() {
     model_ = std::move(ckpt.model);
     model_version_ = ckpt.model_version;
     next_round_ = ckpt.completed_round + 1;
-    rng_.set_state(ckpt.rng_state);
+    if (!rng_.set_state(ckpt.rng_state)) {
+      return absl::DataLossError(absl::StrCat(ckpt_path, ": corrupt sampling RNG state"));
+    }
     HUDDLE_RETURN_IF_ERROR(optimizer_.RestoreState(std::move(ckpt.optimizer_state)));
     elapsed_before_s_ = ckpt.elapsed_s;
     bytes_in_base_ = ckpt.bytes_in;

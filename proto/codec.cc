@@ -1,6 +1,8 @@
 #include "proto/codec.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "huddle.pb.h"
@@ -227,7 +229,11 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
                                     ", expected float32 (1)"));
     }
     std::vector<int64_t> shape(s.shape().begin(), s.shape().end());
-    Status shape_ok = ValidateShape(shape, limits.max_tensor_elements, what);
+    // Also cap so the byte length (elements x 4) cannot overflow, whatever the configured limit.
+    constexpr int64_t kMaxAddressableElements =
+        std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
+    Status shape_ok =
+        ValidateShape(shape, std::min(limits.max_tensor_elements, kMaxAddressableElements), what);
     if (!shape_ok.ok()) return Malformed(std::string(shape_ok.message()));
     TensorPayload p;
     p.spec.name = s.name();

@@ -5,11 +5,25 @@
 #include <chrono>
 
 #include "absl/strings/numbers.h"
+#include "proto/codec.h"
 
 namespace huddle::transport {
 namespace {
 
-size_t WireSize(const wire::Message& m) { return m.PayloadBytes() + 64; }
+// Passes a message through the wire codec as the ZeroMQ transport would (the header is encoded
+// and decoded; payload frames are shared, not copied), so simulated peers meet exactly the same
+// validation as real ones. Returns the decoded message and its wire size.
+StatusOr<wire::Message> ThroughCodec(const wire::Message& m, size_t* wire_bytes) {
+  std::vector<wire::Frame> frames;
+  auto header = std::make_shared<std::string>(wire::EncodeHeader(m));
+  frames.push_back({header, std::as_bytes(std::span<const char>(*header))});
+  *wire_bytes = header->size();
+  for (const wire::TensorPayload& t : m.tensors) {
+    frames.push_back({t.owner, t.bytes});
+    *wire_bytes += t.bytes.size();
+  }
+  return wire::Decode(frames);
+}
 
 }  // namespace
 
@@ -36,9 +50,8 @@ void InProcServerTransport::Deliver(size_t index, std::vector<wire::Message> rep
   for (wire::Message& m : replies) {
     Inbound in;
     in.peer = std::to_string(index);
-    in.wire_bytes = WireSize(m);
+    in.message = ThroughCodec(m, &in.wire_bytes);
     bytes_in_ += in.wire_bytes;
-    in.message = std::move(m);
     inbox_.push_back(std::move(in));
   }
   inbox_cv_.notify_one();
@@ -46,14 +59,17 @@ void InProcServerTransport::Deliver(size_t index, std::vector<wire::Message> rep
 
 Status InProcServerTransport::Send(const PeerId& peer, const wire::Message& msg) {
   size_t index;
-  if (!absl::SimpleAtoi(peer, &index) || index >= peers_.size()) {
+  if (!absl::SimpleAtoi(peer, &index) || index >= peers_.size() || std::to_string(index) != peer) {
     return absl::NotFoundError(absl::StrCat("no simulated client '", peer, "'"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   Mailbox& box = mailboxes_[index];
   if (box.stopped) return absl::NotFoundError(absl::StrCat("simulated client ", peer, " stopped"));
-  bytes_out_ += WireSize(msg);
-  box.queue.push_back(msg);
+  size_t wire_bytes = 0;
+  StatusOr<wire::Message> decoded = ThroughCodec(msg, &wire_bytes);
+  if (!decoded.ok()) return decoded.status();  // our own message failed validation: a bug
+  bytes_out_ += wire_bytes;
+  box.queue.push_back(std::move(decoded).value());
   if (!box.scheduled) {
     box.scheduled = true;
     ready_.push_back(index);

@@ -99,19 +99,27 @@ void SetCommonOptions(zmq::socket_t& s, const ZmqOptions& o) {
 
 class ZmqServer final : public ServerTransport {
  public:
-  ZmqServer(const ZmqOptions& options)
-      : options_(options), context_(options.io_threads), socket_(context_, zmq::socket_type::router) {
-    SetCommonOptions(socket_, options_);
-    socket_.set(zmq::sockopt::router_mandatory, 1);
-    socket_.set(zmq::sockopt::linger, 2000);
-  }
+  explicit ZmqServer(const ZmqOptions& options) : options_(options), context_(options.io_threads) {}
 
   Status Bind(const std::string& endpoint) {
     try {
+      socket_ = zmq::socket_t(context_, zmq::socket_type::router);
+      SetCommonOptions(socket_, options_);
+      socket_.set(zmq::sockopt::router_mandatory, 1);
+      socket_.set(zmq::sockopt::linger, 2000);
+    } catch (const zmq::error_t& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("coordinator socket options for '", endpoint, "': ", e.what()));
+    }
+    try {
       socket_.bind(endpoint);
     } catch (const zmq::error_t& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot bind coordinator to '", endpoint, "': ", e.what()));
+      const std::string text =
+          absl::StrCat("cannot bind coordinator to '", endpoint, "': ", e.what());
+      if (e.num() == EINVAL || e.num() == EPROTONOSUPPORT || e.num() == ENOCOMPATPROTO) {
+        return absl::InvalidArgumentError(text);
+      }
+      return absl::UnavailableError(text);
     }
     return absl::OkStatus();
   }

@@ -1,0 +1,192 @@
+#include "aggregation/streaming_aggregator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <new>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "aggregation/internal/fixed_point.h"
+
+namespace huddle::aggregation {
+namespace {
+
+constexpr int kTermBits = 51;                          // every |q| <= 2^51
+constexpr int64_t kMaxBound = int64_t{1} << 62;        // capacity: sum of term bounds
+constexpr int64_t kMaxWeightLimit = int64_t{1} << 53;  // weights convert to double exactly
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+// Fold works in chunks so that a bad value stops it early and the rollback stays short.
+constexpr size_t kChunk = size_t{1} << 14;
+
+int CeilLog2(int64_t n) {  // n >= 1
+  return n == 1 ? 0 : 64 - std::countl_zero(static_cast<uint64_t>(n - 1));
+}
+
+int CeilLog2(double x) {  // x > 0, finite
+  int e = 0;
+  const double m = std::frexp(x, &e);  // x = m * 2^e, m in [0.5, 1)
+  return m == 0.5 ? e - 1 : e;
+}
+
+std::string DescribeBadValue(const std::string& tensor, size_t index, float value, double bound) {
+  const std::string where = absl::StrCat("tensor '", tensor, "' element ", index, " is ");
+  if (std::isnan(value)) return absl::StrCat(where, "NaN");
+  if (std::isinf(value)) return absl::StrCat(where, value > 0 ? "inf" : "-inf");
+  return absl::StrFormat("%s%.9g, %s the bound %s%g (max_abs_value)", where, value,
+                         value > 0 ? "above" : "below", value > 0 ? "" : "-", bound);
+}
+
+}  // namespace
+
+StatusOr<StreamingAggregator> StreamingAggregator::Create(ModelLayout layout,
+                                                          AggregatorOptions options) {
+  if (options.max_weight < 1 || options.max_weight > kMaxWeightLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_weight ", options.max_weight, " is out of range [1, 2^53]"));
+  }
+  const double mav = options.max_abs_value;
+  if (!(mav >= std::ldexp(1.0, -64) && mav <= std::ldexp(1.0, kTermBits))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_abs_value %g is out of range [2^-64, 2^51]", mav));
+  }
+  const int fraction_bits = kTermBits - CeilLog2(options.max_weight) - CeilLog2(mav);
+  if (fraction_bits < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_weight %d times max_abs_value %g exceeds 2^51: the fixed-point sum would have %d "
+        "fraction bits (must be >= 0)",
+        options.max_weight, mav, fraction_bits));
+  }
+  if (layout.empty()) return absl::InvalidArgumentError("layout has no tensors");
+  int64_t total = 0;
+  for (const TensorSpec& spec : layout) {
+    if (spec.dtype != DType::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has dtype ",
+                                                     DTypeName(spec.dtype), ", expected float32"));
+    }
+    HUDDLE_RETURN_IF_ERROR(
+        ValidateShape(spec.shape, kMaxElements, absl::StrCat("tensor '", spec.name, "'")));
+    total += spec.NumElements();
+    if (total > kMaxElements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout has more than ", kMaxElements, " elements"));
+    }
+  }
+  StreamingAggregator agg(std::move(layout), options, fraction_bits);
+  try {
+    agg.acc_.assign(static_cast<size_t>(total), 0);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate accumulators for ", total, " parameters"));
+  }
+  return agg;
+}
+
+StreamingAggregator::StreamingAggregator(ModelLayout layout, AggregatorOptions options,
+                                         int fraction_bits)
+    : layout_(std::move(layout)), options_(options), fraction_bits_(fraction_bits) {
+  offsets_.reserve(layout_.size());
+  size_t offset = 0;
+  for (const TensorSpec& spec : layout_) {
+    offsets_.push_back(offset);
+    offset += static_cast<size_t>(spec.NumElements());
+  }
+  abs_bits_limit_ = internal::AbsBitsLimit(options_.max_abs_value);
+  // max_abs_value * 2^S <= 2^(51 - ceil(log2(max_weight))): exact, and fits int64.
+  unit_bound_ = static_cast<int64_t>(std::ceil(std::ldexp(options_.max_abs_value, fraction_bits)));
+}
+
+void StreamingAggregator::Reset() {
+  std::fill(acc_.begin(), acc_.end(), 0);
+  bound_ = 0;
+  count_ = 0;
+  total_weight_ = 0;
+}
+
+Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors, int64_t weight) {
+  if (weight < 1 || weight > options_.max_weight) {
+    return absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is out of range [1, ",
+                                                   options_.max_weight, "] (max_weight)"));
+  }
+  if (tensors.size() != layout_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update has ", tensors.size(), " tensors, the layout expects ", layout_.size()));
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const int64_t expected = layout_[t].NumElements();
+    if (static_cast<int64_t>(tensors[t].size()) != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", t, " ('", layout_[t].name, "') has ", tensors[t].size(),
+                       " values, the layout expects ", expected, " (shape ",
+                       ShapeString(layout_[t].shape), ")"));
+    }
+  }
+  // unit_bound_ * weight <= 2^51: no overflow.
+  const int64_t term_bound = unit_bound_ * weight;
+  if (term_bound > kMaxBound - bound_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "aggregator is full: folding weight ", weight, " after ", count_, " updates (total weight ",
+        total_weight_,
+        ") could overflow the exact sum; Finalize and Reset, or lower max_abs_value/max_weight"));
+  }
+
+  const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const std::span<const float> x = tensors[t];
+    uint64_t* acc = acc_.data() + offsets_[t];
+    for (size_t begin = 0; begin < x.size(); begin += kChunk) {
+      const size_t n = std::min(kChunk, x.size() - begin);
+      if (!internal::AddQuantized(x.data() + begin, n, scale, abs_bits_limit_, acc + begin)) {
+        continue;
+      }
+      size_t bad = begin;
+      while ((abs_bits_limit_ - (std::bit_cast<uint32_t>(x[bad]) & 0x7fffffffu)) >> 31 == 0) ++bad;
+      RollBack(tensors, t, begin + n, scale);
+      return absl::InvalidArgumentError(
+          DescribeBadValue(layout_[t].name, bad, x[bad], options_.max_abs_value));
+    }
+  }
+  bound_ += term_bound;
+  total_weight_ += weight;
+  ++count_;
+  return absl::OkStatus();
+}
+
+void StreamingAggregator::RollBack(std::span<const std::span<const float>> tensors, size_t tensor,
+                                   size_t end, double scale) {
+  for (size_t t = 0; t <= tensor; ++t) {
+    const size_t n = t == tensor ? end : tensors[t].size();
+    internal::SubtractQuantized(tensors[t].data(), n, scale, acc_.data() + offsets_[t]);
+  }
+}
+
+Status StreamingAggregator::Finalize(double divisor, TensorList* out) const {
+  if (!(divisor > 0) || !std::isfinite(divisor)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("divisor %g must be finite and > 0", divisor));
+  }
+  out->resize(layout_.size());
+  const double inv_scale = std::ldexp(1.0, -fraction_bits_);
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    Tensor& tensor = (*out)[t];
+    if (tensor.spec != layout_[t]) tensor.spec = layout_[t];
+    tensor.data.resize(static_cast<size_t>(layout_[t].NumElements()));
+    const int64_t bad = internal::Dequantize(acc_.data() + offsets_[t], tensor.data.size(),
+                                             inv_scale, divisor, tensor.data.data());
+    if (bad >= 0) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "tensor '%s' element %d: the sum divided by %g is outside the float range",
+          layout_[t].name, bad, divisor));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status StreamingAggregator::WeightedMean(TensorList* out) const {
+  if (count_ == 0) {
+    return absl::FailedPreconditionError("weighted mean of an empty aggregator (nothing folded)");
+  }
+  return Finalize(static_cast<double>(total_weight_), out);
+}
+
+}  // namespace huddle::aggregation

@@ -1,0 +1,145 @@
+// Streaming aggregation throughput, as a fraction of memcpy bandwidth measured in the same run.
+//
+// For each model size (1M and 10M float parameters) a pool of 8 distinct update buffers is folded
+// round-robin, so inputs stream from DRAM like real arrivals rather than from cache. Both
+// benchmarks report bytes of update input per second: Fold reads each update once and
+// read-modify-writes the int64 accumulators; memcpy copies the same bytes into a reused
+// destination. After the run, main prints `aggregation/memcpy ratio` per size (target >= 0.5).
+//
+//   build-b/bench/aggregation_bench [--benchmark_repetitions=5 ...]
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregation/streaming_aggregator.h"
+#include "benchmark/benchmark.h"
+#include "common/rng.h"
+
+namespace huddle::aggregation {
+namespace {
+
+constexpr int kPoolSize = 8;
+
+// kPoolSize update buffers of n floats each, filled (and so faulted in) once per size.
+const std::vector<std::vector<float>>& UpdatePool(size_t n) {
+  static std::map<size_t, std::vector<std::vector<float>>> pools;
+  auto& pool = pools[n];
+  if (pool.empty()) {
+    Rng rng(n);
+    for (int k = 0; k < kPoolSize; ++k) {
+      std::vector<float> v(n);
+      for (float& x : v) x = static_cast<float>(0.01 * rng.Normal());
+      pool.push_back(std::move(v));
+    }
+  }
+  return pool;
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const auto& pool = UpdatePool(n);
+  std::vector<float> dst(n);
+  size_t k = 0;
+  for (auto _ : state) {
+    std::memcpy(dst.data(), pool[k].data(), n * sizeof(float));
+    benchmark::ClobberMemory();
+    k = (k + 1) % kPoolSize;
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+}
+
+void BM_Fold(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const auto& pool = UpdatePool(n);
+  auto created = StreamingAggregator::Create({{"w", DType::kFloat32, {static_cast<int64_t>(n)}}});
+  if (!created.ok()) {
+    state.SkipWithError(created.status().ToString().c_str());
+    return;
+  }
+  StreamingAggregator agg = std::move(created).value();
+  std::vector<std::span<const float>> updates[kPoolSize];
+  for (int k = 0; k < kPoolSize; ++k) updates[k] = {pool[k]};
+  size_t k = 0;
+  for (auto _ : state) {
+    const Status st = agg.Fold(updates[k], 100);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+    benchmark::ClobberMemory();
+    k = (k + 1) % kPoolSize;
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+}
+
+void BM_WeightedMean(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  auto agg = StreamingAggregator::Create({{"w", DType::kFloat32, {static_cast<int64_t>(n)}}});
+  const std::vector<std::span<const float>> update = {UpdatePool(n)[0]};
+  if (!agg.ok() || !agg->Fold(update, 3).ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  TensorList out;
+  for (auto _ : state) {
+    if (!agg->WeightedMean(&out).ok()) state.SkipWithError("WeightedMean failed");
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+}
+
+BENCHMARK(BM_Memcpy)->Arg(1 << 20)->Arg(10 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Fold)->Arg(1 << 20)->Arg(10 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WeightedMean)->Arg(1 << 20)->Arg(10 << 20)->Unit(benchmark::kMillisecond);
+
+// Console output plus, at the end, Fold's bytes/s over memcpy's for each size (medians when
+// --benchmark_repetitions is given).
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      const bool median = run.aggregate_name == "median";
+      if (!median && !run.aggregate_name.empty()) continue;
+      auto it = run.counters.find("bytes_per_second");
+      if (it == run.counters.end()) continue;
+      Measurement& m = rates_[run.run_name.args][run.run_name.function_name];
+      if (median || !m.median) m = {it->second.value, median};
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    for (const auto& [size, by_name] : rates_) {
+      auto fold = by_name.find("BM_Fold");
+      auto copy = by_name.find("BM_Memcpy");
+      if (fold == by_name.end() || copy == by_name.end()) continue;
+      GetOutputStream() << "params " << size << ": aggregation "
+                        << fold->second.bytes_per_second / 1e9 << " GB/s, memcpy "
+                        << copy->second.bytes_per_second / 1e9
+                        << " GB/s, aggregation/memcpy ratio = "
+                        << fold->second.bytes_per_second / copy->second.bytes_per_second << "\n";
+    }
+  }
+
+ private:
+  struct Measurement {
+    double bytes_per_second = 0;
+    bool median = false;
+  };
+  std::map<std::string, std::map<std::string, Measurement>> rates_;
+};
+
+}  // namespace
+}  // namespace huddle::aggregation
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  huddle::aggregation::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

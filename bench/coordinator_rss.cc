@@ -1,0 +1,206 @@
+// Coordinator peak memory during rounds with many clients and a large model.
+//
+// A real coordinator (the library, ZeroMQ on 127.0.0.1, no evaluation) runs in a child process;
+// the parent plays N synthetic clients on one ZeroMQ context: each joins, answers every fit
+// instruction with an upload request and every grant with a full-size update (one shared buffer,
+// sent zero-copy). The child reports its own peak RSS (getrusage) after the last round, so the
+// figure is the coordinator's alone.
+//
+//   coordinator_rss [--clients 100] [--hidden 1262] [--rounds 3] [--slots 4]
+//
+// Prints the peak RSS, the model size and the budget (64 MB + 4 x model size).
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "coordinator/coordinator.h"
+#include "proto/codec.h"
+#include "transport/zmq_transport.h"
+
+namespace {
+
+using namespace huddle;
+
+struct Args {
+  int clients = 100;
+  int64_t hidden = 1262;  // 784-1262-10: 1,003,300 parameters (4.0 MB)
+  int rounds = 3;
+  int slots = 4;
+};
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const int v = std::atoi(argv[i + 1]);
+    if (k == "--clients") a.clients = v;
+    if (k == "--hidden") a.hidden = v;
+    if (k == "--rounds") a.rounds = v;
+    if (k == "--slots") a.slots = v;
+  }
+  return a;
+}
+
+int FreePort() {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.bind("tcp://127.0.0.1:*");
+  const std::string ep = s.get(zmq::sockopt::last_endpoint);
+  return std::atoi(ep.substr(ep.rfind(':') + 1).c_str());
+}
+
+int RunCoordinator(const Args& a, const std::string& endpoint, int report_fd) {
+  coordinator::CoordinatorOptions o;
+  o.job_name = "rss";
+  o.rounds = a.rounds;
+  o.model.hidden = {a.hidden};
+  o.cohort.size = a.clients;
+  o.min_clients = a.clients;
+  o.quorum = a.clients;
+  o.upload_slots = a.slots;
+  o.eval_every = 0;
+  o.client_timeout_ms = 0;
+  o.out_dir = (std::filesystem::temp_directory_path() / ("huddle_rss_" + std::to_string(::getpid())))
+                  .string();
+  transport::ZmqOptions z;
+  z.io_threads = 2;
+  z.max_frame_bytes = 64 << 20;
+  auto server = transport::BindZmqServer(endpoint, z);
+  if (!server.ok()) return 1;
+  int64_t rounds_ok = 0;
+  coordinator::Coordinator coord(o, server->get(), SteadyClock::Get(), {},
+                                 [&](const coordinator::RoundMetrics& m) {
+                                   rounds_ok += m.results == a.clients;
+                                   std::fprintf(stderr, "%s\n", m.ProgressLine().c_str());
+                                 });
+  Status st = coord.Run();
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  char line[128];
+  const int n = std::snprintf(line, sizeof(line), "%ld %lld %d\n", ru.ru_maxrss,
+                              static_cast<long long>(rounds_ok), st.ok() ? 1 : 0);
+  (void)!::write(report_fd, line, static_cast<size_t>(n));
+  std::filesystem::remove_all(o.out_dir);
+  return st.ok() ? 0 : 1;
+}
+
+void Release(void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
+
+void SendMessage(zmq::socket_t& s, const wire::Message& m) {
+  const std::string header = wire::EncodeHeader(m);
+  s.send(zmq::buffer(header), m.tensors.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const auto& p = m.tensors[i];
+    zmq::message_t f(const_cast<std::byte*>(p.bytes.data()), p.bytes.size(), &Release,
+                     new std::shared_ptr<const void>(p.owner));
+    s.send(f, i + 1 == m.tensors.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  }
+}
+
+// The synthetic clients. Returns when every client got Shutdown or after a time limit.
+void RunClients(const Args& a, const std::string& endpoint) {
+  models::MlpSpec spec;
+  spec.hidden = {a.hidden};
+  auto delta = std::make_shared<TensorList>();
+  for (const TensorSpec& t : models::MlpLayout(spec)) {
+    Tensor x(t.name, t.shape);
+    for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = 1e-4f * static_cast<float>(i % 7);
+    delta->push_back(std::move(x));
+  }
+  zmq::context_t ctx(1);
+  std::vector<zmq::socket_t> sockets;
+  std::vector<zmq::pollitem_t> items;
+  for (int i = 0; i < a.clients; ++i) {
+    sockets.emplace_back(ctx, zmq::socket_type::dealer);
+    sockets.back().set(zmq::sockopt::linger, 0);
+    sockets.back().connect(endpoint);
+    SendMessage(sockets.back(),
+                wire::MakeMessage(wire::Join{"synthetic-" + std::to_string(i), 1000, "bench"}));
+  }
+  for (auto& s : sockets) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+  std::vector<uint64_t> version(sockets.size(), 0);
+  int finished = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (finished < a.clients && std::chrono::steady_clock::now() < until) {
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+    for (size_t i = 0; i < sockets.size(); ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      std::vector<wire::Frame> frames;
+      while (true) {
+        auto m = std::make_shared<zmq::message_t>();
+        (void)sockets[i].recv(*m);
+        const bool more = m->more();
+        frames.push_back({m, {static_cast<const std::byte*>(m->data()), m->size()}});
+        if (!more) break;
+      }
+      auto msg = wire::Decode(frames);
+      if (!msg.ok()) continue;
+      switch (msg->type()) {
+        case wire::MessageType::kFitInstruction:
+          version[i] = std::get<wire::FitInstruction>(msg->body).model_version;
+          SendMessage(sockets[i], wire::MakeMessage(wire::UploadRequest{1000}, msg->round));
+          break;
+        case wire::MessageType::kUploadGrant: {
+          wire::Message r =
+              wire::MakeMessage(wire::FitResult{1000, 0.1, 0.5, 0.01, version[i]}, msg->round);
+          r.tensors = wire::ShareAll(delta);
+          SendMessage(sockets[i], r);
+          break;
+        }
+        case wire::MessageType::kShutdown:
+          ++finished;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = Parse(argc, argv);
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(FreePort());
+  int fds[2];
+  if (::pipe(fds) != 0) return 1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    ::_exit(RunCoordinator(a, endpoint, fds[1]));
+  }
+  ::close(fds[1]);
+  RunClients(a, endpoint);
+  char buf[128] = {};
+  const ssize_t n = ::read(fds[0], buf, sizeof(buf) - 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  long rss_kb = 0;
+  long long rounds_ok = 0;
+  int ok = 0;
+  if (n <= 0 || std::sscanf(buf, "%ld %lld %d", &rss_kb, &rounds_ok, &ok) != 3 || !ok) {
+    std::fprintf(stderr, "coordinator failed\n");
+    return 1;
+  }
+  models::MlpSpec spec;
+  spec.hidden = {a.hidden};
+  const double model_mb = static_cast<double>(TotalElements(models::MlpLayout(spec))) * 4 / 1048576;
+  const double rss_mb = static_cast<double>(rss_kb) / 1024;
+  const double budget = 64 + 4 * model_mb;
+  std::printf("clients %d, rounds %d (%lld with every result), upload slots %d\n", a.clients,
+              a.rounds, rounds_ok, a.slots);
+  std::printf("model: %.2f MiB (%lld parameters)\n", model_mb,
+              static_cast<long long>(TotalElements(models::MlpLayout(spec))));
+  std::printf("coordinator peak RSS: %.1f MiB; budget 64 MiB + 4 x model = %.1f MiB; "
+              "peak/budget = %.2f\n",
+              rss_mb, budget, rss_mb / budget);
+  return 0;
+}

@@ -1,0 +1,90 @@
+// Multi-layer perceptron classifier: spec, parameter layout, initialisation, training, evaluation.
+//
+// The model is  x -> [Dense -> ReLU] x len(hidden) -> Dense -> logits,  trained with softmax
+// cross-entropy by minibatch SGD. It is the readable CPU trainer every client runs; all arithmetic
+// goes through kernels/, where faster backends plug in.
+//
+// Parameters live in a TensorList the caller owns, in MlpLayout order:
+//   fc0.weight [hidden[0], input_dim], fc0.bias [hidden[0]], fc1.weight [hidden[1], hidden[0]], ...
+//   fc<L>.weight [num_classes, hidden[L-1]], fc<L>.bias [num_classes]
+// (L = hidden.size(); with no hidden layers the model is multinomial logistic regression.)
+//
+// Determinism: InitMlp and TrainMlp are bitwise reproducible for the same inputs and seed on the
+// same build (the CPU kernels are single-threaded).
+// Thread-safety: stateless functions. Concurrent calls are safe when they train different
+// TensorLists; each call allocates its own buffers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "data/dataset.h"
+
+namespace huddle::models {
+
+struct MlpSpec {
+  int64_t input_dim = 784;              // features per example
+  std::vector<int64_t> hidden = {128};  // widths of the ReLU layers, input to output
+  int64_t num_classes = 10;             // width of the output (logit) layer, >= 2
+};
+
+// Limits that keep layouts sane: every width in [1, 2^24] (num_classes >= 2), at most 64 hidden
+// layers, at most 2^31 parameters in total. The error names the offending field.
+Status ValidateMlpSpec(const MlpSpec& spec);
+
+// Names and shapes of the parameters (see above). Precondition: ValidateMlpSpec(spec).ok().
+ModelLayout MlpLayout(const MlpSpec& spec);
+
+// Fresh parameters: weights uniform in [-b, b] with b = sqrt(6 / fan_in) for layers followed by a
+// ReLU (He/Kaiming uniform) and b = sqrt(3 / fan_in) for the output layer (LeCun uniform); biases
+// zero. Tensor i draws from Rng(DeriveSeed(seed, i)). Returns an empty list for an invalid spec.
+TensorList InitMlp(const MlpSpec& spec, uint64_t seed);
+
+// OK iff `params` matches MlpLayout(spec) exactly (count, names, shapes, data sizes); otherwise an
+// InvalidArgument naming the first mismatching tensor and both shapes.
+Status CheckParams(const MlpSpec& spec, const TensorList& params);
+
+struct TrainOptions {
+  int64_t epochs = 1;            // passes over the data, >= 1
+  int64_t batch_size = 32;       // examples per SGD step, >= 1; the last batch may be smaller
+  double learning_rate = 0.05;   // > 0
+  double momentum = 0.0;         // in [0, 1); 0 = plain SGD
+  double weight_decay = 0.0;     // L2 coefficient, >= 0
+  const Clock* clock = nullptr;  // times TrainStats::seconds; nullptr = SteadyClock
+};
+
+// Averages over every example seen during training (loss and accuracy of each minibatch are taken
+// before that minibatch's step, as is conventional).
+struct TrainStats {
+  double loss = 0;       // mean softmax cross-entropy (nats)
+  double accuracy = 0;   // fraction of examples whose argmax was the label
+  int64_t examples = 0;  // epochs * view size
+  int64_t steps = 0;     // SGD steps taken
+  double seconds = 0;    // wall time of the call
+};
+
+// Trains *params in place with minibatch SGD over `data` for options.epochs epochs. Each epoch
+// visits the view's rows in an order shuffled by Rng(DeriveSeed(seed, epoch)). Subnormal floats are
+// flushed to zero during the call (kernels/flush_denormals.h).
+// Errors (InvalidArgument, *params untouched): invalid spec or options, params not matching the
+// spec, an empty view, feature_dim != input_dim, a label outside [0, num_classes).
+// If the loss becomes non-finite training stops with FailedPrecondition ("diverged") and *params
+// hold the diverged values; the caller should discard them.
+StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
+                              const data::DatasetView& data, uint64_t seed, TensorList* params);
+
+struct EvalStats {
+  double loss = 0;       // mean softmax cross-entropy (nats)
+  double accuracy = 0;   // fraction of examples classified correctly
+  int64_t examples = 0;  // view size
+};
+
+// Loss and accuracy of `params` on every row of `data`, in batches of batch_size (>= 1; affects
+// only speed and memory). Errors as for TrainMlp.
+StatusOr<EvalStats> EvaluateMlp(const MlpSpec& spec, const TensorList& params,
+                                const data::DatasetView& data, int64_t batch_size = 1000);
+
+}  // namespace huddle::models

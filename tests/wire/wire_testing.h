@@ -1,0 +1,153 @@
+// Test vocabulary shared by the codec and transport tests: sample messages of every type with every
+// field set to a non-default value, tensor payloads with recognisable values, and a canonical text
+// form of a message so that two messages compare with a readable diff.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "gtest/gtest.h"
+#include "proto/messages.h"
+
+namespace huddle::wire::testutil {
+
+// An owned payload named `name` of `shape` holding base, base + 1, base + 2, ...
+inline TensorPayload Payload(std::string name, std::vector<int64_t> shape, float base = 0) {
+  Tensor t(std::move(name), std::move(shape));
+  std::iota(t.data.begin(), t.data.end(), base);
+  return TensorPayload::CopyOf(t);
+}
+
+// Two tensors, as a global model or an update carries them.
+inline std::vector<TensorPayload> SmallModel() {
+  std::vector<TensorPayload> out;
+  out.push_back(Payload("fc0.weight", {4, 3}, 0.5f));
+  out.push_back(Payload("fc0.bias", {4}, -2.0f));
+  return out;
+}
+
+inline Message SampleJoin() {
+  return MakeMessage(Join{"client-17", 1234, "huddle-0.1"}, 0, "client-17");
+}
+inline Message SampleWelcome() {
+  return MakeMessage(Welcome{"mnist-fedavg", ModelSpec{"mlp", 784, {128, 64}, 10}, 1500}, 3,
+                     "coordinator");
+}
+inline Message SampleFitInstruction() {
+  Message m = MakeMessage(
+      FitInstruction{12, TrainConfig{3, 64, 0.125, 0.9, 1e-4}, 0xdeadbeefcafef00dull, 30000}, 12,
+      "coordinator");
+  m.tensors = SmallModel();
+  return m;
+}
+inline Message SampleUploadRequest() { return MakeMessage(UploadRequest{600}, 12, "client-17"); }
+inline Message SampleUploadGrant() { return MakeMessage(UploadGrant{}, 12, "coordinator"); }
+inline Message SampleFitResult() {
+  Message m = MakeMessage(FitResult{600, 0.6931471805599453, 0.875, 1.25, 12}, 12, "client-17");
+  m.tensors = SmallModel();
+  return m;
+}
+inline Message SampleHeartbeat() { return MakeMessage(Heartbeat{}, 12, "client-17"); }
+inline Message SampleError() {
+  return MakeError(ErrorCode::kWrongRound, "round 11 is over; the coordinator is in round 12", 12);
+}
+inline Message SampleShutdown() {
+  return MakeMessage(Shutdown{"job finished after 40 rounds"}, 40, "coordinator");
+}
+
+// One message of every type, in Body's order.
+inline std::vector<Message> SampleMessages() {
+  return {SampleJoin(),          SampleWelcome(),     SampleFitInstruction(),
+          SampleUploadRequest(), SampleUploadGrant(), SampleFitResult(),
+          SampleHeartbeat(),     SampleError(),       SampleShutdown()};
+}
+
+// Every header field of `m` (doubles in shortest round-trip form) and each tensor's spec, on one
+// line. Payload values are compared separately (ExpectSamePayloads).
+inline std::string Describe(const Message& m) {
+  struct BodyText {
+    std::string operator()(const Join& b) const {
+      return fmt::format("Join{{client_id={} num_examples={} agent_version={}}}", b.client_id,
+                         b.num_examples, b.agent_version);
+    }
+    std::string operator()(const Welcome& b) const {
+      return fmt::format(
+          "Welcome{{job_name={} model={{kind={} input_dim={} hidden=[{}] num_classes={}}} "
+          "heartbeat_interval_ms={}}}",
+          b.job_name, b.model.kind, b.model.input_dim, fmt::join(b.model.hidden, ","),
+          b.model.num_classes, b.heartbeat_interval_ms);
+    }
+    std::string operator()(const FitInstruction& b) const {
+      return fmt::format(
+          "FitInstruction{{model_version={} train={{epochs={} batch_size={} learning_rate={} "
+          "momentum={} weight_decay={}}} seed={} deadline_ms={}}}",
+          b.model_version, b.train.epochs, b.train.batch_size, b.train.learning_rate,
+          b.train.momentum, b.train.weight_decay, b.seed, b.deadline_ms);
+    }
+    std::string operator()(const UploadRequest& b) const {
+      return fmt::format("UploadRequest{{num_examples={}}}", b.num_examples);
+    }
+    std::string operator()(const UploadGrant&) const { return "UploadGrant{}"; }
+    std::string operator()(const FitResult& b) const {
+      return fmt::format(
+          "FitResult{{num_examples={} train_loss={} train_accuracy={} train_seconds={} "
+          "model_version={}}}",
+          b.num_examples, b.train_loss, b.train_accuracy, b.train_seconds, b.model_version);
+    }
+    std::string operator()(const Heartbeat&) const { return "Heartbeat{}"; }
+    std::string operator()(const Error& b) const {
+      return fmt::format("Error{{code={} message={}}}", ErrorCodeName(b.code), b.message);
+    }
+    std::string operator()(const Shutdown& b) const {
+      return fmt::format("Shutdown{{reason={}}}", b.reason);
+    }
+  };
+  std::string out = fmt::format("v{} round={} sender={} {} tensors=[", m.protocol_version, m.round,
+                                m.sender, std::visit(BodyText{}, m.body));
+  for (const TensorPayload& t : m.tensors) {
+    out += fmt::format(" {}:{}:{}:{}B", t.spec.name, DTypeName(t.spec.dtype),
+                       ShapeString(t.spec.shape), t.bytes.size());
+  }
+  return out + " ]";
+}
+
+// Same count, and bitwise-equal bytes for each payload.
+inline void ExpectSamePayloads(const std::vector<TensorPayload>& got,
+                               const std::vector<TensorPayload>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].bytes.size(), want[i].bytes.size()) << "tensor " << i;
+    EXPECT_TRUE(std::equal(got[i].bytes.begin(), got[i].bytes.end(), want[i].bytes.begin()))
+        << "tensor " << i << " ('" << got[i].spec.name << "') bytes differ";
+  }
+}
+
+// Passes iff `got` is an error with `code` whose message contains `needle`.
+inline ::testing::AssertionResult IsError(const Status& got, absl::StatusCode code,
+                                          const std::string& needle) {
+  if (got.ok()) {
+    return ::testing::AssertionFailure() << "got OK; expected " << absl::StatusCodeToString(code)
+                                         << " containing \"" << needle << "\"";
+  }
+  const std::string text(got.message());
+  if (got.code() != code || text.find(needle) == std::string::npos) {
+    return ::testing::AssertionFailure()
+           << "got " << got.ToString() << "; expected " << absl::StatusCodeToString(code)
+           << " containing \"" << needle << "\"";
+  }
+  return ::testing::AssertionSuccess();
+}
+template <typename T>
+::testing::AssertionResult IsError(const StatusOr<T>& got, absl::StatusCode code,
+                                   const std::string& needle) {
+  return IsError(got.status(), code, needle);
+}
+
+}  // namespace huddle::wire::testutil
