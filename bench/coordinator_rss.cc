@@ -21,6 +21,7 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
+#include "common/memory.h"
 #include "coordinator/coordinator.h"
 #include "proto/codec.h"
 #include "transport/zmq_transport.h"
@@ -58,6 +59,7 @@ int FreePort() {
 }
 
 int RunCoordinator(const Args& a, const std::string& endpoint, int report_fd) {
+  ReturnLargeBuffersToTheOs();  // as `huddle coordinator` does
   coordinator::CoordinatorOptions o;
   o.job_name = "rss";
   o.rounds = a.rounds;

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "common/memory.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Huddle: federated and privacy-preserving training"};
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   huddle::cli::InstallStopHandlers();
+  huddle::ReturnLargeBuffersToTheOs();
 
   if (*coord) return huddle::cli::RunCoordinatorCommand(cf);
   if (*client) return huddle::cli::RunClientCommand(kf);

@@ -525,12 +525,14 @@ Status Coordinator::SaveCheckpoint() {
   c.model_version = model_version_;
   c.seed = options_.seed;
   c.rng_state = rng_.state();
-  c.model = model_;
   c.optimizer_state = optimizer_.state();
   c.elapsed_s = summary_.elapsed_s;
   c.bytes_in = summary_.bytes_in;
   c.bytes_out = summary_.bytes_out;
-  return WriteCheckpoint(Path(options_.out_dir, kCheckpointFile), c);
+  c.model = std::move(model_);  // lent to the checkpoint, not copied (the model can be large)
+  Status st = WriteCheckpoint(Path(options_.out_dir, kCheckpointFile), c);
+  model_ = std::move(c.model);
+  return st;
 }
 
 Status Coordinator::Finish() {

@@ -20,7 +20,7 @@ class FlushDenormalsScope {
   FlushDenormalsScope& operator=(const FlushDenormalsScope&) = delete;
 
  private:
-  unsigned int saved_csr_ = 0;  // MXCSR on entry (x86 only)
+  [[maybe_unused]] unsigned int saved_csr_ = 0;  // MXCSR on entry (x86 only)
 };
 
 }  // namespace huddle::kernels

@@ -9,8 +9,10 @@
 //   fc<L>.weight [num_classes, hidden[L-1]], fc<L>.bias [num_classes]
 // (L = hidden.size(); with no hidden layers the model is multinomial logistic regression.)
 //
-// Determinism: InitMlp and TrainMlp are bitwise reproducible for the same inputs and seed on the
-// same build (the CPU kernels are single-threaded).
+// Determinism: InitMlp is bitwise reproducible everywhere. TrainMlp is bitwise reproducible for
+// the same inputs and seed with the same build on the same CPU model (the CPU kernels are
+// single-threaded; Eigen sizes its GEMM blocks from the CPU's cache sizes, so the last bits can
+// differ between CPU models).
 // Thread-safety: stateless functions. Concurrent calls are safe when they train different
 // TensorLists; each call allocates its own buffers.
 #pragma once
