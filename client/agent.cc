@@ -117,7 +117,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   }
   Pending pending;
   pending.round = msg.round;
-  pending.result.num_examples = static_cast<uint64_t>(stats->examples);
+  pending.result.num_examples = static_cast<uint64_t>(data_->size());  // the FedAvg weight
   pending.result.train_loss = stats->loss;
   pending.result.train_accuracy = stats->accuracy;
   pending.result.train_seconds = stats->seconds;
@@ -125,7 +125,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   pending.delta = std::move(delta);
   pending_ = std::move(pending);
   ++rounds_trained_;
-  spdlog::info("round {}: trained on {} examples, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
+  spdlog::info("round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
                 stats->examples, stats->loss, stats->accuracy, stats->seconds);
   return Replies{wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples}, msg.round,
                                    client_id_)};

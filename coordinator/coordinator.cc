@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
@@ -496,7 +497,13 @@ Status Coordinator::FinishRound(Round& round) {
   const bool last = round.number == static_cast<uint64_t>(options_.rounds);
   if (evaluator_ && options_.eval_every > 0 &&
       (round.number % static_cast<uint64_t>(options_.eval_every) == 0 || last)) {
-    HUDDLE_ASSIGN_OR_RETURN(models::EvalStats eval, evaluator_(model_));
+    // Evaluate on a worker thread and keep answering heartbeats and joins meanwhile: a long
+    // evaluation must not look like a dead coordinator to the clients.
+    auto pending = std::async(std::launch::async, [this] { return evaluator_(model_); });
+    while (pending.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+      Pump(20);
+    }
+    HUDDLE_ASSIGN_OR_RETURN(models::EvalStats eval, pending.get());
     m.test_accuracy = eval.accuracy;
     m.test_loss = eval.loss;
     summary_.final_test_accuracy = eval.accuracy;

@@ -12,7 +12,7 @@ BUILD_DIR=build scripts/build.sh
 
 if [ "${HUDDLE_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== ASan + UBSan =="
-  BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DHUDDLE_SANITIZE=ON -DHUDDLE_BUILD_BENCH=OFF
+  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHUDDLE_SANITIZE=ON -DHUDDLE_BUILD_BENCH=OFF
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j "$JOBS" --timeout 600)
 fi

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "aggregation/server_optimizer.h"
 #include "coordinator/checkpoint.h"
@@ -191,6 +192,27 @@ TEST_F(CoordinatorTest, MalformedMessagesAreCountedAndAnswered) {
   EXPECT_EQ(metrics[0].results, 2);
   EXPECT_EQ(fed.ErrorsSent("stranger", wire::ErrorCode::kMalformed), 1);
   EXPECT_EQ(fed.shutdowns(), 2);
+}
+
+TEST_F(CoordinatorTest, KeepsServingClientsWhileItEvaluates) {
+  CoordinatorOptions o = Options(1, 2);
+  o.eval_every = 1;
+  ManualClock clock;
+  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  int64_t receives_during_eval = -1;
+  Evaluator slow_eval = [&](const TensorList&) -> StatusOr<models::EvalStats> {
+    const int64_t before = fed.receive_calls();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    receives_during_eval = fed.receive_calls() - before;
+    return models::EvalStats{0.5, 0.9, 10};
+  };
+  std::vector<RoundMetrics> metrics;
+  Coordinator coord(o, &fed, &clock, slow_eval,
+                    [&](const RoundMetrics& m) { metrics.push_back(m); });
+  ASSERT_TRUE(coord.Run().ok());
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].test_accuracy, 0.9);
+  EXPECT_GT(receives_during_eval, 3) << "the transport was not served during the evaluation";
 }
 
 TEST_F(CoordinatorTest, PoissonSamplingIsSeededAndVaries) {

@@ -100,6 +100,7 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
 }
 
 StatusOr<std::optional<transport::Inbound>> FakeFederation::Receive(int64_t timeout_ms) {
+  receive_calls_++;
   if (pending_.empty()) {
     clock_->Advance(std::max<int64_t>(1, timeout_ms));
     return std::optional<transport::Inbound>();

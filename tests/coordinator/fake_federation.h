@@ -4,6 +4,7 @@
 // simulated time: a deadline of 60 s costs nothing.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -61,6 +62,8 @@ class FakeFederation final : public transport::ServerTransport {
   // Number of Error messages each peer received, by code name.
   int ErrorsSent(const std::string& peer, wire::ErrorCode code) const;
   int shutdowns() const { return shutdowns_; }
+  // Receive() calls so far; safe to read from another thread.
+  int64_t receive_calls() const { return receive_calls_.load(); }
 
  private:
   void Queue(const std::string& peer, wire::Message msg);
@@ -73,6 +76,7 @@ class FakeFederation final : public transport::ServerTransport {
   std::map<std::pair<std::string, int>, int> errors_;
   std::map<std::string, uint64_t> versions_;  // model version of each peer's last instruction
   int shutdowns_ = 0;
+  std::atomic<int64_t> receive_calls_{0};
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;
 };
