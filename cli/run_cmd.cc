@@ -149,7 +149,7 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
 class SimulatedClient final : public transport::InProcPeer {
  public:
   SimulatedClient(std::string id, data::DatasetView view)
-      : view_(std::move(view)), agent_(std::move(id), &view_) {}
+      : view_(std::move(view)), agent_(std::move(id), &view_, /*routine_logs_at_info=*/false) {}
   std::vector<wire::Message> OnStart() override {
     std::vector<wire::Message> out;
     out.push_back(agent_.MakeJoin());

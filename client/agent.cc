@@ -40,8 +40,11 @@ models::TrainOptions TrainOptionsFromWire(const wire::TrainConfig& train) {
   return t;
 }
 
-ClientAgent::ClientAgent(std::string client_id, const data::DatasetView* data)
-    : client_id_(std::move(client_id)), data_(data) {}
+ClientAgent::ClientAgent(std::string client_id, const data::DatasetView* data,
+                         bool routine_logs_at_info)
+    : client_id_(std::move(client_id)),
+      data_(data),
+      routine_level_(routine_logs_at_info ? spdlog::level::info : spdlog::level::debug) {}
 
 wire::Message ClientAgent::MakeJoin() const {
   wire::Join join;
@@ -63,7 +66,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
                          " input features; this client's data has ", data_->base->feature_dim));
       }
       model_ = spec;
-      spdlog::info("joined job '{}' ({} local examples)", w.job_name, data_->size());
+      spdlog::log(routine_level_, "joined job '{}' ({} local examples)", w.job_name, data_->size());
       return Replies{};
     }
     case wire::MessageType::kFitInstruction:
@@ -75,7 +78,8 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
     case wire::MessageType::kError:
       return OnError(msg, std::get<wire::Error>(msg.body));
     case wire::MessageType::kShutdown:
-      spdlog::info("coordinator shut the job down: {}", std::get<wire::Shutdown>(msg.body).reason);
+      spdlog::log(routine_level_, "coordinator shut the job down: {}",
+                  std::get<wire::Shutdown>(msg.body).reason);
       done_ = true;
       return Replies{};
     default:
@@ -99,7 +103,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
                      params_ok.message()));
   }
   models::TrainOptions train = TrainOptionsFromWire(fit.train);
-  spdlog::info("round {}: training on {} examples", msg.round, data_->size());
+  spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
   TensorList local = global;
   const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
   StatusOr<models::TrainStats> stats = models::TrainMlp(*model_, train, *data_, seed, &local);
@@ -125,7 +129,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   pending.delta = std::move(delta);
   pending_ = std::move(pending);
   ++rounds_trained_;
-  spdlog::info("round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
+  spdlog::log(routine_level_, "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
                 stats->examples, stats->loss, stats->accuracy, stats->seconds);
   return Replies{wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples}, msg.round,
                                    client_id_)};

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "common/status.h"
 #include "data/dataset.h"
 #include "models/mlp.h"
@@ -33,8 +35,10 @@ namespace huddle::client {
 
 class ClientAgent {
  public:
-  // `data` must outlive the agent.
-  ClientAgent(std::string client_id, const data::DatasetView* data);
+  // `data` must outlive the agent. `routine_logs_at_info`: log joins, rounds and shutdown at info
+  // (a real agent) or at debug (one of a thousand simulated agents).
+  ClientAgent(std::string client_id, const data::DatasetView* data,
+              bool routine_logs_at_info = true);
 
   wire::Message MakeJoin() const;
 
@@ -55,6 +59,7 @@ class ClientAgent {
 
   std::string client_id_;
   const data::DatasetView* data_;
+  spdlog::level::level_enum routine_level_;
   std::optional<models::MlpSpec> model_;
   bool done_ = false;
   int64_t rounds_trained_ = 0;

@@ -136,6 +136,7 @@ Status Coordinator::WaitForClients(const std::atomic<bool>* stop) {
     Pump(100);
     ExpireSilentClients();
   }
+  if (announced) spdlog::info("{} clients joined", LiveClients());
   return absl::OkStatus();
 }
 
@@ -313,8 +314,10 @@ void Coordinator::OnJoin(const transport::PeerId& peer, const wire::Message& msg
   c.num_examples = join.num_examples;
   c.last_seen_ms = clock_->NowMs();
   peer_to_id_[peer] = join.client_id;
-  spdlog::info("client {} {} ({} examples, {} live)", join.client_id, rejoin ? "rejoined" : "joined",
-               join.num_examples, LiveClients());
+  // Each join at info while the population is small; a simulation of thousands logs a summary.
+  spdlog::log(clients_.size() <= 32 ? spdlog::level::info : spdlog::level::debug,
+              "client {} {} ({} examples, {} live)", join.client_id, rejoin ? "rejoined" : "joined",
+              join.num_examples, LiveClients());
   wire::Welcome welcome;
   welcome.job_name = options_.job_name;
   welcome.model = wire::ModelSpec{"mlp", options_.model.input_dim, options_.model.hidden,
