@@ -70,8 +70,9 @@ int RunCoordinator(const Args& a, const std::string& endpoint, int report_fd) {
   o.upload_slots = a.slots;
   o.eval_every = 0;
   o.client_timeout_ms = 0;
-  o.out_dir = (std::filesystem::temp_directory_path() / ("huddle_rss_" + std::to_string(::getpid())))
-                  .string();
+  o.out_dir =
+      (std::filesystem::temp_directory_path() / ("huddle_rss_" + std::to_string(::getpid())))
+          .string();
   transport::ZmqOptions z;
   z.io_threads = 2;
   z.max_frame_bytes = 64 << 20;
@@ -201,8 +202,9 @@ int main(int argc, char** argv) {
               a.rounds, rounds_ok, a.slots);
   std::printf("model: %.2f MiB (%lld parameters)\n", model_mb,
               static_cast<long long>(TotalElements(models::MlpLayout(spec))));
-  std::printf("coordinator peak RSS: %.1f MiB; budget 64 MiB + 4 x model = %.1f MiB; "
-              "peak/budget = %.2f\n",
-              rss_mb, budget, rss_mb / budget);
+  std::printf(
+      "coordinator peak RSS: %.1f MiB; budget 64 MiB + 4 x model = %.1f MiB; "
+      "peak/budget = %.2f\n",
+      rss_mb, budget, rss_mb / budget);
   return 0;
 }

@@ -3,9 +3,9 @@
 
 #include <cstdio>
 
+#include "cli/commands.h"
 #include "client/agent.h"
 #include "client/runner.h"
-#include "cli/commands.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "transport/zmq_transport.h"
@@ -77,7 +77,8 @@ int RunClientCommand(const ClientFlags& flags) {
     return 1;
   }
   client::ClientAgent agent(config.client_id, &view);
-  Status st = client::RunClient(agent, **transport, config.runner, *SteadyClock::Get(), &StopFlag());
+  Status st =
+      client::RunClient(agent, **transport, config.runner, *SteadyClock::Get(), &StopFlag());
   if (!st.ok()) {
     std::fprintf(stderr, "huddle client %s: %s\n", config.client_id.c_str(),
                  std::string(st.message()).c_str());

@@ -15,8 +15,8 @@ void InstallStopHandlers();
 
 struct CoordinatorFlags {
   std::string config;
-  std::string out_dir;   // overrides output.dir
-  std::string bind;      // overrides coordinator.bind
+  std::string out_dir;  // overrides output.dir
+  std::string bind;     // overrides coordinator.bind
   bool resume = false;
 };
 int RunCoordinatorCommand(const CoordinatorFlags& flags);

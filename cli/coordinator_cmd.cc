@@ -50,16 +50,18 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
     std::fflush(stdout);
   };
   coordinator::Coordinator coord(o, transport, SteadyClock::Get(), evaluator, on_round);
-  std::printf("job '%s': %lld rounds, model mlp %lld-%s-%lld\n", o.job_name.c_str(),
-              static_cast<long long>(o.rounds), static_cast<long long>(o.model.input_dim),
-              [&] {
-                std::string s;
-                for (size_t i = 0; i < o.model.hidden.size(); ++i) {
-                  s += (i ? "-" : "") + std::to_string(o.model.hidden[i]);
-                }
-                return s;
-              }().c_str(),
-              static_cast<long long>(o.model.num_classes));
+  std::printf(
+      "job '%s': %lld rounds, model mlp %lld-%s-%lld\n", o.job_name.c_str(),
+      static_cast<long long>(o.rounds), static_cast<long long>(o.model.input_dim),
+      [&] {
+        std::string s;
+        for (size_t i = 0; i < o.model.hidden.size(); ++i) {
+          s += (i ? "-" : "") + std::to_string(o.model.hidden[i]);
+        }
+        return s;
+      }()
+          .c_str(),
+      static_cast<long long>(o.model.num_classes));
   std::fflush(stdout);
   Status st = coord.Run(&StopFlag());
   if (!st.ok()) {
@@ -90,7 +92,8 @@ int RunCoordinatorCommand(const CoordinatorFlags& flags) {
   if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
   if (!flags.bind.empty()) job->bind = flags.bind;
   job->coordinator.resume = flags.resume;
-  if (job->coordinator.out_dir.empty()) job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
+  if (job->coordinator.out_dir.empty())
+    job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
   if (Status st = SetupLogging(job->log_level, "coordinator"); !st.ok()) return 2;
   transport::ZmqOptions zopts;
   zopts.io_threads = 2;
@@ -102,7 +105,8 @@ int RunCoordinatorCommand(const CoordinatorFlags& flags) {
   zopts.max_frame_bytes = std::max<int64_t>(largest + 4096, 1 << 20);
   auto server = transport::BindZmqServer(job->bind, zopts);
   if (!server.ok()) {
-    std::fprintf(stderr, "huddle coordinator: %s\n", std::string(server.status().message()).c_str());
+    std::fprintf(stderr, "huddle coordinator: %s\n",
+                 std::string(server.status().message()).c_str());
     return 1;
   }
   spdlog::info("listening on {}", job->bind);

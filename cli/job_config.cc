@@ -5,7 +5,6 @@
 namespace huddle::cli {
 namespace {
 
-
 // Reads seconds (a float) into milliseconds.
 Status OptionalSeconds(ConfigMap& m, const char* key, int64_t* out_ms, double lo, double hi) {
   double s = static_cast<double>(*out_ms) / 1000.0;
@@ -17,10 +16,10 @@ Status OptionalSeconds(ConfigMap& m, const char* key, int64_t* out_ms, double lo
 Status ReadDataSpec(ConfigMap& m, data::DataSpec* spec, bool shard_keys) {
   HUDDLE_RETURN_IF_ERROR(m.Optional("path", &spec->path));
   HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("format", &spec->format, {"idx", "csv"}));
-  std::string partition = spec->partitioned
-                              ? (spec->partition.kind == data::PartitionOptions::Kind::kIid
-                                     ? "iid" : "dirichlet")
-                              : "none";
+  std::string partition =
+      spec->partitioned
+          ? (spec->partition.kind == data::PartitionOptions::Kind::kIid ? "iid" : "dirichlet")
+          : "none";
   HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("partition", &partition, {"none", "iid", "dirichlet"}));
   spec->partitioned = partition != "none";
   spec->partition.kind = partition == "dirichlet" ? data::PartitionOptions::Kind::kDirichlet
@@ -78,7 +77,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(cohort.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap round, top.Child("round"));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(round, "deadline_s", &o.round_deadline_ms, 0.1, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(round, "deadline_s", &o.round_deadline_ms, 0.1, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(round.Optional("quorum", &o.quorum, 1, 1 << 24));
   HUDDLE_RETURN_IF_ERROR(round.Optional("upload_slots", &o.upload_slots, 1, 4096));
   HUDDLE_RETURN_IF_ERROR(round.Finish());
@@ -90,7 +90,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap agg, top.Child("aggregation"));
   HUDDLE_RETURN_IF_ERROR(agg.Optional("max_update_abs", &o.aggregation.max_abs_value, 1e-6, 1e12));
-  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_examples", &o.aggregation.max_weight, 1, int64_t{1} << 40));
+  HUDDLE_RETURN_IF_ERROR(
+      agg.Optional("max_examples", &o.aggregation.max_weight, 1, int64_t{1} << 40));
   HUDDLE_RETURN_IF_ERROR(agg.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap eval, top.Child("evaluation"));
@@ -102,11 +103,15 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   const bool coord_has_min_clients = coord.Has("min_clients");
   HUDDLE_RETURN_IF_ERROR(coord.Optional("bind", &job.bind));
   // Default: a fixed-size cohort waits for a full cohort; Poisson sampling for one client.
-  o.min_clients = o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed ? o.cohort.size : 1;
+  o.min_clients =
+      o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed ? o.cohort.size : 1;
   HUDDLE_RETURN_IF_ERROR(coord.Optional("min_clients", &o.min_clients, 1, 1 << 24));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(coord, "wait_for_clients_s", &o.wait_for_clients_ms, 0.1, 7 * 86400));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(coord, "heartbeat_interval_s", &o.heartbeat_interval_ms, 0.05, 3600));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(coord, "client_timeout_s", &o.client_timeout_ms, 0, 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(coord, "wait_for_clients_s", &o.wait_for_clients_ms, 0.1, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(coord, "heartbeat_interval_s", &o.heartbeat_interval_ms, 0.05, 3600));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(coord, "client_timeout_s", &o.client_timeout_ms, 0, 86400));
   HUDDLE_RETURN_IF_ERROR(coord.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
@@ -132,7 +137,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(output.Finish());
   HUDDLE_RETURN_IF_ERROR(top.Finish());
 
-  if (o.quorum > o.cohort.size && o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed) {
+  if (o.quorum > o.cohort.size &&
+      o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": round.quorum (", o.quorum,
                                                    ") exceeds cohort.size (", o.cohort.size,
                                                    "): no round could ever update the model"));
@@ -151,10 +157,14 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
   HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &c.data, /*shard_keys=*/true));
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap conn, top.Child("connection"));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "coordinator_timeout_s", &c.runner.coordinator_timeout_ms, 0.1, 86400));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "backoff_initial_s", &c.runner.backoff_initial_ms, 0.01, 3600));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "backoff_max_s", &c.runner.backoff_max_ms, 0.01, 3600));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(conn, "give_up_after_s", &c.runner.give_up_after_ms, 0, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(conn, "coordinator_timeout_s", &c.runner.coordinator_timeout_ms, 0.1, 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(conn, "backoff_initial_s", &c.runner.backoff_initial_ms, 0.01, 3600));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(conn, "backoff_max_s", &c.runner.backoff_max_ms, 0.01, 3600));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(conn, "give_up_after_s", &c.runner.give_up_after_ms, 0, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(conn.Finish());
   HUDDLE_RETURN_IF_ERROR(top.Finish());
   return c;

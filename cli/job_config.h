@@ -14,8 +14,8 @@
 namespace huddle::cli {
 
 struct SimulationOptions {
-  int64_t clients = 0;   // simulated clients (in one process)
-  int64_t threads = 2;   // pool threads running them
+  int64_t clients = 0;  // simulated clients (in one process)
+  int64_t threads = 2;  // pool threads running them
 };
 
 struct JobConfig {

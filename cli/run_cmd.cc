@@ -9,23 +9,22 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
 
-#include "client/agent.h"
 #include "cli/commands.h"
+#include "client/agent.h"
 #include "common/file_util.h"
 #include "common/logging.h"
-#include "data/fashion_mnist.h"
 #include "data/csv.h"
+#include "data/fashion_mnist.h"
 #include "data/partition.h"
 #include "transport/inproc_transport.h"
 
@@ -90,8 +89,8 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
     std::fprintf(stderr, "huddle run: %s\n", std::string(st.message()).c_str());
     return 1;
   }
-  std::printf("huddle run: coordinator on %s, %lld client processes, logs in %s\n", endpoint.c_str(),
-              static_cast<long long>(job.local_clients), logs.c_str());
+  std::printf("huddle run: coordinator on %s, %lld client processes, logs in %s\n",
+              endpoint.c_str(), static_cast<long long>(job.local_clients), logs.c_str());
   std::fflush(stdout);
 
   auto coord = Spawn({exe, "coordinator", "--config", config, "--out", out, "--bind", endpoint},
@@ -102,9 +101,9 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
   for (int64_t i = 0; i < job.local_clients; ++i) {
     char id[32];
     std::snprintf(id, sizeof(id), "client-%03lld", static_cast<long long>(i));
-    std::vector<std::string> argv = {exe, "client", "--coordinator", endpoint, "--client-id", id,
-                                     "--data", d.path, "--format", d.format,
-                                     "--give-up-after", "120"};
+    std::vector<std::string> argv = {exe,           "client", "--coordinator",   endpoint,
+                                     "--client-id", id,       "--data",          d.path,
+                                     "--format",    d.format, "--give-up-after", "120"};
     if (d.partitioned) {
       argv.insert(argv.end(),
                   {"--partition",
@@ -168,8 +167,9 @@ int RunSimulation(JobConfig job) {
   const SimulationOptions sim = *job.simulation;
   const data::DataSpec& d = job.client_data;
   StatusOr<data::Dataset> train =
-      d.format == "csv" ? data::LoadCsvDataset(d.path, data::CsvOptions{d.num_classes, d.csv_scale_255})
-                        : data::LoadFashionMnist(d.path, data::Split::kTrain, nullptr);
+      d.format == "csv"
+          ? data::LoadCsvDataset(d.path, data::CsvOptions{d.num_classes, d.csv_scale_255})
+          : data::LoadFashionMnist(d.path, data::Split::kTrain, nullptr);
   if (!train.ok()) {
     std::fprintf(stderr, "huddle run: %s\n", std::string(train.status().message()).c_str());
     return 1;
@@ -211,7 +211,8 @@ int RunLocalCommand(const RunFlags& flags, const std::string& self_exe) {
     return 2;
   }
   if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
-  if (job->coordinator.out_dir.empty()) job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
+  if (job->coordinator.out_dir.empty())
+    job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
   if (job->simulation) {
     if (Status st = SetupLogging(job->log_level, "simulation"); !st.ok()) return 2;
     if (Status st = MakeDirs(job->coordinator.out_dir); !st.ok()) return 1;

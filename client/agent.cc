@@ -10,8 +10,8 @@ constexpr const char* kAgentVersion = "huddle-0.1";
 
 StatusOr<models::MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec) {
   if (spec.kind != "mlp") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("coordinator asks for model kind '", spec.kind, "'; this agent supports: mlp"));
+    return absl::InvalidArgumentError(absl::StrCat("coordinator asks for model kind '", spec.kind,
+                                                   "'; this agent supports: mlp"));
   }
   models::MlpSpec m;
   m.input_dim = spec.input_dim;
@@ -83,7 +83,8 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
       done_ = true;
       return Replies{};
     default:
-      spdlog::warn("ignoring unexpected {} from the coordinator", wire::MessageTypeName(msg.type()));
+      spdlog::warn("ignoring unexpected {} from the coordinator",
+                   wire::MessageTypeName(msg.type()));
       return Replies{};
   }
 }
@@ -99,8 +100,8 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   Status params_ok = models::CheckParams(*model_, global);
   if (!params_ok.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("round ", msg.round, ": global model does not match the job's model: ",
-                     params_ok.message()));
+        absl::StrCat("round ", msg.round,
+                     ": global model does not match the job's model: ", params_ok.message()));
   }
   models::TrainOptions train = TrainOptionsFromWire(fit.train);
   spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
@@ -129,10 +130,11 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   pending.delta = std::move(delta);
   pending_ = std::move(pending);
   ++rounds_trained_;
-  spdlog::log(routine_level_, "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s", msg.round,
-                stats->examples, stats->loss, stats->accuracy, stats->seconds);
-  return Replies{wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples}, msg.round,
-                                   client_id_)};
+  spdlog::log(routine_level_,
+              "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
+              msg.round, stats->examples, stats->loss, stats->accuracy, stats->seconds);
+  return Replies{
+      wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples}, msg.round, client_id_)};
 }
 
 std::vector<wire::Message> ClientAgent::OnGrant(const wire::Message& msg) {

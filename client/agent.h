@@ -19,12 +19,12 @@
 // Thread-safety: none; the caller serialises calls.
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "common/status.h"
 #include "data/dataset.h"

@@ -97,8 +97,9 @@ Status RunClient(ClientAgent& agent, transport::ClientTransport& transport,
   bool warned_unreachable = false;
 
   auto next_backoff = [&] {
-    const int64_t wait = backoff_ms / 2 + static_cast<int64_t>(jitter.UniformInt(
-                                              static_cast<uint64_t>(backoff_ms / 2 + 1)));
+    const int64_t wait =
+        backoff_ms / 2 +
+        static_cast<int64_t>(jitter.UniformInt(static_cast<uint64_t>(backoff_ms / 2 + 1)));
     backoff_ms = std::min(options.backoff_max_ms, backoff_ms * 2);
     return wait;
   };

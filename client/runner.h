@@ -22,11 +22,11 @@
 namespace huddle::client {
 
 struct RunnerOptions {
-  int64_t heartbeat_interval_ms = 1000;     // until the coordinator's Welcome says otherwise
-  int64_t coordinator_timeout_ms = 15000;   // silence after which the connection is renewed
+  int64_t heartbeat_interval_ms = 1000;    // until the coordinator's Welcome says otherwise
+  int64_t coordinator_timeout_ms = 15000;  // silence after which the connection is renewed
   int64_t backoff_initial_ms = 250;
   int64_t backoff_max_ms = 8000;
-  int64_t give_up_after_ms = 0;             // 0: keep trying for ever
+  int64_t give_up_after_ms = 0;  // 0: keep trying for ever
 };
 
 // Returns OK after a Shutdown (or *stop), the agent's fatal error, or Unavailable after

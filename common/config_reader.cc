@@ -15,7 +15,8 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
     }
     std::swap(prev, cur);
   }
@@ -35,8 +36,8 @@ StatusOr<ConfigMap> ConfigMap::From(const YAML::Node& node, std::string origin, 
     for (const auto& kv : node) {
       const std::string key = kv.first.as<std::string>("");
       if (!seen.insert(key).second) {
-        return absl::InvalidArgumentError(absl::StrCat(origin, ": ", path.empty() ? "top level" : path,
-                                                       ": key '", key, "' appears twice"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ": ", path.empty() ? "top level" : path, ": key '", key, "' appears twice"));
       }
     }
   }
@@ -78,8 +79,8 @@ Status ConfigMap::Optional(std::string_view key, int64_t* out, int64_t lo, int64
   const std::string text = v->Scalar();
   int64_t x;
   if (!absl::SimpleAtoi(text, &x)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(key), ": '", text, "' is not an integer (allowed: [", lo, ", ", hi, "])"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(key), ": '", text, "' is not an integer (allowed: [", lo, ", ", hi, "])"));
   }
   if (x < lo || x > hi) {
     return absl::InvalidArgumentError(
@@ -95,8 +96,8 @@ Status ConfigMap::Optional(std::string_view key, double* out, double lo, double 
   const std::string text = v->Scalar();
   double x;
   if (!absl::SimpleAtod(text, &x) || !std::isfinite(x)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(key), ": '", text, "' is not a finite number (allowed: [", lo, ", ", hi, "])"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(key), ": '", text, "' is not a finite number (allowed: [", lo, ", ", hi, "])"));
   }
   if (x < lo || x > hi) {
     return absl::InvalidArgumentError(
@@ -133,15 +134,16 @@ Status ConfigMap::OptionalChoice(std::string_view key, std::string* out,
   if (!v) return absl::OkStatus();  // absent: the default stays, whatever it is
   const std::string value = v->Scalar();
   if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(Where(key), ": '", value,
-                                                   "' is not allowed (allowed: ",
-                                                   absl::StrJoin(std::vector<std::string>(allowed.begin(), allowed.end()), ", "), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(key), ": '", value, "' is not allowed (allowed: ",
+        absl::StrJoin(std::vector<std::string>(allowed.begin(), allowed.end()), ", "), ")"));
   }
   *out = value;
   return absl::OkStatus();
 }
 
-Status ConfigMap::Optional(std::string_view key, std::vector<int64_t>* out, int64_t lo, int64_t hi) {
+Status ConfigMap::Optional(std::string_view key, std::vector<int64_t>* out, int64_t lo,
+                           int64_t hi) {
   known_.emplace(key);
   YAML::Node v = node_[std::string(key)];
   if (!v || v.IsNull()) return absl::OkStatus();
@@ -154,8 +156,8 @@ Status ConfigMap::Optional(std::string_view key, std::vector<int64_t>* out, int6
     int64_t x;
     const std::string text = v[i].IsScalar() ? v[i].Scalar() : "<not a scalar>";
     if (!absl::SimpleAtoi(text, &x) || x < lo || x > hi) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(key), "[", i, "]: '", text,
-                                                     "' is not an integer in [", lo, ", ", hi, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(key), "[", i, "]: '", text, "' is not an integer in [", lo, ", ", hi, "]"));
     }
     values.push_back(x);
   }
@@ -165,7 +167,8 @@ Status ConfigMap::Optional(std::string_view key, std::vector<int64_t>* out, int6
 
 StatusOr<ConfigMap> ConfigMap::Child(std::string_view key) {
   known_.emplace(key);
-  return From(node_[std::string(key)], origin_, path_.empty() ? std::string(key) : absl::StrCat(path_, ".", std::string(key)));
+  return From(node_[std::string(key)], origin_,
+              path_.empty() ? std::string(key) : absl::StrCat(path_, ".", std::string(key)));
 }
 
 Status ConfigMap::Finish() const {
@@ -181,10 +184,10 @@ Status ConfigMap::Finish() const {
         best = k;
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        origin_, ": ", path_.empty() ? "top level" : path_, ": unknown key '", key, "' (",
-        best.empty() ? "" : absl::StrCat("did you mean '", best, "'? "), "allowed: ",
-        absl::StrJoin(known_, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin_, ": ", path_.empty() ? "top level" : path_, ": unknown key '", key,
+                     "' (", best.empty() ? "" : absl::StrCat("did you mean '", best, "'? "),
+                     "allowed: ", absl::StrJoin(known_, ", "), ")"));
   }
   return absl::OkStatus();
 }

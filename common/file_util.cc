@@ -85,7 +85,8 @@ StatusOr<std::string> ReadFile(const std::string& path) {
 Status MakeDirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create directory '", dir, "': ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot create directory '", dir, "': ", ec.message()));
   return absl::OkStatus();
 }
 

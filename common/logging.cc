@@ -8,8 +8,9 @@ namespace huddle {
 Status SetupLogging(const std::string& level, const std::string& component) {
   const spdlog::level::level_enum lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown log level '", level, "' (allowed: trace, debug, info, warn, error, critical, off)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown log level '", level,
+                     "' (allowed: trace, debug, info, warn, error, critical, off)"));
   }
   std::shared_ptr<spdlog::logger> logger = spdlog::get(component);
   if (!logger) {

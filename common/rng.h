@@ -1,12 +1,13 @@
 // Deterministic, seedable random numbers for everything that must be reproducible: cohort sampling,
 // data partitioning, weight initialisation, minibatch order.
 //
-// NOT for privacy noise: noise that protects privacy comes from a cryptographic generator (privacy/).
+// NOT for privacy noise: noise that protects privacy comes from a cryptographic generator
+// (privacy/).
 //
 // `Rng` is xoshiro256** (Blackman and Vigna) seeded through SplitMix64. Its whole state is four
 // 64-bit words, so checkpoints can save and restore it exactly. The distributions below are written
-// out here (not std::*_distribution, whose algorithms differ between standard libraries) so the same
-// seed gives the same numbers on every platform.
+// out here (not std::*_distribution, whose algorithms differ between standard libraries) so the
+// same seed gives the same numbers on every platform.
 //
 // Thread-safety: none; one Rng per thread or component.
 #pragma once

@@ -3,12 +3,12 @@
 // protobuf, yaml-cpp) are caught at the call site and turned into a Status.
 #pragma once
 
+#include <fmt/format.h>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-
-#include <fmt/format.h>
 
 namespace huddle {
 
@@ -38,10 +38,10 @@ struct fmt::formatter<absl::Status> : fmt::formatter<std::string> {
 #define HUDDLE_CONCAT_(a, b) HUDDLE_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define HUDDLE_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::absl::Status huddle_status_ = (expr);           \
-    if (!huddle_status_.ok()) return huddle_status_;  \
+#define HUDDLE_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status huddle_status_ = (expr);          \
+    if (!huddle_status_.ok()) return huddle_status_; \
   } while (0)
 
 // `lhs = value of expr` (an absl::StatusOr<T>), or returns its error from the enclosing function.

@@ -52,7 +52,8 @@ int64_t TotalElements(const ModelLayout& layout) {
   return n;
 }
 
-Status ValidateShape(std::span<const int64_t> shape, int64_t max_elements, const std::string& what) {
+Status ValidateShape(std::span<const int64_t> shape, int64_t max_elements,
+                     const std::string& what) {
   constexpr size_t kMaxRank = 8;
   if (shape.size() > kMaxRank) {
     return absl::InvalidArgumentError(

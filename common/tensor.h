@@ -1,8 +1,8 @@
 // Tensors and parameter lists: the unit of data every module exchanges.
 //
-// A model's parameters are an ordered list of named float32 tensors (`TensorList`). The wire carries
-// each tensor as one raw frame described by a `TensorSpec`; `ModelLayout` is the list of specs a
-// round expects, against which every incoming update is validated.
+// A model's parameters are an ordered list of named float32 tensors (`TensorList`). The wire
+// carries each tensor as one raw frame described by a `TensorSpec`; `ModelLayout` is the list of
+// specs a round expects, against which every incoming update is validated.
 //
 // Thread-safety: plain values; no internal synchronisation.
 #pragma once

@@ -84,7 +84,8 @@ StatusOr<TensorList> ByteReader::TensorListValue() {
       HUDDLE_ASSIGN_OR_RETURN(uint64_t d, U64());
       t.spec.shape.push_back(static_cast<int64_t>(d));
     }
-    Status shape_ok = ValidateShape(t.spec.shape, kMaxElements, absl::StrCat(what_, ": ", t.name()));
+    Status shape_ok =
+        ValidateShape(t.spec.shape, kMaxElements, absl::StrCat(what_, ": ", t.name()));
     if (!shape_ok.ok()) return absl::DataLossError(shape_ok.message());
     const size_t bytes = static_cast<size_t>(t.spec.NumElements()) * sizeof(float);
     HUDDLE_RETURN_IF_ERROR(Need(bytes));

@@ -13,13 +13,13 @@
 namespace huddle::coordinator {
 
 struct Checkpoint {
-  uint64_t completed_round = 0;   // rounds 1..completed_round are done
+  uint64_t completed_round = 0;  // rounds 1..completed_round are done
   uint64_t model_version = 0;
-  uint64_t seed = 0;              // the job's seed (a resume with another seed is refused)
-  Rng::State rng_state{};         // cohort sampling stream
+  uint64_t seed = 0;       // the job's seed (a resume with another seed is refused)
+  Rng::State rng_state{};  // cohort sampling stream
   TensorList model;
-  TensorList optimizer_state;     // server optimizer (velocity); may be empty
-  double elapsed_s = 0;           // wall time of the job so far
+  TensorList optimizer_state;  // server optimizer (velocity); may be empty
+  double elapsed_s = 0;        // wall time of the job so far
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
 };

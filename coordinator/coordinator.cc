@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
-
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
@@ -228,12 +227,14 @@ void Coordinator::SendFit(const std::string& id) {
   fit.model_version = model_version_;
   fit.train = options_.train;
   fit.seed = DeriveSeed(options_.seed, kClientStream, round.number);
-  fit.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(0, round.deadline_ms - clock_->NowMs()));
+  fit.deadline_ms =
+      static_cast<uint32_t>(std::max<int64_t>(0, round.deadline_ms - clock_->NowMs()));
   wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
   msg.tensors = wire::ShareAll(round.global);
   Status st = transport_->Send(clients_.at(id).peer, msg);
   if (!st.ok()) {
-    spdlog::warn("round {}: cannot send the model to client {}: {}", round.number, id, st.message());
+    spdlog::warn("round {}: cannot send the model to client {}: {}", round.number, id,
+                 st.message());
     round.members[id] = MemberState::kFailed;
   }
 }
@@ -303,8 +304,8 @@ void Coordinator::OnJoin(const transport::PeerId& peer, const wire::Message& msg
   const auto& join = std::get<wire::Join>(msg.body);
   if (!ValidClientId(join.client_id)) {
     spdlog::warn("peer {}: refused join with invalid client id", PeerName(peer));
-    Refuse(peer, wire::ErrorCode::kRejected,
-           "client id must be 1-128 characters of [A-Za-z0-9._-]", 0);
+    Refuse(peer, wire::ErrorCode::kRejected, "client id must be 1-128 characters of [A-Za-z0-9._-]",
+           0);
     return;
   }
   ClientRecord& c = clients_[join.client_id];
@@ -343,7 +344,8 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
   if (!round_ || msg.round != round_->number) {
     (round_ ? round_->metrics.stale : pending_stale_)++;
     Refuse(peer, wire::ErrorCode::kWrongRound,
-           absl::StrCat("round ", msg.round, " is closed", round_ ? absl::StrCat("; round ", round_->number, " is open") : ""),
+           absl::StrCat("round ", msg.round, " is closed",
+                        round_ ? absl::StrCat("; round ", round_->number, " is open") : ""),
            msg.round);
     return;
   }
@@ -365,8 +367,8 @@ void Coordinator::GrantSlots() {
     round.waiting.pop_front();
     auto m = round.members.find(id);
     if (m == round.members.end() || m->second != MemberState::kWaitingSlot) continue;
-    Status st = transport_->Send(clients_.at(id).peer,
-                                 wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
+    Status st = transport_->Send(
+        clients_.at(id).peer, wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
     if (!st.ok()) {
       FailMember(id, "unreachable for its upload grant");
       continue;
@@ -391,7 +393,8 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
     round.metrics.rejected++;
     spdlog::warn("client {}: unsolicited result in round {}", id, round.number);
     Refuse(peer, wire::ErrorCode::kRejected,
-           absl::StrCat("client ", id, " holds no upload grant in round ", round.number), msg.round);
+           absl::StrCat("client ", id, " holds no upload grant in round ", round.number),
+           msg.round);
     return;
   }
   round.uploads_in_flight--;
@@ -434,10 +437,10 @@ Status Coordinator::FoldResult(const wire::Message& msg, const wire::FitResult& 
     const TensorSpec& got = msg.tensors[i].spec;
     const TensorSpec& want = layout_[i];
     if (got.name != want.name || got.shape != want.shape || got.dtype != want.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", i, " is '", got.name, "' ", ShapeString(got.shape), " ", DTypeName(got.dtype),
-          "; round ", msg.round, " expects '", want.name, "' ", ShapeString(want.shape), " ",
-          DTypeName(want.dtype)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " is '", got.name, "' ", ShapeString(got.shape), " ",
+                       DTypeName(got.dtype), "; round ", msg.round, " expects '", want.name, "' ",
+                       ShapeString(want.shape), " ", DTypeName(want.dtype)));
     }
     spans.push_back(msg.tensors[i].floats());
   }

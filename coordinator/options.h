@@ -23,27 +23,27 @@ struct CohortOptions {
 
 struct CoordinatorOptions {
   std::string job_name = "huddle";
-  uint64_t seed = 1;                       // model init, cohort sampling, client seeds
+  uint64_t seed = 1;  // model init, cohort sampling, client seeds
   int64_t rounds = 20;
   models::MlpSpec model;
-  wire::TrainConfig train;                 // sent to clients with every fit instruction
+  wire::TrainConfig train;  // sent to clients with every fit instruction
   CohortOptions cohort;
 
-  int64_t min_clients = 1;                 // enrolled live clients needed to start a round
-  int64_t wait_for_clients_ms = 120000;    // error if min_clients have not joined by then
-  int64_t round_deadline_ms = 60000;       // results after this are ignored (stragglers)
-  int64_t quorum = 1;                      // results needed for a round to update the model
-  int64_t upload_slots = 4;                // uploads in flight at once (bounds memory)
+  int64_t min_clients = 1;               // enrolled live clients needed to start a round
+  int64_t wait_for_clients_ms = 120000;  // error if min_clients have not joined by then
+  int64_t round_deadline_ms = 60000;     // results after this are ignored (stragglers)
+  int64_t quorum = 1;                    // results needed for a round to update the model
+  int64_t upload_slots = 4;              // uploads in flight at once (bounds memory)
 
   aggregation::ServerOptimizerOptions server;
   aggregation::AggregatorOptions aggregation;
 
-  int64_t eval_every = 1;                  // evaluate every k rounds (0: never)
-  int64_t heartbeat_interval_ms = 1000;    // told to clients
-  int64_t client_timeout_ms = 10000;       // silent this long -> considered gone (0: never)
+  int64_t eval_every = 1;                // evaluate every k rounds (0: never)
+  int64_t heartbeat_interval_ms = 1000;  // told to clients
+  int64_t client_timeout_ms = 10000;     // silent this long -> considered gone (0: never)
 
-  std::string out_dir;                     // metrics.jsonl, summary.json, model.bin, checkpoint
-  bool resume = false;                     // continue from out_dir/checkpoint.bin
+  std::string out_dir;  // metrics.jsonl, summary.json, model.bin, checkpoint
+  bool resume = false;  // continue from out_dir/checkpoint.bin
 };
 
 }  // namespace huddle::coordinator

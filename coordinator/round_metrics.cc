@@ -29,14 +29,16 @@ std::string RoundMetrics::ToJson() const {
 }
 
 std::string RoundMetrics::ProgressLine() const {
-  std::string line = fmt::format("round {}/{} | updates {}/{}", round, total_rounds, results,
-                                 clients_sampled);
+  std::string line =
+      fmt::format("round {}/{} | updates {}/{}", round, total_rounds, results, clients_sampled);
   if (dropped > 0) line += fmt::format(" ({} dropped)", dropped);
   if (rejected + stale + malformed > 0) {
-    line += fmt::format(" | refused {} rejected, {} stale, {} malformed", rejected, stale, malformed);
+    line +=
+        fmt::format(" | refused {} rejected, {} stale, {} malformed", rejected, stale, malformed);
   }
   if (!updated) line += " | no quorum, model unchanged";
-  if (test_accuracy) line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);
+  if (test_accuracy)
+    line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);
   line += fmt::format(" | {:.2f} s", duration_s);
   return line;
 }

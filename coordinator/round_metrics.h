@@ -13,20 +13,20 @@ struct RoundMetrics {
   uint64_t total_rounds = 0;
   int64_t clients_enrolled = 0;
   int64_t clients_sampled = 0;
-  int64_t results = 0;        // updates folded into the model
-  int64_t dropped = 0;        // sampled but no accepted result by the deadline (incl. rejected)
-  int64_t rejected = 0;       // results refused by validation (shape, dtype, non-finite, ...)
-  int64_t stale = 0;          // messages for another round (stragglers)
-  int64_t malformed = 0;      // messages that failed to decode
-  bool updated = false;       // quorum met and the model changed
-  int64_t examples = 0;       // sum of the accepted results' example counts
-  std::optional<double> train_loss;      // example-weighted mean over accepted results
-  std::optional<double> test_accuracy;   // server-side evaluation, when due
+  int64_t results = 0;    // updates folded into the model
+  int64_t dropped = 0;    // sampled but no accepted result by the deadline (incl. rejected)
+  int64_t rejected = 0;   // results refused by validation (shape, dtype, non-finite, ...)
+  int64_t stale = 0;      // messages for another round (stragglers)
+  int64_t malformed = 0;  // messages that failed to decode
+  bool updated = false;   // quorum met and the model changed
+  int64_t examples = 0;   // sum of the accepted results' example counts
+  std::optional<double> train_loss;     // example-weighted mean over accepted results
+  std::optional<double> test_accuracy;  // server-side evaluation, when due
   std::optional<double> test_loss;
   double duration_s = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
-  double elapsed_s = 0;       // since the job started (across resumes)
+  double elapsed_s = 0;  // since the job started (across resumes)
 
   std::string ToJson() const;
   // "round 3/20 | updates 10/10 | test acc 0.8312 loss 0.4710 | 1.24 s"

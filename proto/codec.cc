@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 
 #include "huddle.pb.h"
 
@@ -118,7 +118,8 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
     }
     case pb::Header::kWelcome: {
       const auto& p = h.welcome();
-      HUDDLE_RETURN_IF_ERROR(CheckString(p.job_name(), limits.max_string_bytes, "welcome.job_name"));
+      HUDDLE_RETURN_IF_ERROR(
+          CheckString(p.job_name(), limits.max_string_bytes, "welcome.job_name"));
       HUDDLE_ASSIGN_OR_RETURN(ModelSpec model, FromProto(p.model(), limits));
       return Body(Welcome{p.job_name(), std::move(model), p.heartbeat_interval_ms()});
     }
@@ -186,8 +187,8 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
   if (frames.empty()) return Malformed("no frames");
   const Frame& head = frames[0];
   if (head.bytes.size() > limits.max_header_bytes) {
-    return Malformed(absl::StrCat("header is ", head.bytes.size(), " bytes, limit ",
-                                  limits.max_header_bytes));
+    return Malformed(
+        absl::StrCat("header is ", head.bytes.size(), " bytes, limit ", limits.max_header_bytes));
   }
   pb::Header h;
   if (!h.ParseFromArray(head.bytes.data(), static_cast<int>(head.bytes.size()))) {
@@ -225,8 +226,8 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
     HUDDLE_RETURN_IF_ERROR(CheckString(s.name(), limits.max_string_bytes, what + " name"));
     if (s.name().empty()) return Malformed(absl::StrCat("tensor ", i, " has an empty name"));
     if (s.dtype() != pb::DTYPE_FLOAT32) {
-      return Malformed(absl::StrCat(what, " has dtype ", static_cast<int>(s.dtype()),
-                                    ", expected float32 (1)"));
+      return Malformed(
+          absl::StrCat(what, " has dtype ", static_cast<int>(s.dtype()), ", expected float32 (1)"));
     }
     std::vector<int64_t> shape(s.shape().begin(), s.shape().end());
     // Also cap so the byte length (elements x 4) cannot overflow, whatever the configured limit.

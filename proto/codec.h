@@ -30,8 +30,8 @@ struct CodecLimits {
   size_t max_header_bytes = 64 * 1024;
   size_t max_tensors = 256;
   int64_t max_tensor_elements = int64_t{1} << 28;  // 1 GiB of float32
-  size_t max_string_bytes = 256;                    // names, ids, sender
-  size_t max_text_bytes = 4096;                     // error and shutdown texts
+  size_t max_string_bytes = 256;                   // names, ids, sender
+  size_t max_text_bytes = 4096;                    // error and shutdown texts
 };
 
 std::string EncodeHeader(const Message& msg);

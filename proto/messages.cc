@@ -44,29 +44,46 @@ TensorList ToTensors(const std::vector<TensorPayload>& payloads) {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kUnspecified: return "unspecified";
-    case ErrorCode::kVersionMismatch: return "version_mismatch";
-    case ErrorCode::kMalformed: return "malformed";
-    case ErrorCode::kUnknownClient: return "unknown_client";
-    case ErrorCode::kWrongRound: return "wrong_round";
-    case ErrorCode::kInvalidUpdate: return "invalid_update";
-    case ErrorCode::kRejected: return "rejected";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kUnspecified:
+      return "unspecified";
+    case ErrorCode::kVersionMismatch:
+      return "version_mismatch";
+    case ErrorCode::kMalformed:
+      return "malformed";
+    case ErrorCode::kUnknownClient:
+      return "unknown_client";
+    case ErrorCode::kWrongRound:
+      return "wrong_round";
+    case ErrorCode::kInvalidUpdate:
+      return "invalid_update";
+    case ErrorCode::kRejected:
+      return "rejected";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }
 
 const char* MessageTypeName(MessageType type) {
   switch (type) {
-    case MessageType::kJoin: return "Join";
-    case MessageType::kWelcome: return "Welcome";
-    case MessageType::kFitInstruction: return "FitInstruction";
-    case MessageType::kUploadRequest: return "UploadRequest";
-    case MessageType::kUploadGrant: return "UploadGrant";
-    case MessageType::kFitResult: return "FitResult";
-    case MessageType::kHeartbeat: return "Heartbeat";
-    case MessageType::kError: return "Error";
-    case MessageType::kShutdown: return "Shutdown";
+    case MessageType::kJoin:
+      return "Join";
+    case MessageType::kWelcome:
+      return "Welcome";
+    case MessageType::kFitInstruction:
+      return "FitInstruction";
+    case MessageType::kUploadRequest:
+      return "UploadRequest";
+    case MessageType::kUploadGrant:
+      return "UploadGrant";
+    case MessageType::kFitResult:
+      return "FitResult";
+    case MessageType::kHeartbeat:
+      return "Heartbeat";
+    case MessageType::kError:
+      return "Error";
+    case MessageType::kShutdown:
+      return "Shutdown";
   }
   return "Unknown";
 }

@@ -33,9 +33,9 @@ StatusOr<size_t> SendFrames(zmq::socket_t& socket, const std::string* routing_id
       if (!sent) return absl::UnavailableError("peer's send queue is full");
     }
     const bool more = !msg.tensors.empty();
-    auto sent = socket.send(zmq::buffer(header),
-                            more ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
-                                 : zmq::send_flags::dontwait);
+    auto sent =
+        socket.send(zmq::buffer(header), more ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                                              : zmq::send_flags::dontwait);
     if (!sent) return absl::UnavailableError("send queue is full or no connection");
     for (size_t i = 0; i < msg.tensors.size(); ++i) {
       const bool last = i + 1 == msg.tensors.size();
@@ -73,8 +73,8 @@ Received RecvFrames(zmq::socket_t& socket, bool has_prefix, const wire::CodecLim
     if (first && has_prefix) {
       out.prefix.assign(static_cast<const char*>(msg->data()), msg->size());
     } else if (frames.size() <= limits.max_tensors) {
-      auto bytes = std::span<const std::byte>(static_cast<const std::byte*>(msg->data()),
-                                              msg->size());
+      auto bytes =
+          std::span<const std::byte>(static_cast<const std::byte*>(msg->data()), msg->size());
       frames.push_back(wire::Frame{msg, bytes});
     } else {
       too_many = true;

@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "transport/transport.h"
 #include "proto/codec.h"
+#include "transport/transport.h"
 
 namespace huddle::transport {
 

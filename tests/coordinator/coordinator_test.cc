@@ -103,7 +103,8 @@ TEST_F(CoordinatorTest, RoundsCompleteAndApplyTheWeightedMean) {
     for (size_t i = 0; i < expected[t].data.size(); ++i) {
       double sum = 0;
       for (const auto& c : clients) {
-        sum += static_cast<double>(c.num_examples) * testing::HonestDelta(layout, 1, c.id)[t].data[i];
+        sum +=
+            static_cast<double>(c.num_examples) * testing::HonestDelta(layout, 1, c.id)[t].data[i];
       }
       EXPECT_NEAR(model[t].data[i], expected[t].data[i] + sum / total, 1e-6) << t << " " << i;
     }
@@ -213,6 +214,18 @@ TEST_F(CoordinatorTest, KeepsServingClientsWhileItEvaluates) {
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_EQ(metrics[0].test_accuracy, 0.9);
   EXPECT_GT(receives_during_eval, 3) << "the transport was not served during the evaluation";
+}
+
+TEST_F(CoordinatorTest, AnotherProtocolVersionIsAnsweredWithVersionMismatch) {
+  CoordinatorOptions o = Options(1, 2);
+  ManualClock clock;
+  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  fed.InjectDecodeError("old-agent",
+                        absl::FailedPreconditionError("protocol version mismatch: peer speaks "
+                                                      "version 0, this build speaks version 1"));
+  Coordinator coord(o, &fed, &clock);
+  ASSERT_TRUE(coord.Run().ok());
+  EXPECT_EQ(fed.ErrorsSent("old-agent", wire::ErrorCode::kVersionMismatch), 1);
 }
 
 TEST_F(CoordinatorTest, PoissonSamplingIsSeededAndVaries) {

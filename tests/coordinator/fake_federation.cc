@@ -36,9 +36,13 @@ void FakeFederation::Queue(const std::string& peer, wire::Message msg) {
 }
 
 void FakeFederation::InjectGarbage(const std::string& peer) {
+  InjectDecodeError(peer, absl::InvalidArgumentError("malformed message: header does not parse"));
+}
+
+void FakeFederation::InjectDecodeError(const std::string& peer, Status error) {
   transport::Inbound in;
   in.peer = peer;
-  in.message = absl::InvalidArgumentError("malformed message: header does not parse");
+  in.message = std::move(error);
   pending_.push_back(std::move(in));
 }
 

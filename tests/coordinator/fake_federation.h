@@ -28,13 +28,13 @@ class ManualClock final : public Clock {
 };
 
 enum class Behaviour {
-  kHonest,         // deterministic delta derived from (round, client)
-  kSilent,         // joins, then never answers a fit instruction
-  kNaN,            // a NaN in its update
-  kWrongShape,     // a tensor with a wrong shape
-  kWrongRound,     // answers with round - 1
-  kUnsolicited,    // sends a FitResult without asking for an upload slot
-  kHugeValue,      // a value above the aggregation bound
+  kHonest,       // deterministic delta derived from (round, client)
+  kSilent,       // joins, then never answers a fit instruction
+  kNaN,          // a NaN in its update
+  kWrongShape,   // a tensor with a wrong shape
+  kWrongRound,   // answers with round - 1
+  kUnsolicited,  // sends a FitResult without asking for an upload slot
+  kHugeValue,    // a value above the aggregation bound
 };
 
 struct SyntheticClient {
@@ -59,6 +59,8 @@ class FakeFederation final : public transport::ServerTransport {
 
   // Queues raw bad bytes from a stranger (a decode error reaches the coordinator).
   void InjectGarbage(const std::string& peer);
+  // Queues a decode failure with this status from `peer`.
+  void InjectDecodeError(const std::string& peer, Status error);
   // Number of Error messages each peer received, by code name.
   int ErrorsSent(const std::string& peer, wire::ErrorCode code) const;
   int shutdowns() const { return shutdowns_; }

@@ -36,13 +36,18 @@ class FederationTest : public ::testing::Test {
   std::string WriteJob(const std::string& dir, const JobSettings& s) {
     const std::string path = dir + "/job.yaml";
     WriteText(path, "name: it\nseed: 3\nrounds: " + std::to_string(s.rounds) +
-                        "\nmodel: {hidden: [" + std::to_string(s.hidden) + "]}\n"
+                        "\nmodel: {hidden: [" + std::to_string(s.hidden) +
+                        "]}\n"
                         "train: {epochs: 1, batch_size: 64, learning_rate: 0.1}\n"
-                        "cohort: {size: " + std::to_string(s.clients) + "}\n"
-                        "round: {deadline_s: " + std::to_string(s.deadline_s) +
+                        "cohort: {size: " +
+                        std::to_string(s.clients) +
+                        "}\n"
+                        "round: {deadline_s: " +
+                        std::to_string(s.deadline_s) +
                         ", quorum: 1, upload_slots: 2}\n"
                         "evaluation: {every: 1}\n"
-                        "coordinator: {min_clients: " + std::to_string(s.clients) +
+                        "coordinator: {min_clients: " +
+                        std::to_string(s.clients) +
                         ", wait_for_clients_s: 60, heartbeat_interval_s: 0.5, client_timeout_s: " +
                         std::to_string(s.client_timeout_s) + "}\n");
     return path;
@@ -51,7 +56,7 @@ class FederationTest : public ::testing::Test {
   std::unique_ptr<Process> StartCoordinator(const std::string& dir, const std::string& endpoint,
                                             bool resume = false) {
     std::vector<std::string> argv = {HuddleBin(), "coordinator", "--config", dir + "/job.yaml",
-                                     "--out", dir + "/out", "--bind", endpoint};
+                                     "--out",     dir + "/out",  "--bind",   endpoint};
     if (resume) argv.push_back("--resume");
     return std::make_unique<Process>(argv, dir + "/coordinator.log");
   }
@@ -84,7 +89,16 @@ TEST_F(FederationTest, ClientsStartedFirstJoinAndRoundsComplete) {
   WriteJob(dir, s);
   const std::string endpoint = Endpoint(FreeLoopbackPort());
   std::vector<std::unique_ptr<Process>> clients;
-  for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+  for (int i = 0; i < s.clients - 1; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+  // The last client reads its settings from a client YAML (like examples/client.yaml).
+  WriteText(dir + "/client.yaml",
+            "coordinator: " + endpoint +
+                "\nclient_id: from-yaml\n"
+                "data: {partition: iid, num_shards: 20, shard: 19, seed: 1}\n"
+                "connection: {backoff_initial_s: 0.1, give_up_after_s: 60}\n");
+  clients.push_back(std::make_unique<Process>(
+      std::vector<std::string>{HuddleBin(), "client", "--config", dir + "/client.yaml"},
+      dir + "/client-yaml.log"));
   std::this_thread::sleep_for(milliseconds(1500));  // clients retry with backoff meanwhile
   auto coordinator = StartCoordinator(dir, endpoint);
   ASSERT_EQ(coordinator->Wait(seconds(180)), 0) << ReadAll(dir + "/coordinator.log");
@@ -123,9 +137,12 @@ TEST_F(FederationTest, KilledClientMidRoundTheRoundClosesAtItsDeadline) {
                                "slow", "--data", kFashionMnist, "--give-up-after", "60"},
       dir + "/client-slow.log"));
   // Kill it while it trains for round 2: a whole 60000-example epoch takes seconds.
-  ASSERT_TRUE(WaitFor([&] {
-    return ReadAll(dir + "/client-slow.log").find("round 2: training") != std::string::npos;
-  }, seconds(120))) << ReadAll(dir + "/coordinator.log");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ReadAll(dir + "/client-slow.log").find("round 2: training") != std::string::npos;
+      },
+      seconds(120)))
+      << ReadAll(dir + "/coordinator.log");
   clients[2]->Kill(SIGKILL);
   ASSERT_EQ(coordinator->Wait(seconds(120)), 0) << ReadAll(dir + "/coordinator.log");
   const auto metrics = Metrics(dir);
