@@ -97,6 +97,7 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
                      logs + "/coordinator.log", /*keep_stdout=*/true);
   if (!coord.ok()) return 1;
   std::vector<pid_t> clients;
+  std::vector<std::string> client_logs;
   const data::DataSpec& d = job.client_data;
   for (int64_t i = 0; i < job.local_clients; ++i) {
     char id[32];
@@ -113,19 +114,43 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
                    std::to_string(d.partition.seed)});
     }
     auto pid = Spawn(argv, logs + "/" + id + ".log", /*keep_stdout=*/false);
-    if (pid.ok()) clients.push_back(*pid);
+    if (pid.ok()) {
+      clients.push_back(*pid);
+      client_logs.push_back(logs + "/" + id + ".log");
+    }
   }
 
+  // Wait for the coordinator. A client that fails (bad data, bad flags) stops the job at once
+  // with its own error rather than leaving the coordinator waiting for it.
   int status = 0;
+  bool client_failed = false;
   while (true) {
     pid_t r = ::waitpid(*coord, &status, WNOHANG);
     if (r == *coord) break;
     if (StopFlag().load()) ::kill(*coord, SIGTERM);
+    for (size_t i = 0; i < clients.size() && !client_failed; ++i) {
+      int cs = 0;
+      if (clients[i] > 0 && ::waitpid(clients[i], &cs, WNOHANG) == clients[i]) {
+        clients[i] = -1;
+        if (ExitCode(cs) != 0) {
+          auto text = ReadFile(client_logs[i]);
+          std::string last = text.ok() ? std::string(*text) : "";
+          while (!last.empty() && last.back() == '\n') last.pop_back();
+          last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+          std::fprintf(stderr, "huddle run: a client exited with %d: %s (see %s)\n", ExitCode(cs),
+                       last.c_str(), client_logs[i].c_str());
+          client_failed = true;
+          ::kill(*coord, SIGTERM);
+        }
+      }
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // Clients leave on the coordinator's Shutdown; give them a moment, then stop the rest.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (pid_t pid : clients) {
+    if (pid <= 0) continue;
+    if (client_failed) ::kill(pid, SIGTERM);
     int cs;
     while (::waitpid(pid, &cs, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > give_up) {
@@ -136,6 +161,7 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  if (client_failed) return 1;
   const int code = ExitCode(status);
   if (code != 0) {
     std::fprintf(stderr, "huddle run: coordinator exited with %d; see %s/coordinator.log\n", code,
