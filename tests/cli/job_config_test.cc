@@ -1,0 +1,103 @@
+// The YAML -> Options mapping: every example parses, defaults are as documented, mistakes are
+// errors that name the key, the value and what is allowed.
+#include "cli/job_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace huddle::cli {
+namespace {
+
+std::string Write(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("huddle_cfg_" + std::to_string(::getpid()) + "_" + name + ".yaml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+std::string ErrorOf(const std::string& text) {
+  auto job = LoadJobConfig(Write("err", text));
+  return job.ok() ? "" : std::string(job.status().message());
+}
+
+TEST(JobConfigTest, EveryExampleJobParses) {
+  for (const char* name : {"fashion_mnist", "dirichlet", "simulation"}) {
+    auto job = LoadJobConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/" + name + ".yaml");
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status();
+  }
+  auto client = LoadClientConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/client.yaml");
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ(client->client_id, "hospital-a");
+  EXPECT_TRUE(client->data.partitioned);
+  EXPECT_EQ(client->data.partition.num_shards, 10);
+}
+
+TEST(JobConfigTest, QuickstartMapsOntoTheOptions) {
+  auto job = LoadJobConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/fashion_mnist.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const coordinator::CoordinatorOptions& o = job->coordinator;
+  EXPECT_EQ(o.rounds, 20);
+  EXPECT_EQ(o.model.hidden, std::vector<int64_t>{128});
+  EXPECT_DOUBLE_EQ(o.train.learning_rate, 0.02);
+  EXPECT_DOUBLE_EQ(o.train.momentum, 0.9);
+  EXPECT_EQ(o.cohort.size, 10);
+  EXPECT_EQ(o.quorum, 8);
+  EXPECT_EQ(o.round_deadline_ms, 60000);
+  EXPECT_EQ(o.min_clients, 10);
+  EXPECT_EQ(job->local_clients, 10);
+  EXPECT_TRUE(job->client_data.partitioned);
+  EXPECT_EQ(job->client_data.partition.seed, 1u) << "the partition seed defaults to the job seed";
+  EXPECT_FALSE(job->simulation.has_value());
+}
+
+TEST(JobConfigTest, DefaultsOfAnEmptyJob) {
+  auto job = LoadJobConfig(Write("empty", "{}\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->coordinator.min_clients, 10) << "a fixed cohort waits for a full cohort";
+  auto poisson = LoadJobConfig(Write("poisson", "cohort: {sampling: poisson, rate: 0.2}\n"));
+  ASSERT_TRUE(poisson.ok());
+  EXPECT_EQ(poisson->coordinator.min_clients, 1);
+  auto sim = LoadJobConfig(Write("sim", "simulation: {clients: 300}\n"));
+  ASSERT_TRUE(sim.ok());
+  EXPECT_EQ(sim->coordinator.min_clients, 300) << "a simulation waits for all its clients";
+}
+
+TEST(JobConfigTest, MistakesNameTheKeyTheValueAndWhatIsAllowed) {
+  EXPECT_NE(ErrorOf("trian: {epochs: 1}\n").find("unknown key 'trian' (did you mean 'train'?"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("train: {learning_rte: 0.1}\n").find("train: unknown key 'learning_rte'"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf("train: {batch_size: 0}\n").find("train.batch_size: 0 is out of range [1, 65536]"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf("train: {learning_rate: fast}\n").find("'fast' is not a finite number"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("cohort: {sampling: random}\n")
+                .find("cohort.sampling: 'random' is not allowed (allowed: fixed, poisson)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {hidden: [128, -1]}\n").find("model.hidden[1]"), std::string::npos);
+  EXPECT_NE(ErrorOf("rounds: 2\nrounds: 3\n").find("key 'rounds' appears twice"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("round: {quorum: 11}\ncohort: {size: 10}\n").find("round.quorum (11) exceeds"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("train: 5\n").find("train must be a mapping"), std::string::npos);
+  EXPECT_NE(ErrorOf("rounds: [1\n").find("YAML syntax error"), std::string::npos);
+}
+
+TEST(JobConfigTest, ClientConfigNeedsACoordinatorAndAnId) {
+  ClientConfig c;
+  EXPECT_NE(ValidateClientConfig(c).message().find("no coordinator"), absl::string_view::npos);
+  c.coordinator = "tcp://127.0.0.1:5555";
+  EXPECT_NE(ValidateClientConfig(c).message().find("no client id"), absl::string_view::npos);
+  c.client_id = "a";
+  c.data.partitioned = true;
+  c.data.partition.num_shards = 4;
+  c.data.shard = 4;
+  EXPECT_NE(ValidateClientConfig(c).message().find("shard 4 is out of range for 4 shards"),
+            absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace huddle::cli
