@@ -1,11 +1,14 @@
 // Integration tests: real `huddle` coordinator and client processes on 127.0.0.1.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <zmq.hpp>
 
+#include "proto/codec.h"
 #include "tests/integration/process.h"
 
 namespace huddle::testing {
@@ -188,6 +191,81 @@ TEST_F(FederationTest, SigkilledCoordinatorResumesToTheSameModel) {
   const std::string b = ReadAll(dir + "/out/model.bin");
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "resumed model differs from the uninterrupted run";
+}
+
+// Sends one multipart message of raw frames.
+void SendRaw(zmq::socket_t& s, const std::vector<std::string>& frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    s.send(zmq::buffer(frames[i]), i + 1 < frames.size()
+                                       ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                                       : zmq::send_flags::dontwait);
+  }
+}
+
+// A peer that never joins and sprays the coordinator with bad messages until `stop`.
+void Hostile(const std::string& endpoint, const std::atomic<bool>& stop) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  wire::Message result = wire::MakeMessage(wire::FitResult{100, 0.1, 0.5, 0.1, 0}, 1, "c0");
+  Tensor t("fc0.weight", {32, 784});
+  result.tensors.push_back(wire::TensorPayload::CopyOf(t));
+  const std::string good_header = wire::EncodeHeader(result);
+  const std::string tensor(t.data.size() * 4, '\0');
+  wire::Message old = wire::MakeMessage(wire::Heartbeat{});
+  old.protocol_version = 0;
+  uint64_t round = 0;
+  while (!stop.load()) {
+    ++round;
+    SendRaw(s, {"not a protobuf at all \xff\xfe"});     // garbage header
+    SendRaw(s, {good_header, tensor.substr(0, 1000)});  // truncated frame
+    SendRaw(s, {good_header});                          // missing frame
+    SendRaw(s, {good_header, tensor});                  // unsolicited result
+    SendRaw(s, {wire::EncodeHeader(old)});              // wrong version
+    SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(wire::Join{"bad id!", 1, "x"}))});
+    SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(wire::UploadRequest{5}, round))});
+    SendRaw(s, std::vector<std::string>(300, "x"));                            // too many frames
+    if (round % 5 == 0) SendRaw(s, {good_header, std::string(3 << 20, 'z')});  // oversized
+    zmq::message_t reply;
+    while (s.recv(reply, zmq::recv_flags::dontwait)) {
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+}
+
+TEST_F(FederationTest, HostilePeerChangesNothingAndTheJobCompletes) {
+  JobSettings s;
+  s.rounds = 3;
+  auto run = [&](const std::string& name, bool hostile) {
+    const std::string dir = MakeTempDir(name);
+    WriteJob(dir, s);
+    const std::string endpoint = Endpoint(FreeLoopbackPort());
+    auto coordinator = StartCoordinator(dir, endpoint);
+    std::atomic<bool> stop{false};
+    std::thread attacker;
+    if (hostile) attacker = std::thread(Hostile, endpoint, std::cref(stop));
+    std::vector<std::unique_ptr<Process>> clients;
+    for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+    const int code = coordinator->Wait(seconds(180));
+    stop = true;
+    if (attacker.joinable()) attacker.join();
+    EXPECT_EQ(code, 0) << ReadAll(dir + "/coordinator.log");
+    return dir;
+  };
+  const std::string clean = run("hostile_ref", false);
+  const std::string attacked = run("hostile", true);
+  EXPECT_TRUE(ReadAll(clean + "/out/model.bin") == ReadAll(attacked + "/out/model.bin"))
+      << "the hostile peer changed the model";
+  int64_t malformed = 0;
+  for (const auto& m : Metrics(attacked)) {
+    EXPECT_EQ(m["results"], 3);
+    malformed += m["malformed"].get<int64_t>();
+  }
+  EXPECT_GT(malformed, 0) << "the attack did not reach the coordinator";
+  const std::string log = ReadAll(attacked + "/coordinator.log");
+  EXPECT_NE(log.find("protocol version mismatch"), std::string::npos);
+  EXPECT_NE(log.find("refused join with invalid client id"), std::string::npos);
 }
 
 TEST_F(FederationTest, ConfigTypoIsAClearError) {
