@@ -310,6 +310,15 @@ void Coordinator::OnJoin(const transport::PeerId& peer, const wire::Message& msg
   }
   ClientRecord& c = clients_[join.client_id];
   const bool rejoin = !c.peer.empty();
+  if (rejoin && c.peer != peer &&
+      clock_->NowMs() - c.last_seen_ms < 2 * options_.heartbeat_interval_ms) {
+    // The old connection was alive a moment ago: two agents may share this id (ids must be
+    // unique). The newest connection wins; the other will be told it is unknown and rejoin.
+    spdlog::warn(
+        "client {} joined from a second connection ({}) while its first ({}) is live; "
+        "client ids must be unique",
+        join.client_id, PeerName(peer), PeerName(c.peer));
+  }
   if (rejoin && c.peer != peer) peer_to_id_.erase(c.peer);
   c.peer = peer;
   c.num_examples = join.num_examples;
