@@ -81,6 +81,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
       OptionalSeconds(round, "deadline_s", &o.round_deadline_ms, 0.1, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(round.Optional("quorum", &o.quorum, 1, 1 << 24));
   HUDDLE_RETURN_IF_ERROR(round.Optional("upload_slots", &o.upload_slots, 1, 4096));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(round, "upload_timeout_s", &o.upload_timeout_ms, 0.1, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(round.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap server, top.Child("server"));

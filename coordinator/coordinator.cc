@@ -191,6 +191,7 @@ Status Coordinator::RunRound(uint64_t number) {
     }
     Pump(std::min<int64_t>(100, round.deadline_ms - now));
     ExpireSilentClients();
+    RevokeStaleGrants();
   }
 
   // 4-5.
@@ -383,7 +384,24 @@ void Coordinator::GrantSlots() {
       continue;
     }
     m->second = MemberState::kUploading;
+    round.granted_at_ms[id] = clock_->NowMs();
     round.uploads_in_flight++;
+  }
+}
+
+void Coordinator::RevokeStaleGrants() {
+  Round& round = *round_;
+  const int64_t now = clock_->NowMs();
+  std::vector<std::string> stale;
+  for (const auto& [id, at] : round.granted_at_ms) {
+    if (round.members[id] == MemberState::kUploading && now - at > options_.upload_timeout_ms) {
+      stale.push_back(id);
+    }
+  }
+  // A client that holds a grant without uploading would starve the others of upload slots.
+  for (const std::string& id : stale) {
+    round.granted_at_ms.erase(id);
+    FailMember(id, "did not upload within round.upload_timeout_s of its grant");
   }
 }
 

@@ -77,6 +77,7 @@ class Coordinator {
     int64_t deadline_ms = 0;
     std::shared_ptr<const TensorList> global;
     std::map<std::string, MemberState> members;
+    std::map<std::string, int64_t> granted_at_ms;  // members holding an upload grant
     std::deque<std::string> waiting;  // members waiting for an upload slot, in request order
     int64_t uploads_in_flight = 0;
     double weighted_loss = 0;
@@ -97,6 +98,7 @@ class Coordinator {
   void GrantSlots();
   void FailMember(const std::string& id, const char* why);
   void ExpireSilentClients();
+  void RevokeStaleGrants();
   bool Alive(const ClientRecord& c) const;
   int64_t LiveClients() const;
   void Reply(const transport::PeerId& peer, const wire::Message& msg);

@@ -34,6 +34,7 @@ struct CoordinatorOptions {
   int64_t round_deadline_ms = 60000;     // results after this are ignored (stragglers)
   int64_t quorum = 1;                    // results needed for a round to update the model
   int64_t upload_slots = 4;              // uploads in flight at once (bounds memory)
+  int64_t upload_timeout_ms = 30000;     // a grant not used within this is revoked
 
   aggregation::ServerOptimizerOptions server;
   aggregation::AggregatorOptions aggregation;

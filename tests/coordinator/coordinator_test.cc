@@ -168,6 +168,21 @@ TEST_F(CoordinatorTest, SilentClientMakesTheRoundCloseAtItsDeadline) {
   EXPECT_LT(metrics[0].duration_s, 61.0);
 }
 
+TEST_F(CoordinatorTest, ClientsHoldingUploadSlotsWithoutUploadingAreRevoked) {
+  CoordinatorOptions o = Options(1, 6);
+  o.upload_slots = 2;
+  o.upload_timeout_ms = 5'000;
+  std::vector<SyntheticClient> clients = Clients(4);
+  clients.push_back({"grab1", Behaviour::kGrabber, 100});
+  clients.push_back({"grab2", Behaviour::kGrabber, 100});
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, clients, 9, &metrics);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].results, 4) << "honest clients got their slots once the grants were revoked";
+  EXPECT_EQ(metrics[0].dropped, 2);
+  EXPECT_LT(metrics[0].duration_s, 20.0) << "closed well before the 60 s deadline";
+}
+
 TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchanged) {
   CoordinatorOptions o = Options(1, 3);
   o.quorum = 3;

@@ -85,6 +85,7 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
       return absl::OkStatus();
     }
     case wire::MessageType::kUploadGrant: {
+      if (c.behaviour == Behaviour::kGrabber) return absl::OkStatus();
       TensorList delta = HonestDelta(layout_, round, c.id);
       if (c.behaviour == Behaviour::kNaN) delta[0].data[3] = std::nanf("");
       if (c.behaviour == Behaviour::kHugeValue) delta[1].data[0] = 1e9f;

@@ -35,6 +35,7 @@ enum class Behaviour {
   kWrongRound,   // answers with round - 1
   kUnsolicited,  // sends a FitResult without asking for an upload slot
   kHugeValue,    // a value above the aggregation bound
+  kGrabber,      // asks for an upload slot, gets it, never uploads
 };
 
 struct SyntheticClient {
