@@ -24,6 +24,7 @@
 #include "common/memory.h"
 #include "coordinator/coordinator.h"
 #include "proto/codec.h"
+#include "transport/ports.h"
 #include "transport/zmq_transport.h"
 
 namespace {
@@ -48,14 +49,6 @@ Args Parse(int argc, char** argv) {
     if (k == "--slots") a.slots = v;
   }
   return a;
-}
-
-int FreePort() {
-  zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.bind("tcp://127.0.0.1:*");
-  const std::string ep = s.get(zmq::sockopt::last_endpoint);
-  return std::atoi(ep.substr(ep.rfind(':') + 1).c_str());
 }
 
 int RunCoordinator(const Args& a, const std::string& endpoint, int report_fd) {
@@ -172,7 +165,9 @@ void RunClients(const Args& a, const std::string& endpoint) {
 
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(FreePort());
+  auto port = transport::FreeLoopbackPort();
+  if (!port.ok()) return 1;
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(*port);
   int fds[2];
   if (::pipe(fds) != 0) return 1;
   const pid_t child = ::fork();

@@ -5,12 +5,9 @@
 // stdout; every process logs to DIR/logs/.
 // With `simulation: {clients: N}`: the same coordinator and client agent code in this process,
 // over the in-process transport, N agents sharing one copy of the training set.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,27 +24,10 @@
 #include "data/fashion_mnist.h"
 #include "data/partition.h"
 #include "transport/inproc_transport.h"
+#include "transport/ports.h"
 
 namespace huddle::cli {
 namespace {
-
-// A free TCP port on 127.0.0.1 (bound, read, released).
-StatusOr<int> FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return absl::InternalError("cannot find a free port on 127.0.0.1");
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
-}
 
 // Starts `argv` with stdout/stderr sent to `log` (stdout kept if keep_stdout).
 StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
@@ -78,7 +58,7 @@ int ExitCode(int status) {
 
 int RunProcesses(const JobConfig& job, const std::string& config, const std::string& out,
                  const std::string& exe) {
-  auto port = FreePort();
+  auto port = transport::FreeLoopbackPort();
   if (!port.ok()) {
     std::fprintf(stderr, "huddle run: %s\n", std::string(port.status().message()).c_str());
     return 1;

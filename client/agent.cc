@@ -3,42 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include "common/rng.h"
+#include "models/wire_spec.h"
 
 namespace huddle::client {
 
 constexpr const char* kAgentVersion = "huddle-0.1";
-
-StatusOr<models::MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec) {
-  if (spec.kind != "mlp") {
-    return absl::InvalidArgumentError(absl::StrCat("coordinator asks for model kind '", spec.kind,
-                                                   "'; this agent supports: mlp"));
-  }
-  models::MlpSpec m;
-  m.input_dim = spec.input_dim;
-  m.hidden = spec.hidden;
-  m.num_classes = spec.num_classes;
-  HUDDLE_RETURN_IF_ERROR(models::ValidateMlpSpec(m));
-  return m;
-}
-
-wire::ModelSpec MlpSpecToWire(const models::MlpSpec& spec) {
-  wire::ModelSpec w;
-  w.kind = "mlp";
-  w.input_dim = spec.input_dim;
-  w.hidden = spec.hidden;
-  w.num_classes = spec.num_classes;
-  return w;
-}
-
-models::TrainOptions TrainOptionsFromWire(const wire::TrainConfig& train) {
-  models::TrainOptions t;
-  t.epochs = train.epochs;
-  t.batch_size = train.batch_size;
-  t.learning_rate = train.learning_rate;
-  t.momentum = train.momentum;
-  t.weight_decay = train.weight_decay;
-  return t;
-}
 
 ClientAgent::ClientAgent(std::string client_id, const data::DatasetView* data,
                          bool routine_logs_at_info)
@@ -59,7 +28,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
   switch (msg.type()) {
     case wire::MessageType::kWelcome: {
       const auto& w = std::get<wire::Welcome>(msg.body);
-      HUDDLE_ASSIGN_OR_RETURN(models::MlpSpec spec, MlpSpecFromWire(w.model));
+      HUDDLE_ASSIGN_OR_RETURN(models::MlpSpec spec, models::MlpSpecFromWire(w.model));
       if (spec.input_dim != data_->base->feature_dim) {
         return absl::FailedPreconditionError(
             absl::StrCat("job '", w.job_name, "' expects ", spec.input_dim,
@@ -103,7 +72,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
         absl::StrCat("round ", msg.round,
                      ": global model does not match the job's model: ", params_ok.message()));
   }
-  models::TrainOptions train = TrainOptionsFromWire(fit.train);
+  models::TrainOptions train = models::TrainOptionsFromWire(fit.train);
   spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
   TensorList local = global;
   const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));

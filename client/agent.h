@@ -73,9 +73,4 @@ class ClientAgent {
   std::optional<Pending> pending_;
 };
 
-// Maps between the wire's model description and the model library's.
-StatusOr<models::MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec);
-wire::ModelSpec MlpSpecToWire(const models::MlpSpec& spec);
-models::TrainOptions TrainOptionsFromWire(const wire::TrainConfig& train);
-
 }  // namespace huddle::client

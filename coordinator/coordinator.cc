@@ -11,6 +11,7 @@
 #include "common/file_util.h"
 #include "common/tensor_io.h"
 #include "coordinator/checkpoint.h"
+#include "models/wire_spec.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -331,8 +332,7 @@ void Coordinator::OnJoin(const transport::PeerId& peer, const wire::Message& msg
               join.num_examples, LiveClients());
   wire::Welcome welcome;
   welcome.job_name = options_.job_name;
-  welcome.model = wire::ModelSpec{"mlp", options_.model.input_dim, options_.model.hidden,
-                                  options_.model.num_classes};
+  welcome.model = models::MlpSpecToWire(options_.model);
   welcome.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval_ms);
   Reply(peer, wire::MakeMessage(std::move(welcome), 0, "coordinator"));
   // A cohort member that comes back mid-round (it restarted, or lost us) gets its work again.

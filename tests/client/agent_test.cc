@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/rng.h"
+#include "models/wire_spec.h"
 
 namespace huddle::client {
 namespace {
@@ -30,7 +31,7 @@ class AgentTest : public ::testing::Test {
   }
 
   wire::Message Welcome() {
-    return wire::MakeMessage(wire::Welcome{"job", MlpSpecToWire(spec_), 500});
+    return wire::MakeMessage(wire::Welcome{"job", models::MlpSpecToWire(spec_), 500});
   }
 
   wire::Message Fit(uint64_t round, const TensorList& global) {
@@ -129,7 +130,8 @@ TEST_F(AgentTest, AJobForOtherFeaturesIsRefusedAtWelcome) {
   ClientAgent agent("edge-1", &view_);
   models::MlpSpec other = spec_;
   other.input_dim = 784;
-  auto replies = agent.Handle(wire::MakeMessage(wire::Welcome{"job", MlpSpecToWire(other), 500}));
+  auto replies =
+      agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::MlpSpecToWire(other), 500}));
   ASSERT_FALSE(replies.ok());
   EXPECT_NE(replies.status().message().find("784 input features"), absl::string_view::npos)
       << replies.status();

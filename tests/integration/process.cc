@@ -1,9 +1,6 @@
 #include "tests/integration/process.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "transport/ports.h"
 
 namespace huddle::testing {
 
@@ -101,15 +100,8 @@ void WriteText(const std::string& path, const std::string& text) {
 }
 
 int FreeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  auto port = transport::FreeLoopbackPort();
+  return port.ok() ? *port : 0;
 }
 
 }  // namespace huddle::testing

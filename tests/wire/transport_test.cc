@@ -1,9 +1,6 @@
 // The ZeroMQ transport over 127.0.0.1: a coordinator (ROUTER) and clients (DEALER) in one process,
 // plus raw cppzmq DEALERs that play a broken or hostile peer (garbage frames, oversized frames).
 // Every wait is a loop of short Receive calls bounded by a deadline.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "proto/codec.h"
 #include "tests/wire/wire_testing.h"
+#include "transport/ports.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::transport {
@@ -32,18 +30,8 @@ constexpr auto kDeadline = std::chrono::seconds(5);
 
 // A TCP port on 127.0.0.1 that nothing listened on a moment ago.
 int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
+  auto port = FreeLoopbackPort();
+  return port.ok() ? *port : 0;
 }
 std::string LocalEndpoint(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
