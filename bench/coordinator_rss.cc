@@ -123,6 +123,7 @@ void RunClients(const Args& a, const std::string& endpoint) {
   }
   for (auto& s : sockets) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
   std::vector<uint64_t> version(sockets.size(), 0);
+  std::vector<std::string> nonce(sockets.size());
   int finished = 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (finished < a.clients && std::chrono::steady_clock::now() < until) {
@@ -142,11 +143,13 @@ void RunClients(const Args& a, const std::string& endpoint) {
       switch (msg->type()) {
         case wire::MessageType::kFitInstruction:
           version[i] = std::get<wire::FitInstruction>(msg->body).model_version;
-          SendMessage(sockets[i], wire::MakeMessage(wire::UploadRequest{1000}, msg->round));
+          nonce[i] = std::get<wire::FitInstruction>(msg->body).nonce;
+          SendMessage(sockets[i],
+                      wire::MakeMessage(wire::UploadRequest{1000, nonce[i]}, msg->round));
           break;
         case wire::MessageType::kUploadGrant: {
-          wire::Message r =
-              wire::MakeMessage(wire::FitResult{1000, 0.1, 0.5, 0.01, version[i]}, msg->round);
+          wire::Message r = wire::MakeMessage(
+              wire::FitResult{1000, 0.1, 0.5, 0.01, version[i], nonce[i]}, msg->round);
           r.tensors = wire::ShareAll(delta);
           SendMessage(sockets[i], r);
           break;

@@ -96,6 +96,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   pending.result.train_accuracy = stats->accuracy;
   pending.result.train_seconds = stats->seconds;
   pending.result.model_version = fit.model_version;
+  pending.result.nonce = fit.nonce;
   pending.delta = std::move(delta);
   pending_ = std::move(pending);
   ++rounds_trained_;
@@ -103,7 +104,8 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
               "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
               msg.round, stats->examples, stats->loss, stats->accuracy, stats->seconds);
   return Replies{
-      wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples}, msg.round, client_id_)};
+      wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce},
+                        msg.round, client_id_)};
 }
 
 std::vector<wire::Message> ClientAgent::OnGrant(const wire::Message& msg) {
@@ -126,6 +128,9 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnError(const wire::Message& m
     case wire::ErrorCode::kVersionMismatch:
       return absl::FailedPreconditionError(
           absl::StrCat("coordinator refused this agent: ", err.message));
+    case wire::ErrorCode::kAuthRefused:
+      return absl::PermissionDeniedError(
+          absl::StrCat("coordinator refused this client's identity: ", err.message));
     case wire::ErrorCode::kUnknownClient:
       spdlog::info("coordinator does not know this client ({}); joining again", err.message);
       return Replies{MakeJoin()};

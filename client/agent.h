@@ -11,6 +11,7 @@
 //   Heartbeat               -> (nothing; the coordinator is alive)
 //   Error unknown_client    -> Join (the coordinator restarted or forgot us)
 //   Error version_mismatch  -> fatal error
+//   Error auth_refused      -> fatal error (key revoked, or the id is not the key's)
 //   Shutdown                -> done()
 //
 // The same agent runs behind a ZeroMQ DEALER in `huddle client` (client/runner.h) and behind the

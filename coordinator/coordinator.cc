@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/secure_random.h"
 #include "common/tensor_io.h"
 #include "coordinator/checkpoint.h"
+#include "coordinator/update_check.h"
 #include "models/wire_spec.h"
 
 namespace huddle::coordinator {
@@ -154,6 +156,8 @@ Status Coordinator::RunRound(uint64_t number) {
   const int64_t start_ms = clock_->NowMs();
   const uint64_t in0 = transport_->bytes_in();
   const uint64_t out0 = transport_->bytes_out();
+  const uint64_t auth0 = transport_->auth_rejections();
+  const uint64_t limited0 = transport_->rate_limited();
   round_.emplace();
   Round& round = *round_;
   round.number = number;
@@ -164,6 +168,7 @@ Status Coordinator::RunRound(uint64_t number) {
   round.metrics.clients_enrolled = LiveClients();
   round.metrics.stale = std::exchange(pending_stale_, 0);
   round.metrics.malformed = std::exchange(pending_malformed_, 0);
+  round.metrics.auth_rejected = std::exchange(pending_auth_rejected_, 0);
   aggregator_->Reset();
 
   // 1-2.
@@ -199,6 +204,8 @@ Status Coordinator::RunRound(uint64_t number) {
   round.metrics.duration_s = (clock_->NowMs() - start_ms) / 1000.0;
   round.metrics.bytes_in = transport_->bytes_in() - in0;
   round.metrics.bytes_out = transport_->bytes_out() - out0;
+  round.metrics.auth_rejected += static_cast<int64_t>(transport_->auth_rejections() - auth0);
+  round.metrics.rate_limited = static_cast<int64_t>(transport_->rate_limited() - limited0);
   Status st = FinishRound(round);
   round_.reset();
   return st;
@@ -231,6 +238,10 @@ void Coordinator::SendFit(const std::string& id) {
   fit.seed = DeriveSeed(options_.seed, kClientStream, round.number);
   fit.deadline_ms =
       static_cast<uint32_t>(std::max<int64_t>(0, round.deadline_ms - clock_->NowMs()));
+  // A fresh nonce per instruction: the answering request and result must carry it, so a result
+  // replayed from an earlier instruction (another round, or before a rejoin) is refused.
+  fit.nonce = SecureRandomBytes(wire::kNonceBytes);
+  round.nonces[id] = fit.nonce;
   wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
   msg.tensors = wire::ShareAll(round.global);
   Status st = transport_->Send(clients_.at(id).peer, msg);
@@ -259,6 +270,10 @@ void Coordinator::Pump(int64_t timeout_ms) {
 
 void Coordinator::Handle(transport::Inbound in) {
   const uint64_t current = round_ ? round_->number : 0;
+  if (!in.message.ok() && absl::IsPermissionDenied(in.message.status())) {
+    OnRevokedKey(in);
+    return;
+  }
   if (!in.message.ok()) {
     const Status& err = in.message.status();
     auto id_it = peer_to_id_.find(in.peer);
@@ -273,7 +288,7 @@ void Coordinator::Handle(transport::Inbound in) {
   }
   wire::Message& msg = *in.message;
   if (msg.type() == wire::MessageType::kJoin) {
-    OnJoin(in.peer, msg);
+    OnJoin(in, msg);
     return;
   }
   auto id_it = peer_to_id_.find(in.peer);
@@ -283,6 +298,12 @@ void Coordinator::Handle(transport::Inbound in) {
     return;
   }
   const std::string id = id_it->second;
+  if (transport_->authenticates() && in.auth_id != id) {
+    // A connection presenting another connection's routing id: the key decides who it is.
+    RefuseIdentity(in, absl::StrCat("this connection's key is enrolled as '", in.auth_id,
+                                    "'; it cannot speak for client '", id, "'"));
+    return;
+  }
   clients_[id].last_seen_ms = clock_->NowMs();
   switch (msg.type()) {
     case wire::MessageType::kHeartbeat:
@@ -302,12 +323,18 @@ void Coordinator::Handle(transport::Inbound in) {
   }
 }
 
-void Coordinator::OnJoin(const transport::PeerId& peer, const wire::Message& msg) {
+void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg) {
+  const transport::PeerId& peer = in.peer;
   const auto& join = std::get<wire::Join>(msg.body);
   if (!ValidClientId(join.client_id)) {
     spdlog::warn("peer {}: refused join with invalid client id", PeerName(peer));
     Refuse(peer, wire::ErrorCode::kRejected, "client id must be 1-128 characters of [A-Za-z0-9._-]",
            0);
+    return;
+  }
+  if (transport_->authenticates() && join.client_id != in.auth_id) {
+    RefuseIdentity(in, absl::StrCat("this connection's key is enrolled as '", in.auth_id,
+                                    "'; it cannot join as '", join.client_id, "'"));
     return;
   }
   ClientRecord& c = clients_[join.client_id];
@@ -363,6 +390,15 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
   if (m == round_->members.end() || m->second != MemberState::kTraining) {
     Refuse(peer, wire::ErrorCode::kRejected,
            absl::StrCat("client ", id, " has no pending work in round ", msg.round), msg.round);
+    return;
+  }
+  if (std::get<wire::UploadRequest>(msg.body).nonce != round_->nonces[id]) {
+    round_->metrics.rejected++;
+    spdlog::warn("client {}: upload request with a stale nonce in round {}", id, msg.round);
+    Refuse(peer, wire::ErrorCode::kRejected,
+           absl::StrCat("upload request does not answer the instruction client ", id,
+                        " was last sent in round ", msg.round, " (nonce mismatch)"),
+           msg.round);
     return;
   }
   m->second = MemberState::kWaitingSlot;
@@ -426,7 +462,7 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
   }
   round.uploads_in_flight--;
   const auto& result = std::get<wire::FitResult>(msg.body);
-  Status st = FoldResult(msg, result);
+  Status st = FoldResult(id, msg, result);
   if (st.ok()) {
     m->second = MemberState::kDone;
     round.metrics.results++;
@@ -441,37 +477,39 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
   GrantSlots();
 }
 
-Status Coordinator::FoldResult(const wire::Message& msg, const wire::FitResult& result) {
-  if (result.model_version != model_version_) {
-    return absl::InvalidArgumentError(absl::StrCat("update was computed from model version ",
-                                                   result.model_version, "; round ", msg.round,
-                                                   " sent version ", model_version_));
-  }
-  if (result.num_examples < 1 ||
-      result.num_examples > static_cast<uint64_t>(options_.aggregation.max_weight)) {
-    return absl::InvalidArgumentError(absl::StrCat("num_examples ", result.num_examples,
-                                                   " is outside [1, ",
-                                                   options_.aggregation.max_weight, "]"));
-  }
-  if (msg.tensors.size() != layout_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("update has ", msg.tensors.size(),
-                                                   " tensors; round ", msg.round, " expects ",
-                                                   layout_.size()));
-  }
-  std::vector<std::span<const float>> spans;
-  spans.reserve(layout_.size());
-  for (size_t i = 0; i < layout_.size(); ++i) {
-    const TensorSpec& got = msg.tensors[i].spec;
-    const TensorSpec& want = layout_[i];
-    if (got.name != want.name || got.shape != want.shape || got.dtype != want.dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, " is '", got.name, "' ", ShapeString(got.shape), " ",
-                       DTypeName(got.dtype), "; round ", msg.round, " expects '", want.name, "' ",
-                       ShapeString(want.shape), " ", DTypeName(want.dtype)));
-    }
-    spans.push_back(msg.tensors[i].floats());
-  }
+Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
+                               const wire::FitResult& result) {
+  UpdateExpectation want;
+  want.round = round_->number;
+  want.model_version = model_version_;
+  want.nonce = round_->nonces[id];
+  want.max_weight = options_.aggregation.max_weight;
+  want.layout = &layout_;
+  HUDDLE_ASSIGN_OR_RETURN(auto spans, CheckUpdate(msg, want));
   return aggregator_->Fold(spans, static_cast<int64_t>(result.num_examples));
+}
+
+void Coordinator::RefuseIdentity(const transport::Inbound& in, const std::string& why) {
+  (round_ ? round_->metrics.auth_rejected : pending_auth_rejected_)++;
+  spdlog::warn("peer {} (key enrolled as '{}'): {}", PeerName(in.peer), in.auth_id, why);
+  Refuse(in.peer, wire::ErrorCode::kAuthRefused, why, 0);
+}
+
+void Coordinator::OnRevokedKey(const transport::Inbound& in) {
+  (round_ ? round_->metrics.auth_rejected : pending_auth_rejected_)++;
+  const std::string why(in.message.status().message());
+  auto it = clients_.find(in.auth_id);
+  if (it != clients_.end() && it->second.peer == in.peer) {
+    // The key was removed from the allow-list: the client leaves the population now, and its
+    // work in the open round (if any) fails.
+    spdlog::warn("client {}: {}; removing it from the federation", in.auth_id, why);
+    if (round_) FailMember(in.auth_id, "lost its enrollment (key revoked)");
+    peer_to_id_.erase(in.peer);
+    clients_.erase(it);
+  } else {
+    spdlog::warn("peer {}: {}", PeerName(in.peer), why);
+  }
+  Refuse(in.peer, wire::ErrorCode::kAuthRefused, why, 0);
 }
 
 void Coordinator::FailMember(const std::string& id, const char* why) {

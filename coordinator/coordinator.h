@@ -78,6 +78,7 @@ class Coordinator {
     std::shared_ptr<const TensorList> global;
     std::map<std::string, MemberState> members;
     std::map<std::string, int64_t> granted_at_ms;  // members holding an upload grant
+    std::map<std::string, std::string> nonces;     // of each member's latest FitInstruction
     std::deque<std::string> waiting;  // members waiting for an upload slot, in request order
     int64_t uploads_in_flight = 0;
     double weighted_loss = 0;
@@ -91,10 +92,12 @@ class Coordinator {
   void SendFit(const std::string& id);
   void Pump(int64_t timeout_ms);
   void Handle(transport::Inbound in);
-  void OnJoin(const transport::PeerId& peer, const wire::Message& msg);
+  void OnJoin(const transport::Inbound& in, const wire::Message& msg);
+  void OnRevokedKey(const transport::Inbound& in);
+  void RefuseIdentity(const transport::Inbound& in, const std::string& why);
   void OnUploadRequest(const std::string& id, const wire::Message& msg);
   void OnFitResult(const std::string& id, const wire::Message& msg);
-  Status FoldResult(const wire::Message& msg, const wire::FitResult& result);
+  Status FoldResult(const std::string& id, const wire::Message& msg, const wire::FitResult& result);
   void GrantSlots();
   void FailMember(const std::string& id, const char* why);
   void ExpireSilentClients();
@@ -128,6 +131,7 @@ class Coordinator {
   // Counters for messages that arrive between rounds, added to the next round's metrics.
   int64_t pending_stale_ = 0;
   int64_t pending_malformed_ = 0;
+  int64_t pending_auth_rejected_ = 0;
 
   double elapsed_before_s_ = 0;  // from a resumed checkpoint
   int64_t started_ms_ = 0;

@@ -16,6 +16,8 @@ std::string RoundMetrics::ToJson() const {
   j["rejected"] = rejected;
   j["stale"] = stale;
   j["malformed"] = malformed;
+  j["auth_rejected"] = auth_rejected;
+  j["rate_limited"] = rate_limited;
   j["updated"] = updated;
   j["examples"] = examples;
   j["train_loss"] = train_loss ? nlohmann::ordered_json(*train_loss) : nullptr;
@@ -36,6 +38,8 @@ std::string RoundMetrics::ProgressLine() const {
     line +=
         fmt::format(" | refused {} rejected, {} stale, {} malformed", rejected, stale, malformed);
   }
+  if (auth_rejected > 0) line += fmt::format(" | {} auth refused", auth_rejected);
+  if (rate_limited > 0) line += fmt::format(" | {} rate-limited", rate_limited);
   if (!updated) line += " | no quorum, model unchanged";
   if (test_accuracy)
     line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);

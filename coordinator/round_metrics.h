@@ -13,13 +13,15 @@ struct RoundMetrics {
   uint64_t total_rounds = 0;
   int64_t clients_enrolled = 0;
   int64_t clients_sampled = 0;
-  int64_t results = 0;    // updates folded into the model
-  int64_t dropped = 0;    // sampled but no accepted result by the deadline (incl. rejected)
-  int64_t rejected = 0;   // results refused by validation (shape, dtype, non-finite, ...)
-  int64_t stale = 0;      // messages for another round (stragglers)
-  int64_t malformed = 0;  // messages that failed to decode
-  bool updated = false;   // quorum met and the model changed
-  int64_t examples = 0;   // sum of the accepted results' example counts
+  int64_t results = 0;        // updates folded into the model
+  int64_t dropped = 0;        // sampled but no accepted result by the deadline (incl. rejected)
+  int64_t rejected = 0;       // results refused by validation (shape, dtype, non-finite, ...)
+  int64_t stale = 0;          // messages for another round (stragglers)
+  int64_t malformed = 0;      // messages that failed to decode
+  int64_t auth_rejected = 0;  // handshakes refused (unknown/revoked key) + identity refusals
+  int64_t rate_limited = 0;   // messages dropped by the per-peer rate limit
+  bool updated = false;       // quorum met and the model changed
+  int64_t examples = 0;       // sum of the accepted results' example counts
   std::optional<double> train_loss;     // example-weighted mean over accepted results
   std::optional<double> test_accuracy;  // server-side evaluation, when due
   std::optional<double> test_loss;

@@ -21,6 +21,13 @@ Status CheckString(const std::string& s, size_t max, absl::string_view field) {
   return absl::OkStatus();
 }
 
+Status CheckNonce(const std::string& nonce, absl::string_view field) {
+  if (nonce.size() != kNonceBytes) {
+    return Malformed(absl::StrCat(field, " is ", nonce.size(), " bytes, expected ", kNonceBytes));
+  }
+  return absl::OkStatus();
+}
+
 Status CheckFinite(double x, absl::string_view field) {
   if (!std::isfinite(x)) return Malformed(absl::StrCat(field, " is not finite"));
   return absl::OkStatus();
@@ -61,9 +68,12 @@ struct BodyToProto {
     ToProto(b.train, p->mutable_train());
     p->set_seed(b.seed);
     p->set_deadline_ms(b.deadline_ms);
+    p->set_nonce(b.nonce);
   }
   void operator()(const UploadRequest& b) {
-    h->mutable_upload_request()->set_num_examples(b.num_examples);
+    auto* p = h->mutable_upload_request();
+    p->set_num_examples(b.num_examples);
+    p->set_nonce(b.nonce);
   }
   void operator()(const UploadGrant&) { h->mutable_upload_grant(); }
   void operator()(const FitResult& b) {
@@ -73,6 +83,7 @@ struct BodyToProto {
     p->set_train_accuracy(b.train_accuracy);
     p->set_train_seconds(b.train_seconds);
     p->set_model_version(b.model_version);
+    p->set_nonce(b.nonce);
   }
   void operator()(const Heartbeat&) { h->mutable_heartbeat(); }
   void operator()(const Error& b) {
@@ -126,10 +137,14 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
     case pb::Header::kFitInstruction: {
       const auto& p = h.fit_instruction();
       HUDDLE_ASSIGN_OR_RETURN(TrainConfig train, FromProto(p.train()));
-      return Body(FitInstruction{p.model_version(), train, p.seed(), p.deadline_ms()});
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "fit_instruction.nonce"));
+      return Body(FitInstruction{p.model_version(), train, p.seed(), p.deadline_ms(), p.nonce()});
     }
-    case pb::Header::kUploadRequest:
-      return Body(UploadRequest{h.upload_request().num_examples()});
+    case pb::Header::kUploadRequest: {
+      const auto& p = h.upload_request();
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "upload_request.nonce"));
+      return Body(UploadRequest{p.num_examples(), p.nonce()});
+    }
     case pb::Header::kUploadGrant:
       return Body(UploadGrant{});
     case pb::Header::kFitResult: {
@@ -137,8 +152,9 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       HUDDLE_RETURN_IF_ERROR(CheckFinite(p.train_loss(), "fit_result.train_loss"));
       HUDDLE_RETURN_IF_ERROR(CheckFinite(p.train_accuracy(), "fit_result.train_accuracy"));
       HUDDLE_RETURN_IF_ERROR(CheckFinite(p.train_seconds(), "fit_result.train_seconds"));
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "fit_result.nonce"));
       return Body(FitResult{p.num_examples(), p.train_loss(), p.train_accuracy(), p.train_seconds(),
-                            p.model_version()});
+                            p.model_version(), p.nonce()});
     }
     case pb::Header::kHeartbeat:
       return Body(Heartbeat{});
@@ -146,7 +162,7 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       const auto& p = h.error();
       HUDDLE_RETURN_IF_ERROR(CheckString(p.message(), limits.max_text_bytes, "error.message"));
       const int code = static_cast<int>(p.code());
-      if (code < 0 || code > static_cast<int>(ErrorCode::kInternal)) {
+      if (code < 0 || code > static_cast<int>(ErrorCode::kAuthRefused)) {
         return Malformed(absl::StrCat("error.code ", code, " is unknown"));
       }
       return Body(Error{static_cast<ErrorCode>(code), p.message()});

@@ -58,6 +58,8 @@ const char* ErrorCodeName(ErrorCode code) {
       return "invalid_update";
     case ErrorCode::kRejected:
       return "rejected";
+    case ErrorCode::kAuthRefused:
+      return "auth_refused";
     case ErrorCode::kInternal:
       return "internal";
   }

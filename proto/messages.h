@@ -20,7 +20,11 @@
 namespace huddle::wire {
 
 // Bumped on any incompatible change; peers with a different version are refused with an Error.
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
+
+// Size of the per-round, per-client nonce the coordinator puts in each FitInstruction and expects
+// back in the UploadRequest and FitResult that answer it (binds a result to one instruction).
+inline constexpr size_t kNonceBytes = 16;
 
 // One tensor frame: its spec and its bytes (little-endian float32, row-major), kept alive by
 // `owner`. `bytes` is always 4-byte aligned (the codec copies a misaligned frame).
@@ -68,6 +72,7 @@ enum class ErrorCode {
   kInvalidUpdate = 5,
   kRejected = 6,
   kInternal = 7,
+  kAuthRefused = 8,  // the client's key or identity is refused (revoked key, impersonation); fatal
 };
 const char* ErrorCodeName(ErrorCode code);
 
@@ -89,10 +94,12 @@ struct FitInstruction {
   TrainConfig train;
   uint64_t seed = 0;
   uint32_t deadline_ms = 0;
+  std::string nonce;  // kNonceBytes random bytes, echoed by the UploadRequest and FitResult
 };
 // Client -> coordinator: trained; may I upload?
 struct UploadRequest {
   uint64_t num_examples = 0;
+  std::string nonce;  // the FitInstruction's
 };
 // Coordinator -> client: upload now.
 struct UploadGrant {};
@@ -103,6 +110,7 @@ struct FitResult {
   double train_accuracy = 0;
   double train_seconds = 0;
   uint64_t model_version = 0;
+  std::string nonce;  // the FitInstruction's
 };
 struct Heartbeat {};
 struct Error {

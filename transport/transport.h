@@ -24,6 +24,10 @@ std::string PeerName(const PeerId& peer);
 
 struct Inbound {
   PeerId peer;
+  // The client id the peer's key is enrolled as, from the CurveZMQ handshake (ZAP). Empty on
+  // transports that do not authenticate (--insecure, in-process), where the Join's id is taken on
+  // trust.
+  std::string auth_id;
   StatusOr<wire::Message> message = absl::UnknownError("unset");
   size_t wire_bytes = 0;
 };
@@ -39,6 +43,12 @@ class ServerTransport {
   virtual StatusOr<std::optional<Inbound>> Receive(int64_t timeout_ms) = 0;
   virtual uint64_t bytes_in() const = 0;
   virtual uint64_t bytes_out() const = 0;
+  // Whether every Inbound carries the auth_id its key was enrolled as.
+  virtual bool authenticates() const { return false; }
+  // Since start: connections refused at the handshake (unknown or revoked key) and messages dropped
+  // by the per-peer rate limit.
+  virtual uint64_t auth_rejections() const { return 0; }
+  virtual uint64_t rate_limited() const { return 0; }
 };
 
 // A client's side. Not thread-safe: one thread owns it.

@@ -41,6 +41,7 @@ class AgentTest : public ::testing::Test {
     fit.train.learning_rate = 0.1;
     fit.train.momentum = 0.0;
     fit.seed = 99;
+    fit.nonce = std::string(wire::kNonceBytes, 'n');
     wire::Message m = wire::MakeMessage(fit, round);
     for (const Tensor& t : global) m.tensors.push_back(wire::TensorPayload::CopyOf(t));
     return m;

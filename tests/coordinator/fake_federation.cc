@@ -17,10 +17,13 @@ TensorList HonestDelta(const ModelLayout& layout, uint64_t round, const std::str
 }
 
 FakeFederation::FakeFederation(std::vector<SyntheticClient> clients, ModelLayout layout,
-                               ManualClock* clock, uint64_t delivery_seed)
-    : layout_(std::move(layout)), clock_(clock), delivery_(delivery_seed) {
+                               ManualClock* clock, uint64_t delivery_seed, bool authenticated)
+    : layout_(std::move(layout)),
+      clock_(clock),
+      delivery_(delivery_seed),
+      authenticated_(authenticated) {
   for (SyntheticClient& c : clients) {
-    wire::Join join{c.id, c.num_examples, "test"};
+    wire::Join join{c.join_as.empty() ? c.id : c.join_as, c.num_examples, "test"};
     Queue(c.id, wire::MakeMessage(join, 0, c.id));
     clients_[c.id] = std::move(c);
   }
@@ -29,10 +32,16 @@ FakeFederation::FakeFederation(std::vector<SyntheticClient> clients, ModelLayout
 void FakeFederation::Queue(const std::string& peer, wire::Message msg) {
   transport::Inbound in;
   in.peer = peer;
+  if (authenticated_) in.auth_id = peer;
   in.wire_bytes = msg.PayloadBytes() + 32;
   bytes_in_ += in.wire_bytes;
   in.message = std::move(msg);
   pending_.push_back(std::move(in));
+}
+
+void FakeFederation::Inject(const std::string& peer, wire::Message msg, std::string auth_id) {
+  Queue(peer, std::move(msg));
+  if (!auth_id.empty()) pending_.back().auth_id = std::move(auth_id);
 }
 
 void FakeFederation::InjectGarbage(const std::string& peer) {
@@ -42,6 +51,7 @@ void FakeFederation::InjectGarbage(const std::string& peer) {
 void FakeFederation::InjectDecodeError(const std::string& peer, Status error) {
   transport::Inbound in;
   in.peer = peer;
+  if (authenticated_) in.auth_id = peer;
   in.message = std::move(error);
   pending_.push_back(std::move(in));
 }
@@ -68,11 +78,13 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
   switch (msg.type()) {
     case wire::MessageType::kFitInstruction: {
       versions_[peer] = std::get<wire::FitInstruction>(msg.body).model_version;
+      previous_nonces_[peer] = nonces_[peer];
+      nonces_[peer] = std::get<wire::FitInstruction>(msg.body).nonce;
       if (c.behaviour == Behaviour::kSilent) return absl::OkStatus();
       if (c.behaviour == Behaviour::kUnsolicited) {
         wire::Message r = wire::MakeMessage(
             wire::FitResult{c.num_examples, 0.5, 0.5, 0.1,
-                            std::get<wire::FitInstruction>(msg.body).model_version},
+                            std::get<wire::FitInstruction>(msg.body).model_version, nonces_[peer]},
             round, c.id);
         for (Tensor& t : HonestDelta(layout_, round, c.id)) {
           r.tensors.push_back(wire::TensorPayload::CopyOf(t));
@@ -81,7 +93,8 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
         return absl::OkStatus();
       }
       const uint64_t reply_round = c.behaviour == Behaviour::kWrongRound ? round - 1 : round;
-      Queue(peer, wire::MakeMessage(wire::UploadRequest{c.num_examples}, reply_round, c.id));
+      Queue(peer, wire::MakeMessage(wire::UploadRequest{c.num_examples, nonces_[peer]}, reply_round,
+                                    c.id));
       return absl::OkStatus();
     }
     case wire::MessageType::kUploadGrant: {
@@ -94,7 +107,11 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
         delta[0] = std::move(bad);
       }
       wire::Message r = wire::MakeMessage(
-          wire::FitResult{c.num_examples, 0.5, 0.5, 0.1, versions_[peer]}, round, c.id);
+          wire::FitResult{c.num_examples, 0.5, 0.5, 0.1, versions_[peer],
+                          c.behaviour == Behaviour::kReplay && !previous_nonces_[peer].empty()
+                              ? previous_nonces_[peer]
+                              : nonces_[peer]},
+          round, c.id);
       for (Tensor& t : delta) r.tensors.push_back(wire::TensorPayload::CopyOf(t));
       Queue(peer, std::move(r));
       return absl::OkStatus();

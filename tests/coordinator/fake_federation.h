@@ -36,12 +36,14 @@ enum class Behaviour {
   kUnsolicited,  // sends a FitResult without asking for an upload slot
   kHugeValue,    // a value above the aggregation bound
   kGrabber,      // asks for an upload slot, gets it, never uploads
+  kReplay,       // from its second instruction on, uploads with the previous instruction's nonce
 };
 
 struct SyntheticClient {
   std::string id;
   Behaviour behaviour = Behaviour::kHonest;
   uint64_t num_examples = 100;
+  std::string join_as;  // if set, the Join claims this id instead of `id` (impersonation)
 };
 
 // The delta an honest client sends in `round`: a deterministic function of (round, id).
@@ -50,16 +52,21 @@ TensorList HonestDelta(const ModelLayout& layout, uint64_t round, const std::str
 class FakeFederation final : public transport::ServerTransport {
  public:
   // `delivery_seed` permutes the order in which queued client messages reach the coordinator.
+  // `authenticated`: behave like the CurveZMQ transport, where every inbound message carries the
+  // id its peer's key is enrolled as (here: the SyntheticClient's `id`).
   FakeFederation(std::vector<SyntheticClient> clients, ModelLayout layout, ManualClock* clock,
-                 uint64_t delivery_seed);
+                 uint64_t delivery_seed, bool authenticated = false);
 
   Status Send(const transport::PeerId& peer, const wire::Message& msg) override;
   StatusOr<std::optional<transport::Inbound>> Receive(int64_t timeout_ms) override;
   uint64_t bytes_in() const override { return bytes_in_; }
   uint64_t bytes_out() const override { return bytes_out_; }
+  bool authenticates() const override { return authenticated_; }
 
   // Queues raw bad bytes from a stranger (a decode error reaches the coordinator).
   void InjectGarbage(const std::string& peer);
+  // Queues `msg` from `peer` as if it had sent it; `auth_id` overrides the enrolled id it carries.
+  void Inject(const std::string& peer, wire::Message msg, std::string auth_id = {});
   // Queues a decode failure with this status from `peer`.
   void InjectDecodeError(const std::string& peer, Status error);
   // Number of Error messages each peer received, by code name.
@@ -77,7 +84,10 @@ class FakeFederation final : public transport::ServerTransport {
   Rng delivery_;
   std::vector<transport::Inbound> pending_;
   std::map<std::pair<std::string, int>, int> errors_;
-  std::map<std::string, uint64_t> versions_;  // model version of each peer's last instruction
+  std::map<std::string, uint64_t> versions_;   // model version of each peer's last instruction
+  std::map<std::string, std::string> nonces_;  // nonce of each peer's last instruction
+  std::map<std::string, std::string> previous_nonces_;
+  bool authenticated_ = false;
   int shutdowns_ = 0;
   std::atomic<int64_t> receive_calls_{0};
   uint64_t bytes_in_ = 0;

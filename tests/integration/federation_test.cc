@@ -208,7 +208,8 @@ void Hostile(const std::string& endpoint, const std::atomic<bool>& stop) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   s.connect(endpoint);
-  wire::Message result = wire::MakeMessage(wire::FitResult{100, 0.1, 0.5, 0.1, 0}, 1, "c0");
+  wire::Message result = wire::MakeMessage(
+      wire::FitResult{100, 0.1, 0.5, 0.1, 0, std::string(wire::kNonceBytes, 'n')}, 1, "c0");
   Tensor t("fc0.weight", {32, 784});
   result.tensors.push_back(wire::TensorPayload::CopyOf(t));
   const std::string good_header = wire::EncodeHeader(result);
@@ -224,7 +225,8 @@ void Hostile(const std::string& endpoint, const std::atomic<bool>& stop) {
     SendRaw(s, {good_header, tensor});                  // unsolicited result
     SendRaw(s, {wire::EncodeHeader(old)});              // wrong version
     SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(wire::Join{"bad id!", 1, "x"}))});
-    SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(wire::UploadRequest{5}, round))});
+    SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(
+                   wire::UploadRequest{5, std::string(wire::kNonceBytes, 'n')}, round))});
     SendRaw(s, std::vector<std::string>(300, "x"));                            // too many frames
     if (round % 5 == 0) SendRaw(s, {good_header, std::string(3 << 20, 'z')});  // oversized
     zmq::message_t reply;

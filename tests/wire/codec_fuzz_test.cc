@@ -161,7 +161,7 @@ TEST_F(CodecFuzzTest, MutatedValidEncodingsNeverCrash) {
 TEST_F(CodecFuzzTest, RandomTensorSpecsAreJudgedLikeTheOracle) {
   constexpr int64_t kDims[] = {
       -1, 0, 1, 2, 3, 7, 1 << 14, 1 << 20, int64_t{1} << 31, int64_t{1} << 40};
-  const Message base = MakeMessage(FitResult{1, 0.5, 0.5, 1.0, 1}, 1, "c");
+  const Message base = MakeMessage(FitResult{1, 0.5, 0.5, 1.0, 1, testutil::SampleNonce()}, 1, "c");
   int accepted = 0, rejected = 0;
   for (int i = 0; i < kIterations; ++i) {
     pb::Header h;

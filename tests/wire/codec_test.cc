@@ -87,11 +87,13 @@ TEST_F(CodecTest, IntegerFieldsRoundTripAtTheirExtremes) {
   constexpr uint64_t kU64 = std::numeric_limits<uint64_t>::max();
   constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
   constexpr uint32_t kU32 = std::numeric_limits<uint32_t>::max();
-  Message fit = MakeMessage(
-      FitInstruction{kU64, TrainConfig{kI64Min, -1, 1e300, -0.0, 5e-324}, kU64, kU32}, kU64, "c");
+  Message fit = MakeMessage(FitInstruction{kU64, TrainConfig{kI64Min, -1, 1e300, -0.0, 5e-324},
+                                           kU64, kU32, testutil::SampleNonce()},
+                            kU64, "c");
   Message welcome =
       MakeMessage(Welcome{"", ModelSpec{"", kI64Min, {-1, 0, kI64Min}, -7}, kU32}, kU64);
-  Message result = MakeMessage(FitResult{kU64, -1e308, -0.0, 0.0, kU64}, kU64);
+  Message result =
+      MakeMessage(FitResult{kU64, -1e308, -0.0, 0.0, kU64, testutil::SampleNonce()}, kU64);
   for (const Message& msg : {fit, welcome, result}) {
     StatusOr<Message> got = Decode(EncodeToFrames(msg));
     ASSERT_TRUE(got.ok()) << got.status();
@@ -100,7 +102,7 @@ TEST_F(CodecTest, IntegerFieldsRoundTripAtTheirExtremes) {
 }
 
 TEST_F(CodecTest, EveryErrorCodeRoundTrips) {
-  for (int c = 0; c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+  for (int c = 0; c <= static_cast<int>(ErrorCode::kAuthRefused); ++c) {
     const Message msg = MakeError(static_cast<ErrorCode>(c), "text");
     StatusOr<Message> got = Decode(EncodeToFrames(msg));
     ASSERT_TRUE(got.ok()) << got.status();
@@ -174,7 +176,8 @@ TEST_F(CodecTest, RejectsAnotherProtocolVersionNamingBoth) {
   auto bump = [](pb::Header& h) { h.set_protocol_version(kProtocolVersion + 1); };
   EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleJoin(), bump),
                       StatusCode::kFailedPrecondition,
-                      "peer speaks version 2, this build speaks version 1"));
+                      absl::StrCat("peer speaks version ", kProtocolVersion + 1,
+                                   ", this build speaks version ", kProtocolVersion)));
   auto absent = [](pb::Header& h) { h.clear_protocol_version(); };
   EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleJoin(), absent),
                       StatusCode::kFailedPrecondition, "peer speaks version 0"));
@@ -365,12 +368,30 @@ TEST_F(CodecTest, RejectsNonFiniteTrainingMetrics) {
   }
 }
 
+TEST_F(CodecTest, RejectsANonceOfTheWrongLength) {
+  for (size_t n : {size_t{0}, size_t{15}, size_t{17}, size_t{4096}}) {
+    const std::string nonce(n, 'n');
+    EXPECT_TRUE(IsError(
+        DecodeCorrupted(testutil::SampleFitInstruction(),
+                        [&](pb::Header& h) { h.mutable_fit_instruction()->set_nonce(nonce); }),
+        kInvalid, absl::StrCat("fit_instruction.nonce is ", n, " bytes, expected 16")));
+    EXPECT_TRUE(IsError(
+        DecodeCorrupted(testutil::SampleUploadRequest(),
+                        [&](pb::Header& h) { h.mutable_upload_request()->set_nonce(nonce); }),
+        kInvalid, absl::StrCat("upload_request.nonce is ", n, " bytes, expected 16")));
+    EXPECT_TRUE(
+        IsError(DecodeCorrupted(testutil::SampleFitResult(),
+                                [&](pb::Header& h) { h.mutable_fit_result()->set_nonce(nonce); }),
+                kInvalid, absl::StrCat("fit_result.nonce is ", n, " bytes, expected 16")));
+  }
+}
+
 TEST_F(CodecTest, RejectsAnErrorCodeOutsideTheEnum) {
   auto code = [](int c) {
     return [c](pb::Header& h) { h.mutable_error()->set_code(static_cast<pb::Error::Code>(c)); };
   };
-  EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleError(), code(8)), kInvalid,
-                      "error.code 8 is unknown"));
+  EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleError(), code(9)), kInvalid,
+                      "error.code 9 is unknown"));
   EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleError(), code(-1)), kInvalid,
                       "error.code -1 is unknown"));
 }

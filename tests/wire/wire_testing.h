@@ -33,6 +33,12 @@ inline std::vector<TensorPayload> SmallModel() {
   return out;
 }
 
+// A fixed 16-byte nonce with every byte value class (zero, high bit) represented.
+inline const std::string& SampleNonce() {
+  static const std::string nonce("\x00\x01\x7f\x80\xff nonce-bytes!", kNonceBytes);
+  return nonce;
+}
+
 inline Message SampleJoin() {
   return MakeMessage(Join{"client-17", 1234, "huddle-0.1"}, 0, "client-17");
 }
@@ -41,16 +47,19 @@ inline Message SampleWelcome() {
                      "coordinator");
 }
 inline Message SampleFitInstruction() {
-  Message m = MakeMessage(
-      FitInstruction{12, TrainConfig{3, 64, 0.125, 0.9, 1e-4}, 0xdeadbeefcafef00dull, 30000}, 12,
-      "coordinator");
+  Message m = MakeMessage(FitInstruction{12, TrainConfig{3, 64, 0.125, 0.9, 1e-4},
+                                         0xdeadbeefcafef00dull, 30000, SampleNonce()},
+                          12, "coordinator");
   m.tensors = SmallModel();
   return m;
 }
-inline Message SampleUploadRequest() { return MakeMessage(UploadRequest{600}, 12, "client-17"); }
+inline Message SampleUploadRequest() {
+  return MakeMessage(UploadRequest{600, SampleNonce()}, 12, "client-17");
+}
 inline Message SampleUploadGrant() { return MakeMessage(UploadGrant{}, 12, "coordinator"); }
 inline Message SampleFitResult() {
-  Message m = MakeMessage(FitResult{600, 0.6931471805599453, 0.875, 1.25, 12}, 12, "client-17");
+  Message m = MakeMessage(FitResult{600, 0.6931471805599453, 0.875, 1.25, 12, SampleNonce()}, 12,
+                          "client-17");
   m.tensors = SmallModel();
   return m;
 }
@@ -67,6 +76,12 @@ inline std::vector<Message> SampleMessages() {
   return {SampleJoin(),          SampleWelcome(),     SampleFitInstruction(),
           SampleUploadRequest(), SampleUploadGrant(), SampleFitResult(),
           SampleHeartbeat(),     SampleError(),       SampleShutdown()};
+}
+
+inline std::string Hex(const std::string& bytes) {
+  std::string out;
+  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+  return out;
 }
 
 // Every header field of `m` (doubles in shortest round-trip form) and each tensor's spec, on one
@@ -87,19 +102,20 @@ inline std::string Describe(const Message& m) {
     std::string operator()(const FitInstruction& b) const {
       return fmt::format(
           "FitInstruction{{model_version={} train={{epochs={} batch_size={} learning_rate={} "
-          "momentum={} weight_decay={}}} seed={} deadline_ms={}}}",
+          "momentum={} weight_decay={}}} seed={} deadline_ms={} nonce={}}}",
           b.model_version, b.train.epochs, b.train.batch_size, b.train.learning_rate,
-          b.train.momentum, b.train.weight_decay, b.seed, b.deadline_ms);
+          b.train.momentum, b.train.weight_decay, b.seed, b.deadline_ms, Hex(b.nonce));
     }
     std::string operator()(const UploadRequest& b) const {
-      return fmt::format("UploadRequest{{num_examples={}}}", b.num_examples);
+      return fmt::format("UploadRequest{{num_examples={} nonce={}}}", b.num_examples, Hex(b.nonce));
     }
     std::string operator()(const UploadGrant&) const { return "UploadGrant{}"; }
     std::string operator()(const FitResult& b) const {
       return fmt::format(
           "FitResult{{num_examples={} train_loss={} train_accuracy={} train_seconds={} "
-          "model_version={}}}",
-          b.num_examples, b.train_loss, b.train_accuracy, b.train_seconds, b.model_version);
+          "model_version={} nonce={}}}",
+          b.num_examples, b.train_loss, b.train_accuracy, b.train_seconds, b.model_version,
+          Hex(b.nonce));
     }
     std::string operator()(const Heartbeat&) const { return "Heartbeat{}"; }
     std::string operator()(const Error& b) const {

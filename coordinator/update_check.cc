@@ -1,0 +1,55 @@
+#include "coordinator/update_check.h"
+
+#include <variant>
+
+namespace huddle::coordinator {
+
+StatusOr<std::vector<std::span<const float>>> CheckUpdate(const wire::Message& msg,
+                                                          const UpdateExpectation& want) {
+  const auto* result = std::get_if<wire::FitResult>(&msg.body);
+  if (result == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a FitResult, got ", wire::MessageTypeName(msg.type())));
+  }
+  if (msg.round != want.round) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("update is for round ", msg.round, "; round ", want.round, " is open"));
+  }
+  if (result->nonce != want.nonce) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("update's nonce does not match the instruction this client was sent in round ",
+                     want.round, " (a replayed or superseded result)"));
+  }
+  if (result->model_version != want.model_version) {
+    return absl::InvalidArgumentError(absl::StrCat("update was computed from model version ",
+                                                   result->model_version, "; round ", want.round,
+                                                   " sent version ", want.model_version));
+  }
+  if (result->num_examples < 1 || result->num_examples > static_cast<uint64_t>(want.max_weight)) {
+    return absl::InvalidArgumentError(absl::StrCat("num_examples ", result->num_examples,
+                                                   " is outside [1, ", want.max_weight, "]"));
+  }
+  const ModelLayout& layout = *want.layout;
+  if (msg.tensors.size() != layout.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("update has ", msg.tensors.size(),
+                                                   " tensors; round ", want.round, " expects ",
+                                                   layout.size()));
+  }
+  std::vector<std::span<const float>> spans;
+  spans.reserve(layout.size());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const TensorSpec& got = msg.tensors[i].spec;
+    const TensorSpec& expect = layout[i];
+    if (got.name != expect.name || got.shape != expect.shape || got.dtype != expect.dtype ||
+        msg.tensors[i].bytes.size() != static_cast<size_t>(expect.ByteLength())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " is '", got.name, "' ", ShapeString(got.shape), " ",
+                       DTypeName(got.dtype), "; round ", want.round, " expects '", expect.name,
+                       "' ", ShapeString(expect.shape), " ", DTypeName(expect.dtype)));
+    }
+    spans.push_back(msg.tensors[i].floats());
+  }
+  return spans;
+}
+
+}  // namespace huddle::coordinator
