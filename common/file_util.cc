@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,14 +36,15 @@ std::string DirOf(const std::string& path) {
 
 }  // namespace
 
-Status WriteFileAtomic(const std::string& path, std::string_view contents) {
+Status WriteFileAtomic(const std::string& path, std::string_view contents, unsigned mode) {
   // Unique per call (process id + counter) and created exclusively: concurrent writers of the
   // same path never share a temporary file.
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
   if (fd < 0) return ErrnoError("cannot create", tmp);
-  Status st = WriteAll(fd, contents, tmp);
+  Status st = ::fchmod(fd, mode & 0777) == 0 ? absl::OkStatus() : ErrnoError("chmod", tmp);
+  if (st.ok()) st = WriteAll(fd, contents, tmp);
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoError("fsync", tmp);
   if (::close(fd) != 0 && st.ok()) st = ErrnoError("close", tmp);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = ErrnoError("rename to", path);

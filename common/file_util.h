@@ -10,8 +10,9 @@
 
 namespace huddle {
 
-// Atomically replaces `path` with `contents` (temp file + fsync + rename + directory fsync).
-Status WriteFileAtomic(const std::string& path, std::string_view contents);
+// Atomically replaces `path` with `contents` (temp file + fsync + rename + directory fsync). The
+// file gets exactly `mode` (e.g. 0600 for a secret), whatever the umask.
+Status WriteFileAtomic(const std::string& path, std::string_view contents, unsigned mode = 0644);
 
 // Reads the whole file. NotFound if it does not exist.
 StatusOr<std::string> ReadFile(const std::string& path);

@@ -24,16 +24,6 @@ constexpr uint64_t kInitStream = 0x696e6974;    // "init"
 constexpr uint64_t kCohortStream = 0x636f686f;  // "coho"
 constexpr uint64_t kClientStream = 0x636c6e74;  // "clnt"
 
-bool ValidClientId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
-
 std::string Path(const std::string& dir, const char* file) {
   return (std::filesystem::path(dir) / file).string();
 }
@@ -326,7 +316,7 @@ void Coordinator::Handle(transport::Inbound in) {
 void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg) {
   const transport::PeerId& peer = in.peer;
   const auto& join = std::get<wire::Join>(msg.body);
-  if (!ValidClientId(join.client_id)) {
+  if (!wire::IsValidClientId(join.client_id)) {
     spdlog::warn("peer {}: refused join with invalid client id", PeerName(peer));
     Refuse(peer, wire::ErrorCode::kRejected, "client id must be 1-128 characters of [A-Za-z0-9._-]",
            0);

@@ -1,5 +1,6 @@
 #include "proto/messages.h"
 
+#include <cctype>
 #include <cstring>
 
 namespace huddle::wire {
@@ -40,6 +41,16 @@ TensorList ToTensors(const std::vector<TensorPayload>& payloads) {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+bool IsValidClientId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
+      return false;
+    }
+  }
+  return true;
 }
 
 const char* ErrorCodeName(ErrorCode code) {

@@ -150,6 +150,9 @@ struct Message {
   size_t PayloadBytes() const;
 };
 
+// Client ids: 1-128 characters of [A-Za-z0-9._-] (safe in file names, logs and metrics).
+bool IsValidClientId(const std::string& id);
+
 // Convenience constructors.
 Message MakeMessage(Body body, uint64_t round = 0, std::string sender = {});
 Message MakeError(ErrorCode code, std::string text, uint64_t round = 0);

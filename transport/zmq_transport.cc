@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
 #include <zmq.hpp>
 
 namespace huddle::transport {
@@ -51,19 +54,25 @@ StatusOr<size_t> SendFrames(zmq::socket_t& socket, const std::string* routing_id
   return bytes;
 }
 
-// Receives one multipart message. `skip` leading frames are returned in *prefix (routing id).
-// Keeps at most max_frames frames; the rest are drained and the message marked malformed.
-struct Received {
+int64_t SteadyNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// One multipart message as received, before decoding. The routing id (ROUTER side) is in
+// `prefix`; at most max_tensors + 1 frames are kept, the rest are drained and counted.
+struct RawMessage {
   std::string prefix;
-  StatusOr<wire::Message> message = absl::UnknownError("unset");
+  std::vector<wire::Frame> frames;
+  std::optional<std::string> user_id;  // ZAP User-Id of the connection, when authenticated
   size_t bytes = 0;
+  bool too_many = false;
 };
 
-Received RecvFrames(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimits& limits) {
-  Received out;
-  std::vector<wire::Frame> frames;
+RawMessage RecvRaw(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimits& limits) {
+  RawMessage out;
   bool first = true;
-  bool too_many = false;
   while (true) {
     auto msg = std::make_shared<zmq::message_t>();
     auto got = socket.recv(*msg, zmq::recv_flags::none);
@@ -72,24 +81,75 @@ Received RecvFrames(zmq::socket_t& socket, bool has_prefix, const wire::CodecLim
     const bool more = msg->more();
     if (first && has_prefix) {
       out.prefix.assign(static_cast<const char*>(msg->data()), msg->size());
-    } else if (frames.size() <= limits.max_tensors) {
-      auto bytes =
-          std::span<const std::byte>(static_cast<const std::byte*>(msg->data()), msg->size());
-      frames.push_back(wire::Frame{msg, bytes});
     } else {
-      too_many = true;
+      if (!out.user_id) {
+        // Set by the ZAP handler at the handshake; ZeroMQ attaches it to every message.
+        if (const char* uid = zmq_msg_gets(msg->handle(), "User-Id"); uid != nullptr) {
+          out.user_id = uid;
+        }
+      }
+      if (out.frames.size() <= limits.max_tensors) {
+        auto bytes =
+            std::span<const std::byte>(static_cast<const std::byte*>(msg->data()), msg->size());
+        out.frames.push_back(wire::Frame{msg, bytes});
+      } else {
+        out.too_many = true;
+      }
     }
     first = false;
     if (!more) break;
   }
-  if (too_many) {
-    out.message = absl::InvalidArgumentError(
-        absl::StrCat("malformed message: more than ", limits.max_tensors + 1, " frames"));
-  } else {
-    out.message = wire::Decode(frames, limits);
-  }
   return out;
 }
+
+StatusOr<wire::Message> DecodeRaw(const RawMessage& raw, const wire::CodecLimits& limits) {
+  if (raw.too_many) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed message: more than ", limits.max_tensors + 1, " frames"));
+  }
+  return wire::Decode(raw.frames, limits);
+}
+
+// Token bucket per peer. Entries idle for a minute are pruned, so the table stays small.
+class PeerRateLimiter {
+ public:
+  PeerRateLimiter(double rate, double burst) : rate_(rate), burst_(std::max(1.0, burst)) {}
+
+  // Whether a message from `peer` at `now_ms` is admitted. *warn is set when a drop should be
+  // logged (at most every 10 s per peer).
+  bool Admit(const std::string& peer, int64_t now_ms, bool* warn) {
+    *warn = false;
+    if (rate_ <= 0) return true;
+    if (now_ms - last_prune_ms_ > 60'000) {
+      std::erase_if(buckets_, [&](const auto& kv) { return now_ms - kv.second.last_ms > 60'000; });
+      last_prune_ms_ = now_ms;
+    }
+    auto [it, fresh] = buckets_.try_emplace(peer, Bucket{burst_, now_ms, 0});
+    Bucket& b = it->second;
+    b.tokens = std::min(burst_, b.tokens + (now_ms - b.last_ms) * rate_ / 1000.0);
+    b.last_ms = now_ms;
+    if (b.tokens >= 1.0) {
+      b.tokens -= 1.0;
+      return true;
+    }
+    if (now_ms - b.last_warn_ms >= 10'000) {
+      b.last_warn_ms = now_ms;
+      *warn = true;
+    }
+    return false;
+  }
+
+ private:
+  struct Bucket {
+    double tokens;
+    int64_t last_ms;
+    int64_t last_warn_ms;
+  };
+  double rate_;
+  double burst_;
+  int64_t last_prune_ms_ = 0;
+  std::unordered_map<std::string, Bucket> buckets_;
+};
 
 void SetCommonOptions(zmq::socket_t& s, const ZmqOptions& o) {
   s.set(zmq::sockopt::maxmsgsize, o.max_frame_bytes);
@@ -99,14 +159,28 @@ void SetCommonOptions(zmq::socket_t& s, const ZmqOptions& o) {
 
 class ZmqServer final : public ServerTransport {
  public:
-  explicit ZmqServer(const ZmqOptions& options) : options_(options), context_(options.io_threads) {}
+  explicit ZmqServer(const ZmqOptions& options)
+      : options_(options),
+        context_(options.io_threads),
+        limiter_(options.max_messages_per_s, options.burst_messages) {}
 
   Status Bind(const std::string& endpoint) {
+    if (options_.curve_server) {
+      // The ZAP handler must answer before the first handshake: without one, libzmq admits any
+      // client key.
+      HUDDLE_ASSIGN_OR_RETURN(zap_, ZapHandler::Start(context_, options_.curve_server->zap));
+    }
     try {
       socket_ = zmq::socket_t(context_, zmq::socket_type::router);
       SetCommonOptions(socket_, options_);
       socket_.set(zmq::sockopt::router_mandatory, 1);
       socket_.set(zmq::sockopt::linger, 2000);
+      if (options_.curve_server) {
+        const CurveKeyPair& k = options_.curve_server->server;
+        socket_.set(zmq::sockopt::curve_server, 1);
+        socket_.set(zmq::sockopt::curve_secretkey, k.secret_z85);
+        socket_.set(zmq::sockopt::zap_domain, "huddle");
+      }
     } catch (const zmq::error_t& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("coordinator socket options for '", endpoint, "': ", e.what()));
@@ -131,17 +205,19 @@ class ZmqServer final : public ServerTransport {
   }
 
   StatusOr<std::optional<Inbound>> Receive(int64_t timeout_ms) override {
+    const int64_t deadline = SteadyNowMs() + std::max<int64_t>(0, timeout_ms);
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     try {
-      zmq::poll(&item, 1, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
-      if (!(item.revents & ZMQ_POLLIN)) return std::optional<Inbound>();
-      Received r = RecvFrames(socket_, /*has_prefix=*/true, options_.codec);
-      bytes_in_ += r.bytes;
-      Inbound in;
-      in.peer = std::move(r.prefix);
-      in.message = std::move(r.message);
-      in.wire_bytes = r.bytes;
-      return std::optional<Inbound>(std::move(in));
+      while (true) {
+        const int64_t wait = std::max<int64_t>(0, deadline - SteadyNowMs());
+        zmq::poll(&item, 1, std::chrono::milliseconds(wait));
+        if (!(item.revents & ZMQ_POLLIN)) return std::optional<Inbound>();
+        RawMessage raw = RecvRaw(socket_, /*has_prefix=*/true, options_.codec);
+        bytes_in_ += raw.bytes;
+        std::optional<Inbound> in = Admit(std::move(raw));
+        if (in) return in;
+        if (SteadyNowMs() >= deadline) return std::optional<Inbound>();
+      }
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) return std::optional<Inbound>();
       return absl::InternalError(absl::StrCat("zmq receive: ", e.what()));
@@ -150,13 +226,57 @@ class ZmqServer final : public ServerTransport {
 
   uint64_t bytes_in() const override { return bytes_in_; }
   uint64_t bytes_out() const override { return bytes_out_; }
+  bool authenticates() const override { return zap_ != nullptr; }
+  uint64_t auth_rejections() const override {
+    return (zap_ ? zap_->rejections() : 0) + unauthenticated_;
+  }
+  uint64_t rate_limited() const override { return rate_limited_; }
 
  private:
+  // Rate limit, authentication, then decode. nullopt: dropped (counted, logged sparingly).
+  std::optional<Inbound> Admit(RawMessage raw) {
+    bool warn = false;
+    if (!limiter_.Admit(raw.prefix, SteadyNowMs(), &warn)) {
+      rate_limited_++;
+      if (warn) {
+        spdlog::warn("peer {}{}: over {} messages/s; dropping its messages ({} dropped so far)",
+                     PeerName(raw.prefix), raw.user_id ? " ('" + *raw.user_id + "')" : "",
+                     options_.max_messages_per_s, rate_limited_);
+      }
+      return std::nullopt;
+    }
+    Inbound in;
+    in.peer = std::move(raw.prefix);
+    in.wire_bytes = raw.bytes;
+    if (zap_) {
+      if (!raw.user_id || raw.user_id->empty()) {
+        // Cannot happen while the ZAP handler runs (it sets a User-Id on every admitted
+        // connection); refuse rather than trust an unauthenticated connection.
+        unauthenticated_++;
+        spdlog::error("peer {}: message without an authenticated identity; dropped",
+                      PeerName(in.peer));
+        return std::nullopt;
+      }
+      in.auth_id = *raw.user_id;
+      if (!zap_->IsEnrolled(in.auth_id)) {
+        in.message = absl::PermissionDeniedError(absl::StrCat(
+            "the key of client '", in.auth_id, "' was removed from the allow-list (revoked)"));
+        return in;
+      }
+    }
+    in.message = DecodeRaw(raw, options_.codec);
+    return in;
+  }
+
   ZmqOptions options_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // after context_, before socket_: outlives the socket
   zmq::socket_t socket_;
+  PeerRateLimiter limiter_;
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;
+  uint64_t rate_limited_ = 0;
+  uint64_t unauthenticated_ = 0;
 };
 
 class ZmqClient final : public ClientTransport {
@@ -172,11 +292,32 @@ class ZmqClient final : public ClientTransport {
       socket_.set(zmq::sockopt::linger, 1000);
       socket_.set(zmq::sockopt::reconnect_ivl, options_.reconnect_ivl_ms);
       socket_.set(zmq::sockopt::reconnect_ivl_max, options_.reconnect_ivl_max_ms);
+      if (options_.curve_client) {
+        const CurveClientOptions& c = *options_.curve_client;
+        socket_.set(zmq::sockopt::curve_serverkey, c.server_public_z85);
+        socket_.set(zmq::sockopt::curve_publickey, c.client.public_z85);
+        socket_.set(zmq::sockopt::curve_secretkey, c.client.secret_z85);
+      }
+      // Handshake outcomes come from the socket monitor: the only way to tell "refused" or
+      // "wrong server key" from "not up yet".
+      static std::atomic<uint64_t> monitors{0};
+      const std::string monitor_endpoint =
+          absl::StrCat("inproc://huddle-client-monitor-", monitors.fetch_add(1));
+      if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
+        return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
+      }
+      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(monitor_endpoint);
       socket_.connect(endpoint_);
     } catch (const zmq::error_t& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot connect to coordinator '", endpoint_, "': ", e.what()));
     }
+    handshake_failures_ = 0;
     return absl::OkStatus();
   }
 
@@ -186,12 +327,14 @@ class ZmqClient final : public ClientTransport {
 
   StatusOr<std::optional<StatusOr<wire::Message>>> Receive(int64_t timeout_ms) override {
     using Result = std::optional<StatusOr<wire::Message>>;
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(&item, 1, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
-      if (!(item.revents & ZMQ_POLLIN)) return Result();
-      Received r = RecvFrames(socket_, /*has_prefix=*/false, options_.codec);
-      return Result(std::move(r.message));
+      zmq::poll(items, 2, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+      if (items[1].revents & ZMQ_POLLIN) HUDDLE_RETURN_IF_ERROR(DrainMonitor());
+      if (!(items[0].revents & ZMQ_POLLIN)) return Result();
+      RawMessage raw = RecvRaw(socket_, /*has_prefix=*/false, options_.codec);
+      return Result(DecodeRaw(raw, options_.codec));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) return Result();
       return absl::InternalError(absl::StrCat("zmq receive: ", e.what()));
@@ -200,6 +343,8 @@ class ZmqClient final : public ClientTransport {
 
   Status Reconnect() override {
     try {
+      zmq_socket_monitor(socket_.handle(), nullptr, 0);
+      monitor_.close();
       socket_.set(zmq::sockopt::linger, 0);
       socket_.close();
     } catch (const zmq::error_t& e) {
@@ -208,11 +353,76 @@ class ZmqClient final : public ClientTransport {
     return Connect();
   }
 
+  ~ZmqClient() override {
+    if (socket_.handle() != nullptr) zmq_socket_monitor(socket_.handle(), nullptr, 0);
+  }
+
  private:
+  // Reads the monitor's handshake events. An error means this client cannot get in: the
+  // coordinator refused its key, or handshakes keep failing (wrong pinned key, no encryption).
+  Status DrainMonitor() {
+    while (true) {
+      zmq::message_t event, address;
+      if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return absl::OkStatus();
+      if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::none);
+      if (event.size() < 6) continue;
+      uint16_t id = 0;
+      uint32_t value = 0;
+      std::memcpy(&id, event.data(), 2);
+      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+      HUDDLE_RETURN_IF_ERROR(OnHandshakeEvent(id, value));
+    }
+  }
+
+  Status OnHandshakeEvent(uint16_t id, uint32_t value) {
+    const bool encrypted = options_.curve_client.has_value();
+    const std::string mine =
+        encrypted ? Fingerprint(options_.curve_client->client.public_z85) : std::string();
+    const std::string pinned =
+        encrypted ? Fingerprint(options_.curve_client->server_public_z85) : std::string();
+    switch (id) {
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        handshake_failures_ = 0;
+        return absl::OkStatus();
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        return absl::PermissionDeniedError(absl::StrCat(
+            "the coordinator at ", endpoint_, " refused this client's key ", mine, " (ZAP status ",
+            value,
+            "): it is not enrolled, or was revoked. Send the client's .pub file to the "
+            "coordinator's operator to be added to its allow-list"));
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the coordinator at ", endpoint_, " and this client disagree on encryption: ",
+              encrypted ? "the coordinator runs without it (--insecure)"
+                        : "the coordinator requires it; configure its public key "
+                          "(security.server_public_key) and this client's key pair instead of "
+                          "--insecure"));
+        }
+        [[fallthrough]];
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        if (++handshake_failures_ >= options_.handshake_failures_before_error) {
+          return absl::UnauthenticatedError(absl::StrCat(
+              "could not establish an encrypted session with the coordinator at ", endpoint_, " (",
+              handshake_failures_, " handshakes failed in a row): ",
+              encrypted ? absl::StrCat("the pinned coordinator key ", pinned,
+                                       " is most likely not this coordinator's key (check "
+                                       "security.server_public_key), or this is not a Huddle "
+                                       "coordinator")
+                        : "the peer is not a plaintext Huddle coordinator"));
+        }
+        return absl::OkStatus();
+      default:
+        return absl::OkStatus();
+    }
+  }
+
   std::string endpoint_;
   ZmqOptions options_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;
+  int handshake_failures_ = 0;
 };
 
 }  // namespace

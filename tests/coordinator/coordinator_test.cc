@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "aggregation/server_optimizer.h"
@@ -51,10 +52,12 @@ class CoordinatorTest : public ::testing::Test {
   // Runs a job; returns the final model and the metrics of every round.
   TensorList RunJob(const CoordinatorOptions& o, std::vector<SyntheticClient> clients,
                     uint64_t delivery_seed, std::vector<RoundMetrics>* metrics = nullptr,
-                    FakeFederation** keep = nullptr) {
+                    FakeFederation** keep = nullptr, bool authenticated = false,
+                    const std::function<void(FakeFederation&)>& before = {}) {
     ManualClock clock;
     auto fed = std::make_unique<FakeFederation>(std::move(clients), models::MlpLayout(o.model),
-                                                &clock, delivery_seed);
+                                                &clock, delivery_seed, authenticated);
+    if (before) before(*fed);
     Coordinator coord(o, fed.get(), &clock, {}, [&](const RoundMetrics& m) {
       if (metrics) metrics->push_back(m);
     });
@@ -152,6 +155,62 @@ TEST_F(CoordinatorTest, HostileAndBrokenClientsChangeNothing) {
   EXPECT_EQ(fed->ErrorsSent("huge", wire::ErrorCode::kInvalidUpdate), 2);
   EXPECT_EQ(fed->ErrorsSent("late", wire::ErrorCode::kWrongRound), 2);
   EXPECT_EQ(fed->ErrorsSent("eager", wire::ErrorCode::kRejected), 2);
+}
+
+TEST_F(CoordinatorTest, ReplayedResultsAreRefusedByTheirNonce) {
+  CoordinatorOptions o = Options(3, 5);
+  std::vector<SyntheticClient> clients = Clients(4);
+  clients.push_back({"replayer", Behaviour::kReplay, 100});
+  std::vector<RoundMetrics> metrics;
+  FakeFederation* fed = nullptr;
+  RunJob(o, clients, 2, &metrics, &fed);
+  std::unique_ptr<FakeFederation> owned(fed);
+  ASSERT_EQ(metrics.size(), 3u);
+  EXPECT_EQ(metrics[0].results, 5);  // its first result answers its first instruction
+  for (size_t r = 1; r < 3; ++r) {
+    EXPECT_EQ(metrics[r].results, 4) << "round " << r + 1;
+    EXPECT_EQ(metrics[r].rejected, 1) << "round " << r + 1;
+  }
+  EXPECT_EQ(fed->ErrorsSent("replayer", wire::ErrorCode::kInvalidUpdate), 2);
+}
+
+TEST_F(CoordinatorTest, AnUploadRequestWithAnotherNonceIsRefused) {
+  CoordinatorOptions o = Options(2, 3);
+  const TensorList reference = [&] {
+    CoordinatorOptions h = o;
+    h.cohort.size = 2;
+    h.min_clients = 2;
+    return RunJob(h, Clients(2), 1);
+  }();
+  std::vector<SyntheticClient> clients = Clients(2);
+  clients.push_back({"forger", Behaviour::kWrongNonce, 100});
+  std::vector<RoundMetrics> metrics;
+  FakeFederation* fed = nullptr;
+  TensorList model = RunJob(o, clients, 1, &metrics, &fed);
+  std::unique_ptr<FakeFederation> owned(fed);
+  EXPECT_TRUE(BitwiseEqual(model, reference));
+  EXPECT_EQ(fed->ErrorsSent("forger", wire::ErrorCode::kRejected), 2);
+  for (const RoundMetrics& m : metrics) EXPECT_EQ(m.rejected, 1);
+}
+
+TEST_F(CoordinatorTest, AnEnrolledClientCannotJoinOrSpeakAsAnother) {
+  CoordinatorOptions o = Options(2, 3);
+  const TensorList reference = RunJob(o, Clients(3), 1, nullptr, nullptr, /*authenticated=*/true);
+  std::vector<SyntheticClient> clients = Clients(3);
+  clients.push_back({"mallory", Behaviour::kHonest, 100, /*join_as=*/"c0"});
+  std::vector<RoundMetrics> metrics;
+  FakeFederation* fed = nullptr;
+  TensorList model = RunJob(o, clients, 1, &metrics, &fed, true, [](FakeFederation& f) {
+    // A connection whose key is mallory's, presenting c1's routing id.
+    f.Inject("c1", wire::MakeMessage(wire::Heartbeat{}, 0, "c1"), "mallory");
+  });
+  std::unique_ptr<FakeFederation> owned(fed);
+  EXPECT_TRUE(BitwiseEqual(model, reference));
+  EXPECT_GE(fed->ErrorsSent("mallory", wire::ErrorCode::kAuthRefused), 1);
+  EXPECT_EQ(fed->ErrorsSent("c1", wire::ErrorCode::kAuthRefused), 1);
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_GE(metrics[0].auth_rejected + metrics[1].auth_rejected, 2);
+  EXPECT_EQ(metrics[0].clients_enrolled, 3);
 }
 
 TEST_F(CoordinatorTest, SilentClientMakesTheRoundCloseAtItsDeadline) {

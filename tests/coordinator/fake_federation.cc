@@ -93,8 +93,10 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
         return absl::OkStatus();
       }
       const uint64_t reply_round = c.behaviour == Behaviour::kWrongRound ? round - 1 : round;
-      Queue(peer, wire::MakeMessage(wire::UploadRequest{c.num_examples, nonces_[peer]}, reply_round,
-                                    c.id));
+      const std::string nonce = c.behaviour == Behaviour::kWrongNonce
+                                    ? std::string(wire::kNonceBytes, 'x')
+                                    : nonces_[peer];
+      Queue(peer, wire::MakeMessage(wire::UploadRequest{c.num_examples, nonce}, reply_round, c.id));
       return absl::OkStatus();
     }
     case wire::MessageType::kUploadGrant: {

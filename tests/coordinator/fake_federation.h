@@ -37,6 +37,7 @@ enum class Behaviour {
   kHugeValue,    // a value above the aggregation bound
   kGrabber,      // asks for an upload slot, gets it, never uploads
   kReplay,       // from its second instruction on, uploads with the previous instruction's nonce
+  kWrongNonce,   // asks for an upload slot with a nonce it was never sent
 };
 
 struct SyntheticClient {

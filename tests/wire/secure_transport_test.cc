@@ -1,0 +1,334 @@
+// CurveZMQ keys, the allow-list, and the encrypted, authenticated ZeroMQ transport over 127.0.0.1:
+// enrolled keys get in and carry their identity; unknown, revoked and wrong-server keys are refused
+// with clear errors; plaintext and encrypted peers refuse each other; a flooding peer is rate
+// limited. Every wait is a loop of short Receive calls bounded by a deadline.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+#include "tests/wire/wire_testing.h"
+#include "transport/curve_keys.h"
+#include "transport/ports.h"
+#include "transport/zmq_transport.h"
+
+namespace huddle::transport {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using wire::testutil::IsError;
+
+constexpr auto kDeadline = std::chrono::seconds(10);
+
+class SecureTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("huddle_secure_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "allow");
+    server_keys_ = Generate("server", "coordinator", "server");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CurveKeyPair Generate(const std::string& role, const std::string& id, const std::string& name) {
+    auto keys = GenerateKeyPair(role, id);
+    EXPECT_TRUE(keys.ok()) << keys.status();
+    EXPECT_TRUE(WriteKeyFiles(*keys, (dir_ / "keys").string(), name).ok());
+    return *keys;
+  }
+  // A client key pair, its .pub copied into the allow-list when `enroll`.
+  CurveKeyPair Client(const std::string& id, bool enroll) {
+    CurveKeyPair k = Generate("client", id, id);
+    if (enroll) fs::copy_file(dir_ / "keys" / (id + ".pub"), dir_ / "allow" / (id + ".pub"));
+    return k;
+  }
+
+  ZmqOptions ServerOptions() {
+    ZmqOptions o;
+    o.curve_server = CurveServerOptions{server_keys_, ZapOptions{(dir_ / "allow").string(), 100}};
+    return o;
+  }
+  ZmqOptions ClientOptions(const CurveKeyPair& client) {
+    ZmqOptions o;
+    o.curve_client = CurveClientOptions{server_keys_.public_z85, client};
+    return o;
+  }
+
+  void Bind(const ZmqOptions& options) {
+    for (int attempt = 0; attempt < 5 && server_ == nullptr; ++attempt) {
+      auto port = FreeLoopbackPort();
+      ASSERT_TRUE(port.ok());
+      endpoint_ = "tcp://127.0.0.1:" + std::to_string(*port);
+      auto s = BindZmqServer(endpoint_, options);
+      if (s.ok()) server_ = std::move(s).value();
+    }
+    ASSERT_NE(server_, nullptr);
+  }
+
+  std::unique_ptr<ClientTransport> Connect(const ZmqOptions& options) {
+    auto c = ConnectZmqClient(endpoint_, options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  // Sends Join every 100 ms until the server receives a message from this client; returns it.
+  std::optional<Inbound> JoinAndReceive(ClientTransport& client, const std::string& id) {
+    for (auto end = Clock::now() + kDeadline; Clock::now() < end;) {
+      (void)client.Send(wire::MakeMessage(wire::Join{id, 10, "test"}));
+      auto in = server_->Receive(100);
+      if (in.ok() && in->has_value()) return std::move(**in);
+      auto back = client.Receive(0);
+      if (!back.ok()) {
+        ADD_FAILURE() << "client error: " << back.status();
+        return std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Keeps the client trying (Join + Receive) until its transport reports an error.
+  Status ClientErrorWithin(ClientTransport& client, std::chrono::seconds limit) {
+    for (auto end = Clock::now() + limit; Clock::now() < end;) {
+      (void)client.Send(wire::MakeMessage(wire::Join{"x", 1, "test"}));
+      auto got = client.Receive(50);
+      if (!got.ok()) return got.status();
+      auto in = server_->Receive(0);
+      if (in.ok() && in->has_value()) ++server_saw_;
+    }
+    return absl::OkStatus();
+  }
+
+  fs::path dir_;
+  CurveKeyPair server_keys_;
+  std::string endpoint_;
+  std::unique_ptr<ServerTransport> server_;
+  int server_saw_ = 0;
+};
+
+TEST_F(SecureTransportTest, KeyFilesRoundTripWithSecretModeAndNeverOverwrite) {
+  const std::string key = (dir_ / "keys" / "server.key").string();
+  struct stat st {};
+  ASSERT_EQ(::stat(key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto back = ReadKeyFile(key, /*need_secret=*/true);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->public_z85, server_keys_.public_z85);
+  EXPECT_EQ(back->secret_z85, server_keys_.secret_z85);
+  EXPECT_EQ(back->role, "server");
+  auto pub = ReadKeyFile((dir_ / "keys" / "server.pub").string(), /*need_secret=*/false);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  EXPECT_TRUE(pub->secret_z85.empty());
+  EXPECT_TRUE(IsError(ReadKeyFile((dir_ / "keys" / "server.pub").string(), true),
+                      absl::StatusCode::kInvalidArgument, "holds only a public key"));
+  EXPECT_TRUE(IsError(WriteKeyFiles(server_keys_, (dir_ / "keys").string(), "server"),
+                      absl::StatusCode::kAlreadyExists, "never overwrites"));
+  EXPECT_EQ(Fingerprint(server_keys_.public_z85).rfind("blake2b:", 0), 0u);
+  EXPECT_EQ(Fingerprint(server_keys_.public_z85).size(), 8u + 16u);
+}
+
+TEST_F(SecureTransportTest, SecretKeyReadableByOthersOrTamperedIsRefused) {
+  const std::string key = (dir_ / "keys" / "server.key").string();
+  ASSERT_EQ(::chmod(key.c_str(), 0644), 0);
+  EXPECT_TRUE(IsError(ReadKeyFile(key, true), absl::StatusCode::kPermissionDenied, "chmod 600"));
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  CurveKeyPair other = *GenerateKeyPair("server", "x");
+  std::string text = *ReadFile(key);
+  text.replace(text.find(server_keys_.public_z85), 40, other.public_z85);
+  ASSERT_TRUE(WriteFileAtomic(key, text, 0600).ok());
+  EXPECT_TRUE(IsError(ReadKeyFile(key, true), absl::StatusCode::kInvalidArgument,
+                      "public_key does not belong to secret_key"));
+}
+
+TEST_F(SecureTransportTest, AllowListFromDirectoryOrFileWithClearErrors) {
+  CurveKeyPair alice = Client("alice", true);
+  CurveKeyPair bob = Client("bob", true);
+  auto list = AllowList::Load((dir_ / "allow").string());
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->size(), 2u);
+  EXPECT_EQ(list->Lookup(*DecodeZ85Key(alice.public_z85, "k")), "alice");
+  EXPECT_FALSE(list->Lookup(*DecodeZ85Key(server_keys_.public_z85, "k")).has_value());
+
+  const std::string file = (dir_ / "clients.yaml").string();
+  ASSERT_TRUE(WriteFileAtomic(file, "clients:\n  alice: \"" + alice.public_z85 + "\"\n  bob: \"" +
+                                        bob.public_z85 + "\"\n")
+                  .ok());
+  auto from_file = AllowList::Load(file);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_TRUE(from_file->HasId("bob"));
+
+  ASSERT_TRUE(WriteFileAtomic(file, "clients:\n  alice: \"" + alice.public_z85 + "\"\n  carol: \"" +
+                                        alice.public_z85 + "\"\n")
+                  .ok());
+  EXPECT_TRUE(IsError(AllowList::Load(file), absl::StatusCode::kInvalidArgument,
+                      "is already enrolled as 'alice'"));
+  ASSERT_TRUE(WriteFileAtomic(file, "clients:\n  alice: \"tooshort\"\n").ok());
+  EXPECT_TRUE(IsError(AllowList::Load(file), absl::StatusCode::kInvalidArgument,
+                      "must be 40 Z85 characters"));
+  ASSERT_TRUE(WriteFileAtomic(file, "client:\n  alice: \"x\"\n").ok());
+  EXPECT_FALSE(AllowList::Load(file).ok());
+
+  // A secret key copied into the allow-list directory by mistake is an error, not enrollment.
+  fs::copy_file(dir_ / "keys" / "alice.key", dir_ / "allow" / "alice.key");
+  EXPECT_TRUE(IsError(AllowList::Load((dir_ / "allow").string()),
+                      absl::StatusCode::kFailedPrecondition, "contains the secret key file"));
+  EXPECT_TRUE(IsError(AllowList::Load((dir_ / "nowhere").string()), absl::StatusCode::kNotFound,
+                      "does not exist"));
+}
+
+TEST_F(SecureTransportTest, EnrolledClientGetsInAndCarriesItsEnrolledId) {
+  CurveKeyPair alice = Client("alice", true);
+  Bind(ServerOptions());
+  EXPECT_TRUE(server_->authenticates());
+  auto client = Connect(ClientOptions(alice));
+  auto in = JoinAndReceive(*client, "alice");
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->auth_id, "alice");
+  ASSERT_TRUE(in->message.ok()) << in->message.status();
+  // The reply travels back encrypted too.
+  ASSERT_TRUE(server_->Send(in->peer, wire::MakeMessage(wire::Heartbeat{})).ok());
+  bool got = false;
+  for (auto end = Clock::now() + kDeadline; Clock::now() < end && !got;) {
+    auto r = client->Receive(50);
+    ASSERT_TRUE(r.ok()) << r.status();
+    got = r->has_value();
+  }
+  EXPECT_TRUE(got);
+  EXPECT_EQ(server_->auth_rejections(), 0u);
+}
+
+TEST_F(SecureTransportTest, UnknownClientKeyIsRefusedAtTheHandshake) {
+  Client("alice", true);
+  CurveKeyPair mallory = Client("mallory", false);
+  Bind(ServerOptions());
+  auto client = Connect(ClientOptions(mallory));
+  Status err = ClientErrorWithin(*client, kDeadline);
+  EXPECT_TRUE(IsError(err, absl::StatusCode::kPermissionDenied, "refused this client's key"))
+      << err;
+  EXPECT_NE(err.message().find(Fingerprint(mallory.public_z85)), std::string::npos) << err;
+  EXPECT_EQ(server_saw_, 0);  // nothing reached the coordinator
+  EXPECT_GE(server_->auth_rejections(), 1u);
+}
+
+TEST_F(SecureTransportTest, WrongPinnedServerKeyFailsWithAClearError) {
+  CurveKeyPair alice = Client("alice", true);
+  Bind(ServerOptions());
+  ZmqOptions o = ClientOptions(alice);
+  o.curve_client->server_public_z85 = GenerateKeyPair("server", "impostor")->public_z85;
+  auto client = Connect(o);
+  Status err = ClientErrorWithin(*client, kDeadline);
+  EXPECT_TRUE(IsError(err, absl::StatusCode::kUnauthenticated, "not this coordinator's key"))
+      << err;
+  EXPECT_EQ(server_saw_, 0);
+}
+
+TEST_F(SecureTransportTest, PlaintextAndEncryptedPeersRefuseEachOther) {
+  CurveKeyPair alice = Client("alice", true);
+  Bind(ServerOptions());
+  auto plain = Connect(ZmqOptions{});
+  Status err = ClientErrorWithin(*plain, kDeadline);
+  EXPECT_TRUE(IsError(err, absl::StatusCode::kFailedPrecondition, "disagree on encryption")) << err;
+  EXPECT_EQ(server_saw_, 0);
+
+  server_.reset();
+  Bind(ZmqOptions{});  // a plaintext coordinator
+  auto encrypted = Connect(ClientOptions(alice));
+  err = ClientErrorWithin(*encrypted, kDeadline);
+  EXPECT_FALSE(err.ok());
+  EXPECT_NE(err.message().find("--insecure"), std::string::npos) << err;
+  EXPECT_EQ(server_saw_, 0);
+}
+
+TEST_F(SecureTransportTest, RevokedKeyIsRefusedAfterReloadOnLiveAndNewConnections) {
+  CurveKeyPair alice = Client("alice", true);
+  CurveKeyPair bob = Client("bob", true);
+  std::atomic<uint64_t> reloads{0};
+  ZmqOptions options = ServerOptions();
+  options.curve_server->zap.reload_interval_ms = 3'600'000;  // only on request (like SIGHUP)
+  options.curve_server->zap.reload_requests = &reloads;
+  Bind(options);
+  auto alice_client = Connect(ClientOptions(alice));
+  auto bob_client = Connect(ClientOptions(bob));
+  ASSERT_TRUE(JoinAndReceive(*alice_client, "alice").has_value());
+  ASSERT_TRUE(JoinAndReceive(*bob_client, "bob").has_value());
+
+  fs::remove(dir_ / "allow" / "alice.pub");
+  reloads++;
+  // The live connection: its next messages arrive as PermissionDenied naming the client.
+  bool refused = false;
+  for (auto end = Clock::now() + kDeadline; Clock::now() < end && !refused;) {
+    (void)alice_client->Send(wire::MakeMessage(wire::Heartbeat{}));
+    auto in = server_->Receive(100);
+    ASSERT_TRUE(in.ok());
+    if (in->has_value() && (*in)->auth_id == "alice") {
+      refused = absl::IsPermissionDenied((*in)->message.status());
+    }
+  }
+  EXPECT_TRUE(refused) << "alice's messages still admitted after the reload";
+  // A new connection with the revoked key fails at the handshake; bob is unaffected.
+  auto again = Connect(ClientOptions(alice));
+  Status err = ClientErrorWithin(*again, kDeadline);
+  EXPECT_TRUE(IsError(err, absl::StatusCode::kPermissionDenied, "refused this client's key"))
+      << err;
+  auto in = JoinAndReceive(*bob_client, "bob");
+  ASSERT_TRUE(in.has_value());
+  EXPECT_TRUE(in->message.ok());
+}
+
+TEST_F(SecureTransportTest, AllowListChangesArePickedUpPeriodicallyAndBrokenOnesKeepTheOld) {
+  CurveKeyPair alice = Client("alice", true);
+  CurveKeyPair bob = Client("bob", false);
+  Bind(ServerOptions());  // checks every 100 ms
+  auto bob_client = Connect(ClientOptions(bob));
+  Status err = ClientErrorWithin(*bob_client, kDeadline);
+  ASSERT_TRUE(absl::IsPermissionDenied(err)) << err;
+  // A malformed file is reported and ignored: alice stays enrolled.
+  ASSERT_TRUE(WriteFileAtomic((dir_ / "allow" / "broken.pub").string(), "role: [").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto alice_client = Connect(ClientOptions(alice));
+  ASSERT_TRUE(JoinAndReceive(*alice_client, "alice").has_value());
+  fs::remove(dir_ / "allow" / "broken.pub");
+  fs::copy_file(dir_ / "keys" / "bob.pub", dir_ / "allow" / "bob.pub");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto bob_again = Connect(ClientOptions(bob));
+  auto in = JoinAndReceive(*bob_again, "bob");
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->auth_id, "bob");
+}
+
+TEST_F(SecureTransportTest, AFloodingPeerIsRateLimitedBeforeDecoding) {
+  CurveKeyPair alice = Client("alice", true);
+  ZmqOptions options = ServerOptions();
+  options.max_messages_per_s = 50;
+  options.burst_messages = 50;
+  Bind(options);
+  auto client = Connect(ClientOptions(alice));
+  ASSERT_TRUE(JoinAndReceive(*client, "alice").has_value());
+  const auto start = Clock::now();
+  uint64_t sent = 0;  // the client's own send queue (high-water mark) may refuse some
+  for (int i = 0; i < 2000; ++i) sent += client->Send(wire::MakeMessage(wire::Heartbeat{})).ok();
+  ASSERT_GT(sent, 500u);
+  int delivered = 0;
+  for (auto end = Clock::now() + std::chrono::seconds(2); Clock::now() < end;) {
+    auto in = server_->Receive(50);
+    ASSERT_TRUE(in.ok());
+    if (in->has_value()) ++delivered;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // At most the burst plus the refill over the elapsed time; everything else was dropped.
+  EXPECT_LE(delivered, 50 + static_cast<int>(50 * seconds) + 1);
+  EXPECT_GE(server_->rate_limited() + static_cast<uint64_t>(delivered), sent - 5);
+  EXPECT_GE(server_->rate_limited(), sent - 50 - static_cast<uint64_t>(50 * seconds) - 1);
+}
+
+}  // namespace
+}  // namespace huddle::transport

@@ -1,0 +1,182 @@
+#include "transport/zap_handler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <vector>
+#include <zmq.hpp>
+
+namespace huddle::transport {
+namespace {
+
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr int64_t kLogEveryMs = 60'000;  // per refused key, so a retrying client cannot flood logs
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct ZapReply {
+  std::string status_code;
+  std::string status_text;
+  std::string user_id;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context,
+                                                        ZapOptions options) {
+  std::unique_ptr<ZapHandler> h(new ZapHandler(std::move(options)));
+  {
+    auto list = AllowList::Load(h->options_.allow_list_path);
+    if (!list.ok()) {
+      return Status(list.status().code(), absl::StrCat("allow-list: ", list.status().message()));
+    }
+    h->list_ = std::move(list).value();
+    h->signature_ = AllowList::Signature(h->options_.allow_list_path);
+  }
+  if (h->options_.reload_requests != nullptr)
+    h->seen_requests_ = h->options_.reload_requests->load();
+  h->next_check_ms_ = NowMs() + h->options_.reload_interval_ms;
+  auto socket = std::make_shared<zmq::socket_t>();
+  try {
+    *socket = zmq::socket_t(context, zmq::socket_type::rep);
+    socket->set(zmq::sockopt::linger, 0);
+    socket->bind(kZapEndpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::InternalError(
+        absl::StrCat("cannot start the ZAP authentication handler: ", e.what()));
+  }
+  spdlog::info("client allow-list '{}': {} enrolled keys", h->options_.allow_list_path,
+               h->list_.size());
+  ZapHandler* self = h.get();
+  self->thread_ = std::thread([self, socket] { self->Serve(*socket); });
+  return h;
+}
+
+ZapHandler::~ZapHandler() {
+  stopping_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t ZapHandler::enrolled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return list_.size();
+}
+
+bool ZapHandler::IsEnrolled(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return list_.HasId(id);
+}
+
+Status ZapHandler::Reload() {
+  const std::string signature = AllowList::Signature(options_.allow_list_path);
+  auto list = AllowList::Load(options_.allow_list_path);
+  std::lock_guard<std::mutex> lock(mu_);
+  signature_ = signature;  // a broken version is not retried until the files change again
+  if (!list.ok()) {
+    spdlog::error("allow-list reload failed, keeping the previous {} keys: {}", list_.size(),
+                  list.status().message());
+    return list.status();
+  }
+  if (list->size() != list_.size()) {
+    spdlog::info("allow-list reloaded: {} enrolled keys (was {})", list->size(), list_.size());
+  } else {
+    spdlog::info("allow-list reloaded: {} enrolled keys", list->size());
+  }
+  list_ = std::move(list).value();
+  return absl::OkStatus();
+}
+
+void ZapHandler::MaybeReload(int64_t now_ms) {
+  bool requested = false;
+  if (options_.reload_requests != nullptr) {
+    const uint64_t r = options_.reload_requests->load();
+    requested = r != seen_requests_;
+    seen_requests_ = r;
+  }
+  if (!requested && now_ms < next_check_ms_) return;
+  next_check_ms_ = now_ms + options_.reload_interval_ms;
+  if (!requested) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (AllowList::Signature(options_.allow_list_path) == signature_) return;
+  }
+  (void)Reload();  // logs its own outcome
+}
+
+void ZapHandler::Serve(zmq::socket_t& socket) {
+  std::map<std::string, int64_t> last_logged;  // fingerprint -> time
+  while (!stopping_.load()) {
+    MaybeReload(NowMs());
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(200));
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> frames;
+      do {
+        frames.emplace_back();
+        (void)socket.recv(frames.back(), zmq::recv_flags::none);
+      } while (frames.back().more() && frames.size() < 16);
+      while (frames.back().more()) {  // never from libzmq; drain defensively
+        zmq::message_t extra;
+        (void)socket.recv(extra, zmq::recv_flags::none);
+        if (!extra.more()) break;
+      }
+      // RFC 27: version, request id, domain, address, identity, mechanism, credentials...
+      ZapReply reply{"400", "malformed ZAP request", ""};
+      std::string request_id = frames.size() > 1 ? frames[1].to_string() : "";
+      if (frames.size() >= 7 && frames[0].to_string() == "1.0") {
+        const std::string address = frames[3].to_string();
+        const std::string mechanism = frames[5].to_string();
+        if (mechanism != "CURVE" || frames[6].size() != 32) {
+          reply = {"400", "only CURVE with a 32-byte key is accepted", ""};
+          rejections_++;
+          spdlog::warn("refused a {} handshake from {}: encryption is required", mechanism,
+                       address);
+        } else {
+          CurveKey key;
+          std::memcpy(key.data(), frames[6].data(), 32);
+          std::optional<std::string> id;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            id = list_.Lookup(key);
+          }
+          if (id) {
+            reply = {"200", "OK", *id};
+          } else {
+            reply = {"400", "client key is not enrolled", ""};
+            rejections_++;
+            const std::string fp = Fingerprint(key);
+            const int64_t now = NowMs();
+            if (last_logged.size() > 4096) last_logged.clear();
+            auto [it, fresh] = last_logged.emplace(fp, now);
+            if (fresh || now - it->second >= kLogEveryMs) {
+              it->second = now;
+              spdlog::warn(
+                  "refused a handshake from {}: key {} is not enrolled (not in the allow-list, or "
+                  "revoked); {} refusals so far",
+                  address, fp, rejections_.load());
+            }
+          }
+        }
+      } else {
+        rejections_++;
+      }
+      socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
+      socket.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+      socket.send(zmq::buffer(reply.status_code), zmq::send_flags::sndmore);
+      socket.send(zmq::buffer(reply.status_text), zmq::send_flags::sndmore);
+      socket.send(zmq::buffer(reply.user_id), zmq::send_flags::sndmore);
+      socket.send(zmq::str_buffer(""), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) return;
+      if (e.num() != EINTR) spdlog::error("ZAP handler: {}", e.what());
+    }
+  }
+}
+
+}  // namespace huddle::transport

@@ -1,0 +1,73 @@
+// The coordinator's ZAP handler (ZeroMQ Authentication Protocol, RFC 27): decides, during each
+// CurveZMQ handshake, whether the client's public key is enrolled.
+//
+// libzmq admits *any* CURVE client key unless a ZAP handler answers at inproc://zeromq.zap.01 in
+// the socket's context, so the coordinator starts this handler before it binds. Each request is
+// answered from the current AllowList: 200 with the enrolled client id as the ZAP User-Id (which
+// ZeroMQ then attaches to every message of that connection, see zmq_transport.cc), or 400. A
+// refusal is logged with the key's fingerprint and the peer's address and counted.
+//
+// The allow-list is reloaded, without a restart, when its files change (checked every
+// reload_interval_ms) or when *reload_requests changes (the CLI bumps it on SIGHUP). A reload that
+// fails (a malformed new file) keeps the previous list and logs the error.
+//
+// Thread-safety: the handler runs on its own thread; the public methods are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "transport/curve_keys.h"
+
+namespace zmq {
+class context_t;
+class socket_t;
+}  // namespace zmq
+
+namespace huddle::transport {
+
+struct ZapOptions {
+  std::string allow_list_path;
+  int64_t reload_interval_ms = 2000;
+  const std::atomic<uint64_t>* reload_requests = nullptr;  // a change triggers a reload
+};
+
+class ZapHandler {
+ public:
+  // Loads the allow-list (an error if it does not load), binds the ZAP endpoint in `context` and
+  // starts serving. The handler must outlive every CURVE server socket of the context.
+  static StatusOr<std::unique_ptr<ZapHandler>> Start(zmq::context_t& context, ZapOptions options);
+  ~ZapHandler();
+  ZapHandler(const ZapHandler&) = delete;
+  ZapHandler& operator=(const ZapHandler&) = delete;
+
+  // Reloads now (same rules as the periodic reload) and returns its outcome.
+  Status Reload();
+  // Whether `id` is still enrolled (false once its key has been removed and the list reloaded).
+  bool IsEnrolled(const std::string& id) const;
+  // Handshakes refused so far.
+  uint64_t rejections() const { return rejections_.load(); }
+  size_t enrolled() const;
+
+ private:
+  explicit ZapHandler(ZapOptions options) : options_(std::move(options)) {}
+  void Serve(zmq::socket_t& socket);
+  void MaybeReload(int64_t now_ms);
+
+  ZapOptions options_;
+  mutable std::mutex mu_;
+  AllowList list_;         // guarded by mu_
+  std::string signature_;  // guarded by mu_
+  uint64_t seen_requests_ = 0;
+  int64_t next_check_ms_ = 0;
+  std::atomic<uint64_t> rejections_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace huddle::transport
