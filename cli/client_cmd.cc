@@ -40,7 +40,9 @@ Status ApplyFlags(const ClientFlags& f, ClientConfig* c) {
     c->runner.give_up_after_ms = static_cast<int64_t>(f.give_up_after_s * 1000);
   }
   if (!f.log_level.empty()) c->log_level = f.log_level;
-  return ValidateClientConfig(*c);
+  if (!f.server_key.empty()) c->security.server_public_key = f.server_key;
+  if (!f.key.empty()) c->security.secret_key = f.key;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -59,6 +61,15 @@ int RunClientCommand(const ClientFlags& flags) {
     std::fprintf(stderr, "huddle client: %s\n", std::string(st.message()).c_str());
     return 2;
   }
+  auto zopts = ClientTransportOptions(&config, flags.insecure);
+  if (!zopts.ok()) {
+    std::fprintf(stderr, "huddle client: %s\n", std::string(zopts.status().message()).c_str());
+    return 2;
+  }
+  if (Status st = ValidateClientConfig(config); !st.ok()) {
+    std::fprintf(stderr, "huddle client: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
   if (Status st = SetupLogging(config.log_level, "client " + config.client_id); !st.ok()) {
     std::fprintf(stderr, "huddle client: %s\n", std::string(st.message()).c_str());
     return 2;
@@ -71,7 +82,7 @@ int RunClientCommand(const ClientFlags& flags) {
   data::DatasetView view;
   view.base = &dataset.value();
   spdlog::info("loaded {} examples from {}", view.size(), config.data.path);
-  auto transport = transport::ConnectZmqClient(config.coordinator);
+  auto transport = transport::ConnectZmqClient(config.coordinator, *zopts);
   if (!transport.ok()) {
     std::fprintf(stderr, "huddle client: %s\n", std::string(transport.status().message()).c_str());
     return 1;

@@ -3,21 +3,32 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cli/job_config.h"
+#include "transport/zmq_transport.h"
 
 namespace huddle::cli {
 
 // Set by SIGINT/SIGTERM; long-running commands stop cleanly when it turns true.
 std::atomic<bool>& StopFlag();
+// Bumped by SIGHUP: the coordinator reloads its client allow-list.
+std::atomic<uint64_t>& ReloadRequests();
 void InstallStopHandlers();
+
+// Printed to stderr at every start with --insecure.
+void WarnInsecure(const char* command);
 
 struct CoordinatorFlags {
   std::string config;
   std::string out_dir;  // overrides output.dir
   std::string bind;     // overrides coordinator.bind
   bool resume = false;
+  std::string server_key;  // overrides security.server_secret_key
+  std::string allow;       // overrides security.allowed_clients
+  bool insecure = false;
 };
 int RunCoordinatorCommand(const CoordinatorFlags& flags);
 
@@ -34,15 +45,35 @@ struct ClientFlags {
   int64_t partition_seed = -1;
   double give_up_after_s = -1;
   std::string log_level;
+  std::string server_key;  // the coordinator's .pub (overrides security.server_public_key)
+  std::string key;         // this client's .key (overrides security.secret_key)
+  bool insecure = false;
 };
 int RunClientCommand(const ClientFlags& flags);
 
 struct RunFlags {
   std::string config;
   std::string out_dir;
+  bool insecure = false;
 };
+
+struct KeygenFlags {
+  std::string role;  // server | client
+  std::string id;    // client id (client), name (server; default "server")
+  std::string out_dir = "keys";
+};
+int RunKeygenCommand(const KeygenFlags& flags);
 // `huddle run`: the whole federation on this machine (processes, or in-process simulation).
 int RunLocalCommand(const RunFlags& flags, const std::string& self_exe);
+
+// Transport security from the configs and flags (cli/security.cc). Errors say what is missing and
+// how to make it (huddle keygen) or to opt out (--insecure).
+StatusOr<transport::ZmqOptions> CoordinatorTransportOptions(const JobConfig& job, bool insecure);
+// Also fills config->client_id from the key file when it is empty (and checks they agree).
+StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, bool insecure);
+// Ephemeral keys for `huddle run`: DIR/server.{key,pub}, DIR/allowed/<id>.pub,
+// DIR/clients/<id>.key.
+Status GenerateLocalKeys(const std::string& dir, const std::vector<std::string>& client_ids);
 
 // Shared by the coordinator and simulation paths: loads the evaluation set and runs the job.
 int RunCoordinatorWith(JobConfig job, class transport::ServerTransport* transport);

@@ -18,12 +18,21 @@ std::atomic<bool>& StopFlag() {
   return stop;
 }
 
+std::atomic<uint64_t>& ReloadRequests() {
+  static std::atomic<uint64_t> requests{0};
+  return requests;
+}
+
 void InstallStopHandlers() {
   struct sigaction sa {};
   sa.sa_handler = [](int) { StopFlag().store(true); };
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction hup {};
+  hup.sa_handler = [](int) { ReloadRequests().fetch_add(1); };
+  sigemptyset(&hup.sa_mask);
+  ::sigaction(SIGHUP, &hup, nullptr);
 }
 
 int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
@@ -94,16 +103,15 @@ int RunCoordinatorCommand(const CoordinatorFlags& flags) {
   job->coordinator.resume = flags.resume;
   if (job->coordinator.out_dir.empty())
     job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
+  if (!flags.server_key.empty()) job->security.server_secret_key = flags.server_key;
+  if (!flags.allow.empty()) job->security.allowed_clients = flags.allow;
   if (Status st = SetupLogging(job->log_level, "coordinator"); !st.ok()) return 2;
-  transport::ZmqOptions zopts;
-  zopts.io_threads = 2;
-  // The largest legitimate frame is one tensor of the model; allow headroom, refuse the rest.
-  int64_t largest = 0;
-  for (const TensorSpec& t : models::MlpLayout(job->coordinator.model)) {
-    largest = std::max(largest, t.ByteLength());
+  auto zopts = CoordinatorTransportOptions(*job, flags.insecure);
+  if (!zopts.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s\n", std::string(zopts.status().message()).c_str());
+    return 2;
   }
-  zopts.max_frame_bytes = std::max<int64_t>(largest + 4096, 1 << 20);
-  auto server = transport::BindZmqServer(job->bind, zopts);
+  auto server = transport::BindZmqServer(job->bind, *zopts);
   if (!server.ok()) {
     std::fprintf(stderr, "huddle coordinator: %s\n",
                  std::string(server.status().message()).c_str());

@@ -134,6 +134,16 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
     (void)top.Child("simulation");
   }
 
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
+  HUDDLE_RETURN_IF_ERROR(sec.Optional("server_secret_key", &job.security.server_secret_key));
+  HUDDLE_RETURN_IF_ERROR(sec.Optional("allowed_clients", &job.security.allowed_clients));
+  HUDDLE_RETURN_IF_ERROR(
+      OptionalSeconds(sec, "reload_interval_s", &job.security.reload_interval_ms, 0.1, 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      sec.Optional("max_messages_per_s", &job.security.max_messages_per_s, 0, 1e6));
+  HUDDLE_RETURN_IF_ERROR(sec.Optional("burst_messages", &job.security.burst_messages, 1, 1e6));
+  HUDDLE_RETURN_IF_ERROR(sec.Finish());
+
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap output, top.Child("output"));
   HUDDLE_RETURN_IF_ERROR(output.Optional("dir", &o.out_dir));
   HUDDLE_RETURN_IF_ERROR(output.Finish());
@@ -158,6 +168,10 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
                                             {"trace", "debug", "info", "warn", "error", "off"}));
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
   HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &c.data, /*shard_keys=*/true));
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
+  HUDDLE_RETURN_IF_ERROR(sec.Optional("server_public_key", &c.security.server_public_key));
+  HUDDLE_RETURN_IF_ERROR(sec.Optional("secret_key", &c.security.secret_key));
+  HUDDLE_RETURN_IF_ERROR(sec.Finish());
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap conn, top.Child("connection"));
   HUDDLE_RETURN_IF_ERROR(
       OptionalSeconds(conn, "coordinator_timeout_s", &c.runner.coordinator_timeout_ms, 0.1, 86400));
@@ -176,7 +190,9 @@ Status ValidateClientConfig(const ClientConfig& c) {
   if (c.coordinator.empty()) {
     return absl::InvalidArgumentError("no coordinator given (--coordinator tcp://HOST:PORT)");
   }
-  if (c.client_id.empty()) return absl::InvalidArgumentError("no client id given (--client-id)");
+  if (c.client_id.empty()) {
+    return absl::InvalidArgumentError("no client id given (--client-id, or a key file --key)");
+  }
   if (c.data.partitioned && c.data.shard >= c.data.partition.num_shards) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", c.data.shard, " is out of range for ",
                                                    c.data.partition.num_shards, " shards"));

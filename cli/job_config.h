@@ -18,6 +18,16 @@ struct SimulationOptions {
   int64_t threads = 2;  // pool threads running them
 };
 
+// The coordinator's transport security (docs/security.md). Paths are relative to the working
+// directory. Without keys the coordinator refuses to start unless --insecure is given.
+struct ServerSecurity {
+  std::string server_secret_key;      // the coordinator's .key file (huddle keygen server)
+  std::string allowed_clients;        // a directory of client .pub files, or a YAML `clients:` file
+  int64_t reload_interval_ms = 5000;  // allow-list change check (also reloaded on SIGHUP)
+  double max_messages_per_s = 100;    // per client connection
+  double burst_messages = 200;
+};
+
 struct JobConfig {
   coordinator::CoordinatorOptions coordinator;
   std::string bind = "tcp://127.0.0.1:5555";
@@ -26,14 +36,21 @@ struct JobConfig {
   data::DataSpec client_data;
   int64_t local_clients = 10;
   std::optional<SimulationOptions> simulation;
+  ServerSecurity security;
   std::string log_level = "info";
 };
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path);
 
+struct ClientSecurity {
+  std::string server_public_key;  // the coordinator's .pub file, pinned
+  std::string secret_key;         // this client's .key file (huddle keygen client)
+};
+
 struct ClientConfig {
   std::string coordinator;  // tcp://HOST:PORT
-  std::string client_id;
+  std::string client_id;    // defaults to the id in the client's key file
+  ClientSecurity security;
   data::DataSpec data;
   client::RunnerOptions runner;
   std::string log_level = "info";

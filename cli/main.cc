@@ -18,6 +18,12 @@ int main(int argc, char** argv) {
   coord->add_option("--out", cf.out_dir, "Output directory (overrides output.dir)");
   coord->add_option("--bind", cf.bind, "Endpoint to bind, e.g. tcp://0.0.0.0:5555");
   coord->add_flag("--resume", cf.resume, "Continue from OUT/checkpoint.bin");
+  coord->add_option("--server-key", cf.server_key,
+                    "The coordinator's secret key file (overrides security.server_secret_key)");
+  coord->add_option("--allow", cf.allow,
+                    "Enrolled clients: a directory of .pub files or a YAML file (overrides "
+                    "security.allowed_clients); reloaded on change and on SIGHUP");
+  coord->add_flag("--insecure", cf.insecure, "Plaintext, unauthenticated transport (debug only)");
 
   huddle::cli::ClientFlags kf;
   CLI::App* client = app.add_subcommand("client", "Run a client agent");
@@ -36,11 +42,27 @@ int main(int argc, char** argv) {
   client->add_option("--give-up-after", kf.give_up_after_s,
                      "Exit if no coordinator answers for this many seconds (0: never)");
   client->add_option("--log-level", kf.log_level, "trace, debug, info, warn, error, off");
+  client->add_option("--server-key", kf.server_key,
+                     "The coordinator's public key file, pinned (security.server_public_key)");
+  client->add_option("--key", kf.key, "This client's secret key file (security.secret_key)");
+  client->add_flag("--insecure", kf.insecure, "Plaintext, unauthenticated transport (debug only)");
 
   huddle::cli::RunFlags rf;
   CLI::App* run = app.add_subcommand("run", "Run a whole federation on this machine");
   run->add_option("config", rf.config, "Job YAML")->required()->check(CLI::ExistingFile);
   run->add_option("--out", rf.out_dir, "Output directory (overrides output.dir)");
+  run->add_flag("--insecure", rf.insecure,
+                "Plaintext transport between the local processes (default: ephemeral CurveZMQ "
+                "keys in OUT/keys)");
+
+  huddle::cli::KeygenFlags gf;
+  CLI::App* keygen = app.add_subcommand("keygen", "Create a CurveZMQ key pair (Z85)");
+  keygen->add_option("role", gf.role, "server or client")
+      ->required()
+      ->check(CLI::IsMember({"server", "client"}));
+  keygen->add_option("--id", gf.id, "Client id (client keys); file name (server keys)");
+  keygen->add_option("--out", gf.out_dir, "Directory for NAME.key (0600) and NAME.pub")
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   huddle::cli::InstallStopHandlers();
@@ -48,6 +70,7 @@ int main(int argc, char** argv) {
 
   if (*coord) return huddle::cli::RunCoordinatorCommand(cf);
   if (*client) return huddle::cli::RunClientCommand(kf);
+  if (*keygen) return huddle::cli::RunKeygenCommand(gf);
   if (*run) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

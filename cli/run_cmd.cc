@@ -57,7 +57,7 @@ int ExitCode(int status) {
 }
 
 int RunProcesses(const JobConfig& job, const std::string& config, const std::string& out,
-                 const std::string& exe) {
+                 const std::string& exe, bool insecure) {
   auto port = transport::FreeLoopbackPort();
   if (!port.ok()) {
     std::fprintf(stderr, "huddle run: %s\n", std::string(port.status().message()).c_str());
@@ -69,22 +69,49 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
     std::fprintf(stderr, "huddle run: %s\n", std::string(st.message()).c_str());
     return 1;
   }
-  std::printf("huddle run: coordinator on %s, %lld client processes, logs in %s\n",
-              endpoint.c_str(), static_cast<long long>(job.local_clients), logs.c_str());
+  std::vector<std::string> ids;
+  for (int64_t i = 0; i < job.local_clients; ++i) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "client-%03lld", static_cast<long long>(i));
+    ids.push_back(id);
+  }
+  // Even a local federation is encrypted and authenticated: fresh keys for every run.
+  const std::string keys = out + "/keys";
+  if (insecure) {
+    WarnInsecure("run");
+  } else if (Status st = GenerateLocalKeys(keys, ids); !st.ok()) {
+    std::fprintf(stderr, "huddle run: generating keys: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  std::printf("huddle run: coordinator on %s, %lld client processes, %s, logs in %s\n",
+              endpoint.c_str(), static_cast<long long>(job.local_clients),
+              insecure ? "PLAINTEXT (--insecure)" : "CurveZMQ with ephemeral keys", logs.c_str());
   std::fflush(stdout);
 
-  auto coord = Spawn({exe, "coordinator", "--config", config, "--out", out, "--bind", endpoint},
-                     logs + "/coordinator.log", /*keep_stdout=*/true);
+  std::vector<std::string> coord_argv = {exe,     "coordinator", "--config", config,
+                                         "--out", out,           "--bind",   endpoint};
+  if (insecure) {
+    coord_argv.push_back("--insecure");
+  } else {
+    coord_argv.insert(coord_argv.end(),
+                      {"--server-key", keys + "/server.key", "--allow", keys + "/allowed"});
+  }
+  auto coord = Spawn(coord_argv, logs + "/coordinator.log", /*keep_stdout=*/true);
   if (!coord.ok()) return 1;
   std::vector<pid_t> clients;
   std::vector<std::string> client_logs;
   const data::DataSpec& d = job.client_data;
   for (int64_t i = 0; i < job.local_clients; ++i) {
-    char id[32];
-    std::snprintf(id, sizeof(id), "client-%03lld", static_cast<long long>(i));
+    const std::string& id = ids[static_cast<size_t>(i)];
     std::vector<std::string> argv = {exe,           "client", "--coordinator",   endpoint,
                                      "--client-id", id,       "--data",          d.path,
                                      "--format",    d.format, "--give-up-after", "120"};
+    if (insecure) {
+      argv.push_back("--insecure");
+    } else {
+      argv.insert(argv.end(), {"--server-key", keys + "/server.pub", "--key",
+                               keys + "/clients/" + id + ".key"});
+    }
     if (d.partitioned) {
       argv.insert(argv.end(),
                   {"--partition",
@@ -225,7 +252,7 @@ int RunLocalCommand(const RunFlags& flags, const std::string& self_exe) {
     return RunSimulation(std::move(job).value());
   }
   std::string out_dir = job->coordinator.out_dir;
-  return RunProcesses(*job, flags.config, out_dir, self_exe);
+  return RunProcesses(*job, flags.config, out_dir, self_exe, flags.insecure);
 }
 
 }  // namespace huddle::cli

@@ -146,8 +146,6 @@ Status Coordinator::RunRound(uint64_t number) {
   const int64_t start_ms = clock_->NowMs();
   const uint64_t in0 = transport_->bytes_in();
   const uint64_t out0 = transport_->bytes_out();
-  const uint64_t auth0 = transport_->auth_rejections();
-  const uint64_t limited0 = transport_->rate_limited();
   round_.emplace();
   Round& round = *round_;
   round.number = number;
@@ -194,8 +192,13 @@ Status Coordinator::RunRound(uint64_t number) {
   round.metrics.duration_s = (clock_->NowMs() - start_ms) / 1000.0;
   round.metrics.bytes_in = transport_->bytes_in() - in0;
   round.metrics.bytes_out = transport_->bytes_out() - out0;
-  round.metrics.auth_rejected += static_cast<int64_t>(transport_->auth_rejections() - auth0);
-  round.metrics.rate_limited = static_cast<int64_t>(transport_->rate_limited() - limited0);
+  // Transport counters since the previous round closed (so refusals between rounds count too).
+  round.metrics.auth_rejected +=
+      static_cast<int64_t>(transport_->auth_rejections() - auth_rejections_seen_);
+  round.metrics.rate_limited =
+      static_cast<int64_t>(transport_->rate_limited() - rate_limited_seen_);
+  auth_rejections_seen_ = transport_->auth_rejections();
+  rate_limited_seen_ = transport_->rate_limited();
   Status st = FinishRound(round);
   round_.reset();
   return st;

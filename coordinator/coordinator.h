@@ -132,6 +132,8 @@ class Coordinator {
   int64_t pending_stale_ = 0;
   int64_t pending_malformed_ = 0;
   int64_t pending_auth_rejected_ = 0;
+  uint64_t auth_rejections_seen_ = 0;  // transport counters already attributed to a round
+  uint64_t rate_limited_seen_ = 0;
 
   double elapsed_before_s_ = 0;  // from a resumed checkpoint
   int64_t started_ms_ = 0;

@@ -181,6 +181,19 @@ class ZmqServer final : public ServerTransport {
         socket_.set(zmq::sockopt::curve_secretkey, k.secret_z85);
         socket_.set(zmq::sockopt::zap_domain, "huddle");
       }
+      // Handshakes that fail before ZAP is asked (a client pinning another coordinator key, a
+      // plaintext client) are only visible to the socket monitor.
+      static std::atomic<uint64_t> monitors{0};
+      const std::string monitor_endpoint =
+          absl::StrCat("inproc://huddle-server-monitor-", monitors.fetch_add(1));
+      if (zmq_socket_monitor(
+              socket_.handle(), monitor_endpoint.c_str(),
+              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+        return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
+      }
+      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(monitor_endpoint);
     } catch (const zmq::error_t& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("coordinator socket options for '", endpoint, "': ", e.what()));
@@ -206,12 +219,17 @@ class ZmqServer final : public ServerTransport {
 
   StatusOr<std::optional<Inbound>> Receive(int64_t timeout_ms) override {
     const int64_t deadline = SteadyNowMs() + std::max<int64_t>(0, timeout_ms);
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     try {
       while (true) {
         const int64_t wait = std::max<int64_t>(0, deadline - SteadyNowMs());
-        zmq::poll(&item, 1, std::chrono::milliseconds(wait));
-        if (!(item.revents & ZMQ_POLLIN)) return std::optional<Inbound>();
+        zmq::poll(items, 2, std::chrono::milliseconds(wait));
+        if (items[1].revents & ZMQ_POLLIN) DrainMonitor();
+        if (!(items[0].revents & ZMQ_POLLIN)) {
+          if (SteadyNowMs() >= deadline) return std::optional<Inbound>();
+          continue;
+        }
         RawMessage raw = RecvRaw(socket_, /*has_prefix=*/true, options_.codec);
         bytes_in_ += raw.bytes;
         std::optional<Inbound> in = Admit(std::move(raw));
@@ -228,11 +246,42 @@ class ZmqServer final : public ServerTransport {
   uint64_t bytes_out() const override { return bytes_out_; }
   bool authenticates() const override { return zap_ != nullptr; }
   uint64_t auth_rejections() const override {
-    return (zap_ ? zap_->rejections() : 0) + unauthenticated_;
+    return (zap_ ? zap_->rejections() : 0) + unauthenticated_ + failed_handshakes_;
+  }
+
+  ~ZmqServer() override {
+    if (socket_.handle() != nullptr) zmq_socket_monitor(socket_.handle(), nullptr, 0);
   }
   uint64_t rate_limited() const override { return rate_limited_; }
 
  private:
+  void DrainMonitor() {
+    while (true) {
+      zmq::message_t event, address;
+      if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return;
+      if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::none);
+      if (event.size() < 6) continue;
+      uint16_t id = 0;
+      uint32_t value = 0;
+      std::memcpy(&id, event.data(), 2);
+      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+      if (id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;  // NO_DETAIL: dropped mid-way
+      failed_handshakes_++;
+      const int64_t now = SteadyNowMs();
+      if (now - last_handshake_warning_ms_ < 10'000) continue;
+      last_handshake_warning_ms_ = now;
+      const char* why =
+          value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+              ? "the peer does not use the same security mechanism (a --insecure client, or a "
+                "plaintext coordinator expected)"
+          : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+              ? "its hello did not decrypt (a client pinning another coordinator's key)"
+              : "protocol error";
+      spdlog::warn("refused a handshake: {} ({} failed handshakes so far)", why,
+                   failed_handshakes_);
+    }
+  }
+
   // Rate limit, authentication, then decode. nullopt: dropped (counted, logged sparingly).
   std::optional<Inbound> Admit(RawMessage raw) {
     bool warn = false;
@@ -272,11 +321,14 @@ class ZmqServer final : public ServerTransport {
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // after context_, before socket_: outlives the socket
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;
   PeerRateLimiter limiter_;
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;
   uint64_t rate_limited_ = 0;
   uint64_t unauthenticated_ = 0;
+  uint64_t failed_handshakes_ = 0;
+  int64_t last_handshake_warning_ms_ = 0;
 };
 
 class ZmqClient final : public ClientTransport {
@@ -403,13 +455,16 @@ class ZmqClient final : public ClientTransport {
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
         if (++handshake_failures_ >= options_.handshake_failures_before_error) {
           return absl::UnauthenticatedError(absl::StrCat(
-              "could not establish an encrypted session with the coordinator at ", endpoint_, " (",
+              "could not establish a session with the coordinator at ", endpoint_, " (",
               handshake_failures_, " handshakes failed in a row): ",
-              encrypted ? absl::StrCat("the pinned coordinator key ", pinned,
-                                       " is most likely not this coordinator's key (check "
-                                       "security.server_public_key), or this is not a Huddle "
-                                       "coordinator")
-                        : "the peer is not a plaintext Huddle coordinator"));
+              encrypted
+                  ? absl::StrCat("the pinned coordinator key ", pinned,
+                                 " is most likely not this coordinator's key (check "
+                                 "security.server_public_key), or the coordinator runs without "
+                                 "encryption (--insecure)")
+                  : "the coordinator most likely requires encryption (it was not started with "
+                    "--insecure): pass its public key (--server-key) and this client's key pair "
+                    "(--key) instead of --insecure"));
         }
         return absl::OkStatus();
       default:

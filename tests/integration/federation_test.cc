@@ -8,8 +8,10 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "cli/commands.h"
 #include "proto/codec.h"
 #include "tests/integration/process.h"
+#include "transport/curve_keys.h"
 
 namespace huddle::testing {
 namespace {
@@ -35,8 +37,21 @@ class FederationTest : public ::testing::Test {
     }
   }
 
-  // Writes the job YAML into `dir` and returns its path.
+  // Ephemeral CurveZMQ keys in DIR/keys: the coordinator's, and enrolled clients c0..c19,
+  // from-yaml, slow and mallory (an enrolled client that attacks). Tests revoke or add keys there.
+  static void MakeKeys(const std::string& dir) {
+    std::vector<std::string> ids = {"from-yaml", "slow", "mallory"};
+    for (int i = 0; i < 20; ++i) ids.push_back("c" + std::to_string(i));
+    ASSERT_TRUE(cli::GenerateLocalKeys(dir + "/keys", ids).ok());
+  }
+  static std::vector<std::string> ClientKeyFlags(const std::string& dir, const std::string& id) {
+    return {"--server-key", dir + "/keys/server.pub", "--key",
+            dir + "/keys/clients/" + id + ".key"};
+  }
+
+  // Writes the job YAML and the keys into `dir` and returns the job's path.
   std::string WriteJob(const std::string& dir, const JobSettings& s) {
+    MakeKeys(dir);
     const std::string path = dir + "/job.yaml";
     WriteText(path, "name: it\nseed: 3\nrounds: " + std::to_string(s.rounds) +
                         "\nmodel: {hidden: [" + std::to_string(s.hidden) +
@@ -52,7 +67,11 @@ class FederationTest : public ::testing::Test {
                         "coordinator: {min_clients: " +
                         std::to_string(s.clients) +
                         ", wait_for_clients_s: 60, heartbeat_interval_s: 0.5, client_timeout_s: " +
-                        std::to_string(s.client_timeout_s) + "}\n");
+                        std::to_string(s.client_timeout_s) +
+                        "}\n"
+                        "security: {server_secret_key: " +
+                        dir + "/keys/server.key, allowed_clients: " + dir +
+                        "/keys/allowed, reload_interval_s: 0.5}\n");
     return path;
   }
 
@@ -65,14 +84,18 @@ class FederationTest : public ::testing::Test {
   }
 
   std::unique_ptr<Process> StartClient(const std::string& dir, const std::string& endpoint, int i,
-                                       int num_shards) {
-    return std::make_unique<Process>(
-        std::vector<std::string>{HuddleBin(), "client", "--coordinator", endpoint, "--client-id",
-                                 "c" + std::to_string(i), "--data", kFashionMnist, "--partition",
-                                 "iid", "--num-shards", std::to_string(num_shards), "--shard",
-                                 std::to_string(i), "--partition-seed", "1", "--give-up-after",
-                                 "60"},
-        dir + "/client-" + std::to_string(i) + ".log");
+                                       int num_shards, const std::string& key_dir = "") {
+    const std::string id = "c" + std::to_string(i);
+    std::vector<std::string> argv = {HuddleBin(), "client",          "--coordinator",
+                                     endpoint,    "--client-id",     id,
+                                     "--data",    kFashionMnist,     "--partition",
+                                     "iid",       "--num-shards",    std::to_string(num_shards),
+                                     "--shard",   std::to_string(i), "--partition-seed",
+                                     "1",         "--give-up-after", "60"};
+    for (const std::string& f : ClientKeyFlags(key_dir.empty() ? dir : key_dir, id)) {
+      argv.push_back(f);
+    }
+    return std::make_unique<Process>(argv, dir + "/client-" + std::to_string(i) + ".log");
   }
 
   static std::vector<nlohmann::json> Metrics(const std::string& dir) {
@@ -98,6 +121,9 @@ TEST_F(FederationTest, ClientsStartedFirstJoinAndRoundsComplete) {
             "coordinator: " + endpoint +
                 "\nclient_id: from-yaml\n"
                 "data: {partition: iid, num_shards: 20, shard: 19, seed: 1}\n"
+                "security: {server_public_key: " +
+                dir + "/keys/server.pub, secret_key: " + dir +
+                "/keys/clients/from-yaml.key}\n"
                 "connection: {backoff_initial_s: 0.1, give_up_after_s: 60}\n");
   clients.push_back(std::make_unique<Process>(
       std::vector<std::string>{HuddleBin(), "client", "--config", dir + "/client.yaml"},
@@ -137,7 +163,9 @@ TEST_F(FederationTest, KilledClientMidRoundTheRoundClosesAtItsDeadline) {
   // The third client trains on the whole training set, so it is reliably caught mid-round.
   clients.push_back(std::make_unique<Process>(
       std::vector<std::string>{HuddleBin(), "client", "--coordinator", endpoint, "--client-id",
-                               "slow", "--data", kFashionMnist, "--give-up-after", "60"},
+                               "slow", "--data", kFashionMnist, "--give-up-after", "60",
+                               "--server-key", dir + "/keys/server.pub", "--key",
+                               dir + "/keys/clients/slow.key"},
       dir + "/client-slow.log"));
   // Kill it while it trains for round 2: a whole 60000-example epoch takes seconds.
   ASSERT_TRUE(WaitFor(
@@ -202,12 +230,30 @@ void SendRaw(zmq::socket_t& s, const std::vector<std::string>& frames) {
   }
 }
 
-// A peer that never joins and sprays the coordinator with bad messages until `stop`.
-void Hostile(const std::string& endpoint, const std::atomic<bool>& stop) {
+// Three attackers until `stop`: mallory, an enrolled client that never joins as itself and sprays
+// the coordinator with bad messages, claims to be c0, and floods; a stranger whose key is not
+// enrolled; and a plaintext peer. Only mallory gets past the handshake.
+void Hostile(const std::string& endpoint, const std::string& dir, const std::atomic<bool>& stop) {
+  auto server = transport::ReadKeyFile(dir + "/keys/server.pub", false);
+  auto mallory = transport::ReadKeyFile(dir + "/keys/clients/mallory.key", true);
+  auto stranger = transport::GenerateKeyPair("client", "stranger");
+  ASSERT_TRUE(server.ok() && mallory.ok() && stranger.ok());
   zmq::context_t ctx(1);
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  s.connect(endpoint);
+  auto curve_socket = [&](const transport::CurveKeyPair& k) {
+    zmq::socket_t sock(ctx, zmq::socket_type::dealer);
+    sock.set(zmq::sockopt::linger, 0);
+    sock.set(zmq::sockopt::curve_serverkey, server->public_z85);
+    sock.set(zmq::sockopt::curve_publickey, k.public_z85);
+    sock.set(zmq::sockopt::curve_secretkey, k.secret_z85);
+    sock.connect(endpoint);
+    return sock;
+  };
+  zmq::socket_t s = curve_socket(*mallory);
+  zmq::socket_t outsider = curve_socket(*stranger);
+  zmq::socket_t plain(ctx, zmq::socket_type::dealer);
+  plain.set(zmq::sockopt::linger, 0);
+  plain.connect(endpoint);
+
   wire::Message result = wire::MakeMessage(
       wire::FitResult{100, 0.1, 0.5, 0.1, 0, std::string(wire::kNonceBytes, 'n')}, 1, "c0");
   Tensor t("fc0.weight", {32, 784});
@@ -216,6 +262,7 @@ void Hostile(const std::string& endpoint, const std::atomic<bool>& stop) {
   const std::string tensor(t.data.size() * 4, '\0');
   wire::Message old = wire::MakeMessage(wire::Heartbeat{});
   old.protocol_version = 0;
+  const std::string heartbeat = wire::EncodeHeader(wire::MakeMessage(wire::Heartbeat{}));
   uint64_t round = 0;
   while (!stop.load()) {
     ++round;
@@ -225,12 +272,20 @@ void Hostile(const std::string& endpoint, const std::atomic<bool>& stop) {
     SendRaw(s, {good_header, tensor});                  // unsolicited result
     SendRaw(s, {wire::EncodeHeader(old)});              // wrong version
     SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(wire::Join{"bad id!", 1, "x"}))});
+    SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(wire::Join{"c0", 1, "x"}))});  // impersonation
     SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(
                    wire::UploadRequest{5, std::string(wire::kNonceBytes, 'n')}, round))});
     SendRaw(s, std::vector<std::string>(300, "x"));                            // too many frames
     if (round % 5 == 0) SendRaw(s, {good_header, std::string(3 << 20, 'z')});  // oversized
+    if (round % 10 == 0) {
+      for (int i = 0; i < 400; ++i) SendRaw(s, {heartbeat});  // a flood
+    }
+    SendRaw(outsider, {wire::EncodeHeader(wire::MakeMessage(wire::Join{"stranger", 1, "x"}))});
+    SendRaw(plain, {wire::EncodeHeader(wire::MakeMessage(wire::Join{"plain", 1, "x"}))});
     zmq::message_t reply;
-    while (s.recv(reply, zmq::recv_flags::dontwait)) {
+    for (zmq::socket_t* sock : {&s, &outsider, &plain}) {
+      while (sock->recv(reply, zmq::recv_flags::dontwait)) {
+      }
     }
     std::this_thread::sleep_for(milliseconds(100));
   }
@@ -246,7 +301,7 @@ TEST_F(FederationTest, HostilePeerChangesNothingAndTheJobCompletes) {
     auto coordinator = StartCoordinator(dir, endpoint);
     std::atomic<bool> stop{false};
     std::thread attacker;
-    if (hostile) attacker = std::thread(Hostile, endpoint, std::cref(stop));
+    if (hostile) attacker = std::thread(Hostile, endpoint, dir, std::cref(stop));
     std::vector<std::unique_ptr<Process>> clients;
     for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
     const int code = coordinator->Wait(seconds(180));
@@ -259,15 +314,101 @@ TEST_F(FederationTest, HostilePeerChangesNothingAndTheJobCompletes) {
   const std::string attacked = run("hostile", true);
   EXPECT_TRUE(ReadAll(clean + "/out/model.bin") == ReadAll(attacked + "/out/model.bin"))
       << "the hostile peer changed the model";
-  int64_t malformed = 0;
+  int64_t malformed = 0, auth_rejected = 0, rate_limited = 0;
   for (const auto& m : Metrics(attacked)) {
     EXPECT_EQ(m["results"], 3);
     malformed += m["malformed"].get<int64_t>();
+    auth_rejected += m["auth_rejected"].get<int64_t>();
+    rate_limited += m["rate_limited"].get<int64_t>();
   }
   EXPECT_GT(malformed, 0) << "the attack did not reach the coordinator";
+  EXPECT_GT(auth_rejected, 0) << "neither the stranger nor the impersonation was refused";
+  EXPECT_GT(rate_limited, 0) << "the flood was not rate limited";
   const std::string log = ReadAll(attacked + "/coordinator.log");
   EXPECT_NE(log.find("protocol version mismatch"), std::string::npos);
   EXPECT_NE(log.find("refused join with invalid client id"), std::string::npos);
+  EXPECT_NE(log.find("it cannot join as 'c0'"), std::string::npos) << "impersonation not refused";
+  EXPECT_NE(log.find("is not enrolled"), std::string::npos) << "stranger not refused";
+}
+
+TEST_F(FederationTest, WrongServerKeyAndUnknownClientKeyAreClearClientErrors) {
+  const std::string dir = MakeTempDir("keys");
+  JobSettings s;
+  s.clients = 1;
+  s.rounds = 1;
+  WriteJob(dir, s);
+  const std::string other = MakeTempDir("other_keys");
+  MakeKeys(other);  // a second, unrelated set: another coordinator key, unenrolled client keys
+  const std::string endpoint = Endpoint(FreeLoopbackPort());
+  auto coordinator = StartCoordinator(dir, endpoint);
+  // Pinned to another coordinator's key.
+  Process wrong_server(
+      {HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist, "--server-key",
+       other + "/keys/server.pub", "--key", dir + "/keys/clients/c0.key"},
+      dir + "/wrong-server.log");
+  EXPECT_EQ(wrong_server.Wait(seconds(60)), 1) << ReadAll(dir + "/wrong-server.log");
+  EXPECT_NE(ReadAll(dir + "/wrong-server.log").find("is most likely not this coordinator's key"),
+            std::string::npos)
+      << ReadAll(dir + "/wrong-server.log");
+  // A key the coordinator never enrolled (same id, different key).
+  Process unknown(
+      {HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist, "--server-key",
+       dir + "/keys/server.pub", "--key", other + "/keys/clients/c0.key"},
+      dir + "/unknown.log");
+  EXPECT_EQ(unknown.Wait(seconds(60)), 1) << ReadAll(dir + "/unknown.log");
+  EXPECT_NE(ReadAll(dir + "/unknown.log").find("refused this client's key"), std::string::npos)
+      << ReadAll(dir + "/unknown.log");
+  // Neither reached the federation: the job still waits for its one client, then completes.
+  auto client = StartClient(dir, endpoint, 0, 20);
+  ASSERT_EQ(coordinator->Wait(seconds(120)), 0) << ReadAll(dir + "/coordinator.log");
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0]["clients_enrolled"], 1);
+  EXPECT_GE(metrics[0]["auth_rejected"].get<int64_t>(), 2) << "both refusals are in the metrics";
+  EXPECT_NE(ReadAll(dir + "/coordinator.log").find("is not enrolled"), std::string::npos);
+  // Without keys and without --insecure, a client refuses to start and says how to fix it.
+  Process bare({HuddleBin(), "client", "--coordinator", endpoint, "--client-id", "x", "--data",
+                kFashionMnist},
+               dir + "/bare.log");
+  EXPECT_EQ(bare.Wait(seconds(20)), 2);
+  EXPECT_NE(ReadAll(dir + "/bare.log").find("--insecure"), std::string::npos);
+}
+
+TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
+  const std::string dir = MakeTempDir("revoke");
+  JobSettings s;
+  s.clients = 3;
+  s.rounds = 12;
+  WriteJob(dir, s);
+  // Let the job go on with two clients once c2 is gone; reloads only on SIGHUP.
+  std::string job = ReadAll(dir + "/job.yaml");
+  job.replace(job.find("min_clients: 3"), 14, "min_clients: 2");
+  job.replace(job.find("reload_interval_s: 0.5"), 22, "reload_interval_s: 3600");
+  WriteText(dir + "/job.yaml", job);
+  const std::string endpoint = Endpoint(FreeLoopbackPort());
+  auto coordinator = StartCoordinator(dir, endpoint);
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+  ASSERT_TRUE(WaitFor([&] { return Metrics(dir).size() >= 2; }, seconds(120)));
+  std::filesystem::remove(dir + "/keys/allowed/c2.pub");
+  coordinator->Kill(SIGHUP);
+  // c2 is told its key was revoked and exits with that error.
+  EXPECT_EQ(clients[2]->Wait(seconds(30)), 1) << ReadAll(dir + "/client-2.log");
+  EXPECT_NE(ReadAll(dir + "/client-2.log").find("revoked"), std::string::npos)
+      << ReadAll(dir + "/client-2.log");
+  // Restarted, it is refused at the handshake.
+  auto again = StartClient(dir, endpoint, 2, 20);
+  EXPECT_EQ(again->Wait(seconds(60)), 1);
+  EXPECT_NE(ReadAll(dir + "/client-2.log").find("refused this client's key"), std::string::npos)
+      << ReadAll(dir + "/client-2.log");
+  ASSERT_EQ(coordinator->Wait(seconds(180)), 0) << ReadAll(dir + "/coordinator.log");
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 12u);
+  int64_t auth_rejected = 0;
+  for (const auto& m : metrics) auth_rejected += m["auth_rejected"].get<int64_t>();
+  EXPECT_GE(auth_rejected, 2) << "the revoked client's message and its new handshake";
+  EXPECT_EQ(metrics.back()["clients_sampled"], 2);
+  EXPECT_EQ(metrics.back()["results"], 2);
 }
 
 TEST_F(FederationTest, ConfigTypoIsAClearError) {

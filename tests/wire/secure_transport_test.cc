@@ -236,7 +236,10 @@ TEST_F(SecureTransportTest, PlaintextAndEncryptedPeersRefuseEachOther) {
   Bind(ServerOptions());
   auto plain = Connect(ZmqOptions{});
   Status err = ClientErrorWithin(*plain, kDeadline);
-  EXPECT_TRUE(IsError(err, absl::StatusCode::kFailedPrecondition, "disagree on encryption")) << err;
+  // Which side notices first is a race: the client sees either the mechanism mismatch or the
+  // server hanging up; both errors name encryption as the cause.
+  EXPECT_FALSE(err.ok());
+  EXPECT_NE(err.message().find("encryption"), std::string::npos) << err;
   EXPECT_EQ(server_saw_, 0);
 
   server_.reset();
