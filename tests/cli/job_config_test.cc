@@ -99,5 +99,26 @@ TEST(JobConfigTest, ClientConfigNeedsACoordinatorAndAnId) {
             absl::string_view::npos);
 }
 
+TEST(JobConfigTest, SecuritySectionsMapOntoTheOptions) {
+  auto job = LoadJobConfig(Write("sec",
+                                 "security:\n  server_secret_key: keys/server.key\n"
+                                 "  allowed_clients: allowed/\n  reload_interval_s: 0.5\n"
+                                 "  max_messages_per_s: 20\n  burst_messages: 40\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->security.server_secret_key, "keys/server.key");
+  EXPECT_EQ(job->security.allowed_clients, "allowed/");
+  EXPECT_EQ(job->security.reload_interval_ms, 500);
+  EXPECT_DOUBLE_EQ(job->security.max_messages_per_s, 20);
+  EXPECT_DOUBLE_EQ(job->security.burst_messages, 40);
+  EXPECT_NE(ErrorOf("security: {allowed_client: x}\n").find("did you mean 'allowed_clients'"),
+            std::string::npos);
+  auto client = LoadClientConfig(Write("csec",
+                                       "security: {server_public_key: s.pub, "
+                                       "secret_key: me.key}\n"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ(client->security.server_public_key, "s.pub");
+  EXPECT_EQ(client->security.secret_key, "me.key");
+}
+
 }  // namespace
 }  // namespace huddle::cli
