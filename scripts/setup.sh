@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git
+  clang libclang-rt-14-dev
   libzmq3-dev cppzmq-dev libsodium-dev
   libprotobuf-dev protobuf-compiler
   libeigen3-dev libabsl-dev

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, builds and runs the whole CTest suite (unit + integration; gpu tests skip themselves
 # without a GPU). Then builds the tests again with ASan+UBSan and runs them there too, unless
-# HUDDLE_SKIP_SANITIZE=1.
+# HUDDLE_SKIP_SANITIZE=1. Last, fuzzes the wire decoder and update validator for a minute
+# (scripts/fuzz.sh: clang, libFuzzer, ASan+UBSan), unless HUDDLE_SKIP_FUZZ=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -17,4 +18,9 @@ if [ "${HUDDLE_SKIP_SANITIZE:-0}" != "1" ]; then
     -DHUDDLE_SANITIZE=ON -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=OFF
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 600)
+fi
+
+if [ "${HUDDLE_SKIP_FUZZ:-0}" != "1" ]; then
+  echo "== libFuzzer: codec + update check =="
+  scripts/fuzz.sh 60
 fi

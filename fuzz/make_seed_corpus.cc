@@ -1,0 +1,190 @@
+// make_seed_corpus OUT_DIR: writes the seed corpus of codec_fuzzer into OUT_DIR (created if
+// missing; existing seeds are overwritten): one valid message of every type in the fuzzer's input
+// format (fuzz/fuzz_input.h), FitResults that pass CheckUpdate and Fold against TheFuzzRound()
+// (aligned and misaligned frames, the largest weight and values), and near misses that fail one
+// check each (shape, NaN, inf, bound, nonce, round, model version, examples, tensor count, frame
+// size, protocol version, tensors on a Heartbeat).
+//
+// It checks its own valid FitResults with CheckUpdate and Fold, so the corpus cannot silently drift
+// away from the round the fuzzer expects. Exit status 0 on success, 1 on any error.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "aggregation/streaming_aggregator.h"
+#include "coordinator/update_check.h"
+#include "fuzz/fuzz_input.h"
+#include "proto/codec.h"
+
+namespace huddle::fuzz {
+namespace {
+
+// Tensors of the fuzz round's layout holding small recognisable values (|x| < 0.1).
+TensorList UpdateTensors() {
+  TensorList out;
+  int k = 0;
+  for (const TensorSpec& spec : TheFuzzRound().layout) {
+    Tensor t(spec.name, spec.shape);
+    for (float& x : t.data) x = static_cast<float>(k++ % 13 - 6) * 0.015625f;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<wire::TensorPayload> Payloads(const TensorList& tensors) {
+  std::vector<wire::TensorPayload> out;
+  for (const Tensor& t : tensors) out.push_back(wire::TensorPayload::CopyOf(t));
+  return out;
+}
+
+wire::Message ValidFitResult(const TensorList& tensors, uint64_t num_examples = 600) {
+  wire::Message m = wire::MakeMessage(
+      wire::FitResult{num_examples, 0.6931471805599453, 0.875, 1.25, kModelVersion, FuzzNonce()},
+      kRound, "client-17");
+  m.tensors = Payloads(tensors);
+  return m;
+}
+
+// The fuzzer's own acceptance path, so that a "valid" seed really is one.
+Status Accepts(const wire::Message& m) {
+  HUDDLE_ASSIGN_OR_RETURN(wire::Message decoded, wire::Decode(wire::EncodeToFrames(m)));
+  HUDDLE_ASSIGN_OR_RETURN(auto spans, coordinator::CheckUpdate(decoded, TheFuzzRound().expect));
+  HUDDLE_ASSIGN_OR_RETURN(auto agg, aggregation::StreamingAggregator::Create(
+                                        TheFuzzRound().layout, TheFuzzRound().options));
+  return agg.Fold(spans, static_cast<int64_t>(std::get<wire::FitResult>(m.body).num_examples));
+}
+
+class SeedWriter {
+ public:
+  explicit SeedWriter(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+  void Write(const std::string& name, const std::string& bytes) {
+    std::ofstream out(dir_ / name, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) {
+      std::fprintf(stderr, "make_seed_corpus: cannot write %s\n", (dir_ / name).c_str());
+      ok_ = false;
+    }
+    ++count_;
+  }
+  void Write(const std::string& name, const wire::Message& m, uint64_t misaligned_mask = 0) {
+    Write(name, SerializeFrames(wire::EncodeToFrames(m), misaligned_mask));
+  }
+  // A FitResult that must pass CheckUpdate and Fold.
+  void WriteValid(const std::string& name, const wire::Message& m, uint64_t misaligned_mask = 0) {
+    const Status st = Accepts(m);
+    if (!st.ok()) {
+      std::fprintf(stderr, "make_seed_corpus: seed %s is refused: %s\n", name.c_str(),
+                   st.ToString().c_str());
+      ok_ = false;
+    }
+    Write(name, m, misaligned_mask);
+  }
+
+  bool ok() const { return ok_; }
+  int count() const { return count_; }
+
+ private:
+  std::filesystem::path dir_;
+  bool ok_ = true;
+  int count_ = 0;
+};
+
+void WriteOtherTypes(SeedWriter& w) {
+  using namespace wire;
+  w.Write("join", MakeMessage(Join{"client-17", 1234, "huddle-0.1"}, 0, "client-17"));
+  w.Write("welcome", MakeMessage(Welcome{"fuzz-job", ModelSpec{"mlp", 6, {5}, 3}, 1500}, kRound,
+                                 "coordinator"));
+  Message instruction =
+      MakeMessage(FitInstruction{kModelVersion, TrainConfig{1, 32, 0.02, 0.9, 1e-4},
+                                 0xdeadbeefcafef00dull, 30000, FuzzNonce()},
+                  kRound, "coordinator");
+  instruction.tensors = Payloads(UpdateTensors());
+  w.Write("fit_instruction", instruction);
+  w.Write("fit_instruction_misaligned", instruction, ~uint64_t{0});
+  w.Write("upload_request", MakeMessage(UploadRequest{600, FuzzNonce()}, kRound, "client-17"));
+  w.Write("upload_grant", MakeMessage(UploadGrant{}, kRound, "coordinator"));
+  w.Write("heartbeat", MakeMessage(Heartbeat{}, kRound, "client-17"));
+  w.Write("error", MakeError(ErrorCode::kWrongRound,
+                             "round 6 is over; the coordinator is in round 7", kRound));
+  w.Write("shutdown", MakeMessage(Shutdown{"job finished after 40 rounds"}, 40, "coordinator"));
+
+  Message old_version = MakeMessage(Heartbeat{}, kRound, "client-17");
+  old_version.protocol_version = 1;
+  w.Write("heartbeat_version_1", old_version);
+  Message heartbeat_with_tensor = MakeMessage(Heartbeat{}, kRound, "client-17");
+  heartbeat_with_tensor.tensors = Payloads(UpdateTensors());
+  w.Write("heartbeat_with_tensors", heartbeat_with_tensor);
+}
+
+void WriteFitResults(SeedWriter& w) {
+  const TensorList tensors = UpdateTensors();
+  w.WriteValid("fit_result", ValidFitResult(tensors));
+  w.WriteValid("fit_result_misaligned", ValidFitResult(tensors), ~uint64_t{0});
+  TensorList extreme = tensors;
+  for (Tensor& t : extreme) {
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      t.data[i] = static_cast<float>(i % 2 == 0 ? kMaxAbsValue : -kMaxAbsValue);
+    }
+  }
+  w.WriteValid("fit_result_extreme", ValidFitResult(extreme, kMaxWeight));
+
+  TensorList wrong_shape = tensors;
+  wrong_shape[0].spec.shape = {6, 5};
+  w.Write("fit_result_wrong_shape", ValidFitResult(wrong_shape));
+  TensorList with_nan = tensors;
+  with_nan[3].data[1] = std::numeric_limits<float>::quiet_NaN();
+  w.Write("fit_result_nan", ValidFitResult(with_nan));
+  TensorList with_inf = tensors;
+  with_inf[2].data[7] = -std::numeric_limits<float>::infinity();
+  w.Write("fit_result_inf", ValidFitResult(with_inf));
+  TensorList too_large = tensors;
+  too_large[0].data[29] = std::nextafter(static_cast<float>(kMaxAbsValue), 2048.0f);
+  w.Write("fit_result_above_bound", ValidFitResult(too_large));
+  TensorList missing = tensors;
+  missing.pop_back();
+  w.Write("fit_result_missing_tensor", ValidFitResult(missing));
+
+  wire::Message m = ValidFitResult(tensors);
+  std::get<wire::FitResult>(m.body).nonce[0] ^= 1;
+  w.Write("fit_result_wrong_nonce", m);
+  m = ValidFitResult(tensors);
+  m.round = kRound - 1;
+  w.Write("fit_result_wrong_round", m);
+  m = ValidFitResult(tensors);
+  std::get<wire::FitResult>(m.body).model_version = kModelVersion + 1;
+  w.Write("fit_result_wrong_version", m);
+  w.Write("fit_result_zero_examples", ValidFitResult(tensors, 0));
+  w.Write("fit_result_too_many_examples", ValidFitResult(tensors, kMaxWeight + 1));
+
+  // A tensor frame one byte short of what its spec says.
+  std::vector<wire::Frame> frames = wire::EncodeToFrames(ValidFitResult(tensors));
+  frames[2].bytes = frames[2].bytes.first(frames[2].bytes.size() - 1);
+  w.Write("fit_result_short_frame", SerializeFrames(frames));
+}
+
+}  // namespace
+}  // namespace huddle::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 1;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(argv[1], ec);
+  if (ec) {
+    std::fprintf(stderr, "make_seed_corpus: cannot create %s: %s\n", argv[1], ec.message().c_str());
+    return 1;
+  }
+  huddle::fuzz::SeedWriter writer(argv[1]);
+  huddle::fuzz::WriteOtherTypes(writer);
+  huddle::fuzz::WriteFitResults(writer);
+  if (!writer.ok()) return 1;
+  std::printf("make_seed_corpus: wrote %d seeds to %s\n", writer.count(), argv[1]);
+  return 0;
+}
