@@ -95,9 +95,13 @@ void SendMessage(zmq::socket_t& s, const wire::Message& m) {
   s.send(zmq::buffer(header), m.tensors.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const auto& p = m.tensors[i];
-    zmq::message_t f(const_cast<std::byte*>(p.bytes.data()), p.bytes.size(), &Release,
-                     new std::shared_ptr<const void>(p.owner));
-    s.send(f, i + 1 == m.tensors.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    const auto chunks = wire::Chunks(p.bytes);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      zmq::message_t f(const_cast<std::byte*>(chunks[c].data()), chunks[c].size(), &Release,
+                       new std::shared_ptr<const void>(p.owner));
+      const bool last = i + 1 == m.tensors.size() && c + 1 == chunks.size();
+      s.send(f, last ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    }
   }
 }
 

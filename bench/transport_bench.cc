@@ -77,7 +77,6 @@ void BM_Ingest(benchmark::State& state) {
 
   ZmqOptions server_options;
   server_options.io_threads = 2;
-  server_options.max_frame_bytes = kUpdateFloats * 4 + 4096;
   server_options.max_messages_per_s = 0;
   if (encrypted) {
     server_options.curve_server = CurveServerOptions{keys.server, ZapOptions{keys.allow_dir}};

@@ -41,12 +41,6 @@ void WarnInsecure(const char* command) {
 StatusOr<transport::ZmqOptions> CoordinatorTransportOptions(const JobConfig& job, bool insecure) {
   transport::ZmqOptions zopts;
   zopts.io_threads = 2;  // CurveZMQ decryption runs on the I/O threads: use both cores
-  // The largest legitimate frame is one tensor of the model; allow headroom, refuse the rest.
-  int64_t largest = 0;
-  for (const TensorSpec& t : models::MlpLayout(job.coordinator.model)) {
-    largest = std::max(largest, t.ByteLength());
-  }
-  zopts.max_frame_bytes = std::max<int64_t>(largest + 4096, 1 << 20);
   zopts.max_messages_per_s = job.security.max_messages_per_s;
   zopts.burst_messages = job.security.burst_messages;
   // A few messages per peer are plenty (a client has at most one update in flight); with TCP

@@ -16,11 +16,11 @@ void ReleaseOwner(void* /*data*/, void* hint) {
   delete static_cast<std::shared_ptr<const void>*>(hint);
 }
 
-zmq::message_t ZeroCopyFrame(const wire::TensorPayload& p) {
-  if (p.bytes.empty()) return zmq::message_t();
+// A frame referencing `chunk` (part of p's bytes) that keeps p's owner alive until sent.
+zmq::message_t ZeroCopyFrame(const wire::TensorPayload& p, std::span<const std::byte> chunk) {
+  if (chunk.empty()) return zmq::message_t();
   auto* hint = new std::shared_ptr<const void>(p.owner);
-  return zmq::message_t(const_cast<std::byte*>(p.bytes.data()), p.bytes.size(), &ReleaseOwner,
-                        hint);
+  return zmq::message_t(const_cast<std::byte*>(chunk.data()), chunk.size(), &ReleaseOwner, hint);
 }
 
 // Sends header + payload frames, after `prefix` frames (the routing id on the ROUTER).
@@ -41,11 +41,14 @@ StatusOr<size_t> SendFrames(zmq::socket_t& socket, const std::string* routing_id
                                               : zmq::send_flags::dontwait);
     if (!sent) return absl::UnavailableError("send queue is full or no connection");
     for (size_t i = 0; i < msg.tensors.size(); ++i) {
-      const bool last = i + 1 == msg.tensors.size();
-      zmq::message_t frame = ZeroCopyFrame(msg.tensors[i]);
-      bytes += frame.size();
-      socket.send(frame, last ? zmq::send_flags::dontwait
-                              : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      const std::vector<std::span<const std::byte>> chunks = wire::Chunks(msg.tensors[i].bytes);
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const bool last = i + 1 == msg.tensors.size() && c + 1 == chunks.size();
+        zmq::message_t frame = ZeroCopyFrame(msg.tensors[i], chunks[c]);
+        bytes += frame.size();
+        socket.send(frame, last ? zmq::send_flags::dontwait
+                                : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      }
     }
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH) return absl::NotFoundError("peer is not connected");
@@ -61,7 +64,7 @@ int64_t SteadyNowMs() {
 }
 
 // One multipart message as received, before decoding. The routing id (ROUTER side) is in
-// `prefix`; at most max_tensors + 1 frames are kept, the rest are drained and counted.
+// `prefix`; at most max_frames frames are kept, the rest are drained.
 struct RawMessage {
   std::string prefix;
   std::vector<wire::Frame> frames;
@@ -88,7 +91,7 @@ RawMessage RecvRaw(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimi
           out.user_id = uid;
         }
       }
-      if (out.frames.size() <= limits.max_tensors) {
+      if (out.frames.size() < limits.max_frames) {
         auto bytes =
             std::span<const std::byte>(static_cast<const std::byte*>(msg->data()), msg->size());
         out.frames.push_back(wire::Frame{msg, bytes});
@@ -105,7 +108,7 @@ RawMessage RecvRaw(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimi
 StatusOr<wire::Message> DecodeRaw(const RawMessage& raw, const wire::CodecLimits& limits) {
   if (raw.too_many) {
     return absl::InvalidArgumentError(
-        absl::StrCat("malformed message: more than ", limits.max_tensors + 1, " frames"));
+        absl::StrCat("malformed message: more than ", limits.max_frames, " frames"));
   }
   return wire::Decode(raw.frames, limits);
 }

@@ -12,10 +12,12 @@
 // one side without encryption) makes Receive() return a clear error naming the likely cause.
 //
 // Limits: ZMQ_MAXMSGSIZE bounds any single frame a peer can make us allocate (the peer is
-// disconnected past it); the codec bounds headers, tensor counts and shapes; at most
-// max_tensors + 1 frames per message are kept; a per-peer token bucket drops messages beyond
-// max_messages_per_s (bursts of burst_messages) before they are decoded; the receive high-water
-// mark bounds what ZeroMQ queues per peer, so a flooding peer is throttled by TCP backpressure.
+// disconnected past it; tensors travel in frames of at most wire::kMaxChunkBytes, so the default
+// admits nothing larger than a header or a chunk); the codec bounds headers, tensor counts and
+// shapes; at most codec.max_frames frames per message are kept; a per-peer token bucket drops
+// messages beyond max_messages_per_s (bursts of burst_messages) before they are decoded; the
+// receive high-water mark bounds what ZeroMQ queues per peer, so a flooding peer is throttled by
+// TCP backpressure.
 #pragma once
 
 #include <memory>
@@ -41,7 +43,8 @@ struct CurveClientOptions {
 
 struct ZmqOptions {
   int io_threads = 1;
-  int64_t max_frame_bytes = int64_t{2} << 30;  // ZMQ_MAXMSGSIZE
+  // ZMQ_MAXMSGSIZE: the larger of a header and a tensor chunk, plus slack.
+  int64_t max_frame_bytes = static_cast<int64_t>(wire::kMaxChunkBytes) + 64 * 1024 + 4096;
   int send_hwm = 1000;
   int recv_hwm = 1000;
   int reconnect_ivl_ms = 100;

@@ -276,8 +276,8 @@ void Hostile(const std::string& endpoint, const std::string& dir, const std::ato
     SendRaw(s, {wire::EncodeHeader(wire::MakeMessage(
                    wire::UploadRequest{5, std::string(wire::kNonceBytes, 'n')}, round))});
     SendRaw(s, std::vector<std::string>(300, "x"));                            // too many frames
-    if (round % 5 == 0) SendRaw(s, {good_header, std::string(3 << 20, 'z')});  // oversized
-    if (round % 10 == 0) {
+    if (round % 5 == 1) SendRaw(s, {good_header, std::string(3 << 20, 'z')});  // oversized
+    if (round % 10 == 1) {
       for (int i = 0; i < 400; ++i) SendRaw(s, {heartbeat});  // a flood
     }
     SendRaw(outsider, {wire::EncodeHeader(wire::MakeMessage(wire::Join{"stranger", 1, "x"}))});

@@ -192,13 +192,15 @@ TEST_F(CodecTest, RejectsAHeaderWithoutABody) {
 TEST_F(CodecTest, RejectsATensorCountThatDisagreesWithTheFrames) {
   std::vector<Frame> missing = EncodeToFrames(testutil::SampleFitResult());
   missing.pop_back();
-  EXPECT_TRUE(IsError(Decode(missing), kInvalid, "header lists 2 tensors but 1 tensor frames"));
+  EXPECT_TRUE(IsError(Decode(missing), kInvalid,
+                      "tensor 1 ('fc0.bias') of 16 bytes needs 1 frame(s); only 0 remain"));
   std::vector<Frame> extra = EncodeToFrames(testutil::SampleFitResult());
   extra.push_back(ZeroFrame(4));
-  EXPECT_TRUE(IsError(Decode(extra), kInvalid, "header lists 2 tensors but 3 tensor frames"));
+  EXPECT_TRUE(IsError(Decode(extra), kInvalid,
+                      "the header's 2 tensors take 2 frames but 3 tensor frames follow"));
   std::vector<Frame> stray = EncodeToFrames(testutil::SampleHeartbeat());
   stray.push_back(ZeroFrame(4));
-  EXPECT_TRUE(IsError(Decode(stray), kInvalid, "header lists 0 tensors but 1 tensor frames"));
+  EXPECT_TRUE(IsError(Decode(stray), kInvalid, "header lists no tensors but 1 tensor frames"));
 }
 
 TEST_F(CodecTest, RejectsTensorsOnMessagesThatMustNotCarryThem) {
@@ -301,8 +303,7 @@ TEST_F(CodecTest, RejectsAByteLengthThatDisagreesWithTheShape) {
     return [n](pb::Header& h) { h.mutable_tensors(0)->set_byte_length(n); };
   };
   EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleFitResult(), byte_length(52)), kInvalid,
-                      "tensor 0 ('fc0.weight') with shape [4,3] needs 48 bytes; header says 52, "
-                      "frame has 48"));
+                      "tensor 0 ('fc0.weight') with shape [4,3] needs 48 bytes; header says 52"));
   EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleFitResult(), byte_length(0)), kInvalid,
                       "needs 48 bytes; header says 0"));
   // Shape and byte_length agree with each other but not with the frame.
@@ -310,24 +311,59 @@ TEST_F(CodecTest, RejectsAByteLengthThatDisagreesWithTheShape) {
     h.mutable_tensors(1)->set_shape(0, 5);
     h.mutable_tensors(1)->set_byte_length(20);
   };
-  EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleFitResult(), grown), kInvalid,
-                      "tensor 1 ('fc0.bias') with shape [5] needs 20 bytes; header says 20, "
-                      "frame has 16"));
+  EXPECT_TRUE(
+      IsError(DecodeCorrupted(testutil::SampleFitResult(), grown), kInvalid,
+              "tensor 1 ('fc0.bias') with shape [5]: frame 1 of 1 has 16 bytes, expected 20"));
 }
 
 TEST_F(CodecTest, RejectsAFrameWhoseSizeDisagreesWithTheHeader) {
   EXPECT_TRUE(IsError(DecodeWithFrameSize(testutil::SampleFitResult(), 0, 52), kInvalid,
-                      "needs 48 bytes; header says 48, frame has 52"));
-  EXPECT_TRUE(IsError(DecodeWithFrameSize(testutil::SampleFitResult(), 1, 17), kInvalid,
-                      "tensor 1 ('fc0.bias') with shape [4] needs 16 bytes; header says 16, "
-                      "frame has 17"));
+                      "frame 1 of 1 has 52 bytes, expected 48"));
+  EXPECT_TRUE(
+      IsError(DecodeWithFrameSize(testutil::SampleFitResult(), 1, 17), kInvalid,
+              "tensor 1 ('fc0.bias') with shape [4]: frame 1 of 1 has 17 bytes, expected 16"));
 }
 
 TEST_F(CodecTest, RejectsATruncatedFrame) {
   EXPECT_TRUE(IsError(DecodeWithFrameSize(testutil::SampleFitResult(), 0, 47), kInvalid,
-                      "header says 48, frame has 47"));
+                      "frame 1 of 1 has 47 bytes, expected 48"));
   EXPECT_TRUE(IsError(DecodeWithFrameSize(testutil::SampleFitResult(), 1, 0), kInvalid,
-                      "header says 16, frame has 0"));
+                      "frame 1 of 1 has 0 bytes, expected 16"));
+}
+
+TEST_F(CodecTest, LargeTensorsTravelInChunksAndDecodeContiguously) {
+  constexpr size_t kChunkFloats = kMaxChunkBytes / sizeof(float);
+  Message msg = testutil::SampleFitResult();
+  msg.tensors.push_back(Payload("big", {static_cast<int64_t>(2 * kChunkFloats + 3)}, 0.25f));
+  msg.tensors.push_back(Payload("exact", {2, static_cast<int64_t>(kChunkFloats)}, -1.5f));
+  std::vector<Frame> frames = EncodeToFrames(msg);
+  ASSERT_EQ(frames.size(), 1u + 2 + 3 + 2);  // header, 2 small, 3 chunks, 2 chunks
+  EXPECT_EQ(frames[3].bytes.size(), kMaxChunkBytes);
+  EXPECT_EQ(frames[5].bytes.size(), 12u);
+  StatusOr<Message> got = Decode(frames);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(Describe(*got), Describe(msg));
+  ExpectSamePayloads(got->tensors, msg.tensors);
+  // A chunk of the wrong size, a missing last chunk, and one too many are all refused.
+  std::vector<Frame> short_chunk = frames;
+  short_chunk[4].bytes = short_chunk[4].bytes.first(kMaxChunkBytes - 4);
+  EXPECT_TRUE(IsError(Decode(short_chunk), kInvalid,
+                      "tensor 2 ('big') with shape [524291]: frame 2 of 3 has 1048572 bytes, "
+                      "expected 1048576"));
+  std::vector<Frame> missing = frames;
+  missing.pop_back();
+  EXPECT_TRUE(IsError(Decode(missing), kInvalid, "needs 2 frame(s); only 1 remain"));
+  std::vector<Frame> extra = frames;
+  extra.push_back(ZeroFrame(4));
+  EXPECT_TRUE(IsError(Decode(extra), kInvalid, "take 7 frames but 8 tensor frames follow"));
+}
+
+TEST_F(CodecTest, RejectsMoreFramesThanTheLimit) {
+  std::vector<Frame> frames = EncodeToFrames(testutil::SampleHeartbeat());
+  CodecLimits limits;
+  limits.max_frames = 3;
+  for (int i = 0; i < 3; ++i) frames.push_back(ZeroFrame(4));
+  EXPECT_TRUE(IsError(Decode(frames, limits), kInvalid, "4 frames, limit 3"));
 }
 
 // ---- Body fields ----
