@@ -146,7 +146,7 @@ Status Coordinator::RunRound(uint64_t number) {
   const int64_t start_ms = clock_->NowMs();
   const uint64_t in0 = transport_->bytes_in();
   const uint64_t out0 = transport_->bytes_out();
-  round_.emplace();
+  round_ = Round{};  // (not emplace(): clang 14 rejects it for a nested struct with initializers)
   Round& round = *round_;
   round.number = number;
   round.deadline_ms = start_ms + options_.round_deadline_ms;

@@ -65,7 +65,7 @@ TEST(RngTest, UniformIntStaysInRangeAndIsRoughlyUniform) {
   for (int i = 0; i < 10000; ++i) {
     const uint64_t x = rng.UniformInt(big);
     ASSERT_LT(x, big);
-    mean += static_cast<double>(x) / big / 10000;
+    mean += static_cast<double>(x) / static_cast<double>(big) / 10000;
   }
   EXPECT_NEAR(mean, 0.5, 0.02);
 }

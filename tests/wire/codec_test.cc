@@ -377,7 +377,7 @@ TEST_F(CodecTest, RejectsNonFiniteTrainingSettings) {
   };
   for (const auto& [name, set] : fields) {
     for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
-      auto corrupt = [&](pb::Header& h) {
+      auto corrupt = [&, set = set](pb::Header& h) {
         (h.mutable_fit_instruction()->mutable_train()->*set)(bad);
       };
       EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleFitInstruction(), corrupt), kInvalid,
@@ -396,7 +396,7 @@ TEST_F(CodecTest, RejectsNonFiniteTrainingMetrics) {
   };
   for (const auto& [name, set] : fields) {
     for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
-      auto corrupt = [&](pb::Header& h) { (h.mutable_fit_result()->*set)(bad); };
+      auto corrupt = [&, set = set](pb::Header& h) { (h.mutable_fit_result()->*set)(bad); };
       EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleFitResult(), corrupt), kInvalid,
                           std::string("fit_result.") + name + " is not finite"))
           << name << " = " << bad;
