@@ -10,9 +10,11 @@
 // Properties checked (a violation aborts, which libFuzzer reports as a crash with the input):
 //   1. Decode never crashes and fails only as proto/codec.h documents: InvalidArgument
 //      "malformed message: ..." or FailedPrecondition "protocol version mismatch ...".
-//   2. A decoded message keeps the codec's promises: protocol version, one tensor per extra frame,
-//      tensors only on FitInstruction/FitResult, valid and 4-byte aligned tensors whose bytes equal
-//      the frames', string limits, 16-byte nonces, finite doubles, a known error code.
+//   2. A decoded message keeps the codec's promises: protocol version, every extra frame a chunk of
+//      a tensor (fuzz inputs use kChunkBytes = 32, so small inputs reach multi-chunk tensors and
+//      their reassembly), tensors only on FitInstruction/FitResult, valid and 4-byte aligned
+//      tensors whose bytes equal their frames', string limits, 16-byte nonces, finite doubles, a
+//      known error code.
 //   3. Round trip: EncodeToFrames then Decode succeeds and gives a message equal in every field
 //      (doubles and tensor bytes bitwise), and encodes to the same header bytes again.
 //   4. For a FitResult: CheckUpdate against TheFuzzRound() never crashes; if it passes, the spans
@@ -134,13 +136,18 @@ void CheckRejection(const Status& status) {
 
 // Property 2: what Decode promises about a message it accepts.
 void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
-  const wire::CodecLimits limits;
+  const wire::CodecLimits limits = FuzzLimits();
   Require(m.protocol_version == wire::kProtocolVersion, "accepted another protocol version");
-  Require(m.tensors.size() + 1 == frames.size(), "tensor count != frames - 1");
+  size_t tensor_frames = 0;
+  for (const wire::TensorPayload& t : m.tensors) {
+    tensor_frames += wire::ChunkCount(t.bytes.size(), kChunkBytes);
+  }
+  Require(tensor_frames + 1 == frames.size(), "tensor chunks != frames - 1");
   Require(m.sender.size() <= limits.max_string_bytes, "sender over the limit");
   const bool carries =
       m.type() == wire::MessageType::kFitInstruction || m.type() == wire::MessageType::kFitResult;
   Require(carries || m.tensors.empty(), "tensors on a message type that carries none");
+  size_t next_frame = 1;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const wire::TensorPayload& t = m.tensors[i];
     Require(!t.spec.name.empty() && t.spec.name.size() <= limits.max_string_bytes,
@@ -152,7 +159,15 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
             "tensor byte length differs from its shape's");
     Require(reinterpret_cast<uintptr_t>(t.bytes.data()) % alignof(float) == 0,
             "tensor payload not 4-byte aligned");
-    Require(SameBytes(t.bytes, frames[i + 1].bytes), "tensor payload differs from its frame");
+    size_t offset = 0;
+    for (size_t c = 0; c < wire::ChunkCount(t.bytes.size(), kChunkBytes); ++c) {
+      const std::span<const std::byte> part = frames[next_frame++].bytes;
+      Require(part.size() <= t.bytes.size() - offset, "a chunk runs past its tensor");
+      Require(SameBytes(t.bytes.subspan(offset, part.size()), part),
+              "tensor payload differs from its frames");
+      offset += part.size();
+    }
+    Require(offset == t.bytes.size(), "tensor chunks do not cover the tensor");
     Require(t.owner != nullptr || t.bytes.empty(), "tensor payload without an owner");
   }
   struct Body {
@@ -199,8 +214,8 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
 
 // Property 3.
 void CheckRoundTrip(const wire::Message& m) {
-  const std::vector<wire::Frame> frames = wire::EncodeToFrames(m);
-  StatusOr<wire::Message> again = wire::Decode(frames);
+  const std::vector<wire::Frame> frames = wire::EncodeToFrames(m, kChunkBytes);
+  StatusOr<wire::Message> again = wire::Decode(frames, FuzzLimits());
   if (!again.ok()) Fail("re-encoded message does not decode: " + again.status().ToString());
   const std::string diff = Difference(m, *again);
   if (!diff.empty()) Fail("re-encoded message differs in " + diff);
@@ -327,7 +342,7 @@ void CheckUpdateAndFold(const wire::Message& m) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace huddle;
   const std::vector<wire::Frame> frames = fuzz::ParseFrames(std::span<const uint8_t>(data, size));
-  StatusOr<wire::Message> msg = wire::Decode(frames);
+  StatusOr<wire::Message> msg = wire::Decode(frames, fuzz::FuzzLimits());
   if (!msg.ok()) {
     fuzz::CheckRejection(msg.status());
     return 0;

@@ -51,7 +51,8 @@ wire::Message ValidFitResult(const TensorList& tensors, uint64_t num_examples = 
 
 // The fuzzer's own acceptance path, so that a "valid" seed really is one.
 Status Accepts(const wire::Message& m) {
-  HUDDLE_ASSIGN_OR_RETURN(wire::Message decoded, wire::Decode(wire::EncodeToFrames(m)));
+  HUDDLE_ASSIGN_OR_RETURN(wire::Message decoded,
+                          wire::Decode(wire::EncodeToFrames(m, kChunkBytes), FuzzLimits()));
   HUDDLE_ASSIGN_OR_RETURN(auto spans, coordinator::CheckUpdate(decoded, TheFuzzRound().expect));
   HUDDLE_ASSIGN_OR_RETURN(auto agg, aggregation::StreamingAggregator::Create(
                                         TheFuzzRound().layout, TheFuzzRound().options));
@@ -72,7 +73,7 @@ class SeedWriter {
     ++count_;
   }
   void Write(const std::string& name, const wire::Message& m, uint64_t misaligned_mask = 0) {
-    Write(name, SerializeFrames(wire::EncodeToFrames(m), misaligned_mask));
+    Write(name, SerializeFrames(wire::EncodeToFrames(m, kChunkBytes), misaligned_mask));
   }
   // A FitResult that must pass CheckUpdate and Fold.
   void WriteValid(const std::string& name, const wire::Message& m, uint64_t misaligned_mask = 0) {
@@ -162,7 +163,7 @@ void WriteFitResults(SeedWriter& w) {
   w.Write("fit_result_too_many_examples", ValidFitResult(tensors, kMaxWeight + 1));
 
   // A tensor frame one byte short of what its spec says.
-  std::vector<wire::Frame> frames = wire::EncodeToFrames(ValidFitResult(tensors));
+  std::vector<wire::Frame> frames = wire::EncodeToFrames(ValidFitResult(tensors), kChunkBytes);
   frames[2].bytes = frames[2].bytes.first(frames[2].bytes.size() - 1);
   w.Write("fit_result_short_frame", SerializeFrames(frames));
 }

@@ -316,13 +316,14 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
                                     expected, " bytes; header says ", s.byte_length()));
     }
     // The shape bounds `expected`, so the chunk count is small; the frames must all be there.
-    const size_t chunks = ChunkCount(expected);
+    const size_t chunk_bytes = limits.chunk_bytes;
+    const size_t chunks = ChunkCount(expected, chunk_bytes);
     if (frames.size() - next_frame < chunks) {
       return Malformed(absl::StrCat(what, " of ", expected, " bytes needs ", chunks,
                                     " frame(s); only ", frames.size() - next_frame, " remain"));
     }
     for (size_t c = 0; c < chunks; ++c) {
-      const size_t want = c + 1 < chunks ? kMaxChunkBytes : expected - c * kMaxChunkBytes;
+      const size_t want = c + 1 < chunks ? chunk_bytes : expected - c * chunk_bytes;
       const size_t got = frames[next_frame + c].bytes.size();
       if (got != want) {
         return Malformed(absl::StrCat(what, " with shape ", ShapeString(p.spec.shape), ": frame ",
@@ -342,7 +343,7 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
       auto* dst = reinterpret_cast<std::byte*>(copy.get());
       for (size_t c = 0; c < chunks; ++c) {
         const Frame& part = frames[next_frame + c];
-        std::memcpy(dst + c * kMaxChunkBytes, part.bytes.data(), part.bytes.size());
+        std::memcpy(dst + c * chunk_bytes, part.bytes.data(), part.bytes.size());
       }
       p.bytes = std::span<const std::byte>(dst, expected);
       p.owner = std::move(copy);
@@ -357,23 +358,24 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
   return msg;
 }
 
-std::vector<std::span<const std::byte>> Chunks(std::span<const std::byte> bytes) {
+std::vector<std::span<const std::byte>> Chunks(std::span<const std::byte> bytes,
+                                               size_t chunk_bytes) {
   std::vector<std::span<const std::byte>> out;
-  const size_t n = ChunkCount(bytes.size());
+  const size_t n = ChunkCount(bytes.size(), chunk_bytes);
   out.reserve(n);
   for (size_t c = 0; c < n; ++c) {
-    const size_t begin = c * kMaxChunkBytes;
-    out.push_back(bytes.subspan(begin, std::min(kMaxChunkBytes, bytes.size() - begin)));
+    const size_t begin = c * chunk_bytes;
+    out.push_back(bytes.subspan(begin, std::min(chunk_bytes, bytes.size() - begin)));
   }
   return out;
 }
 
-std::vector<Frame> EncodeToFrames(const Message& msg) {
+std::vector<Frame> EncodeToFrames(const Message& msg, size_t chunk_bytes) {
   std::vector<Frame> frames;
   auto header = std::make_shared<std::string>(EncodeHeader(msg));
   frames.push_back(Frame{header, std::as_bytes(std::span<const char>(*header))});
   for (const TensorPayload& t : msg.tensors) {
-    for (std::span<const std::byte> chunk : Chunks(t.bytes)) {
+    for (std::span<const std::byte> chunk : Chunks(t.bytes, chunk_bytes)) {
       auto copy = std::make_shared<std::vector<std::byte>>(chunk.begin(), chunk.end());
       frames.push_back(Frame{copy, std::span<const std::byte>(*copy)});
     }

@@ -34,16 +34,20 @@ struct Frame {
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
 
 // Frames a tensor of `bytes` bytes occupies on the wire (at least 1).
-inline size_t ChunkCount(size_t bytes) {
-  return bytes == 0 ? 1 : (bytes + kMaxChunkBytes - 1) / kMaxChunkBytes;
+inline size_t ChunkCount(size_t bytes, size_t chunk_bytes = kMaxChunkBytes) {
+  return bytes == 0 ? 1 : (bytes + chunk_bytes - 1) / chunk_bytes;
 }
 // The frames of one tensor payload, in order: views into `bytes`.
-std::vector<std::span<const std::byte>> Chunks(std::span<const std::byte> bytes);
+std::vector<std::span<const std::byte>> Chunks(std::span<const std::byte> bytes,
+                                               size_t chunk_bytes = kMaxChunkBytes);
 
 struct CodecLimits {
   size_t max_header_bytes = 64 * 1024;
   size_t max_tensors = 256;
-  size_t max_frames = 4097;                        // header + tensor frames: 4 GiB of payload
+  size_t max_frames = 4097;  // header + tensor frames: 4 GiB of payload
+  // Tensor bytes per frame: the protocol's kMaxChunkBytes. Only tests and the fuzzer (which must
+  // reach multi-chunk tensors with small inputs) use another value (a positive multiple of 4).
+  size_t chunk_bytes = kMaxChunkBytes;
   int64_t max_tensor_elements = int64_t{1} << 28;  // 1 GiB of float32
   size_t max_string_bytes = 256;                   // names, ids, sender
   size_t max_text_bytes = 4096;                    // error and shutdown texts
@@ -57,6 +61,6 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
 
 // Encodes `msg` into owned frames (header + copies of the payloads). For tests and the fuzzer;
 // the ZeroMQ transport sends payloads zero-copy instead.
-std::vector<Frame> EncodeToFrames(const Message& msg);
+std::vector<Frame> EncodeToFrames(const Message& msg, size_t chunk_bytes = kMaxChunkBytes);
 
 }  // namespace huddle::wire
