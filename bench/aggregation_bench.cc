@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "aggregation/streaming_aggregator.h"
+#include "bench/ratio_reporter.h"
 #include "benchmark/benchmark.h"
 #include "common/rng.h"
 
@@ -93,52 +94,21 @@ BENCHMARK(BM_Memcpy)->Arg(1 << 20)->Arg(10 << 20)->Unit(benchmark::kMillisecond)
 BENCHMARK(BM_Fold)->Arg(1 << 20)->Arg(10 << 20)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_WeightedMean)->Arg(1 << 20)->Arg(10 << 20)->Unit(benchmark::kMillisecond);
 
-// Console output plus, at the end, Fold's bytes/s over memcpy's for each size (medians when
-// --benchmark_repetitions is given).
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      const bool median = run.aggregate_name == "median";
-      if (!median && !run.aggregate_name.empty()) continue;
-      auto it = run.counters.find("bytes_per_second");
-      if (it == run.counters.end()) continue;
-      Measurement& m = rates_[run.run_name.args][run.run_name.function_name];
-      if (median || !m.median) m = {it->second.value, median};
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    for (const auto& [size, by_name] : rates_) {
-      auto fold = by_name.find("BM_Fold");
-      auto copy = by_name.find("BM_Memcpy");
-      if (fold == by_name.end() || copy == by_name.end()) continue;
-      GetOutputStream() << "params " << size << ": aggregation "
-                        << fold->second.bytes_per_second / 1e9 << " GB/s, memcpy "
-                        << copy->second.bytes_per_second / 1e9
-                        << " GB/s, aggregation/memcpy ratio = "
-                        << fold->second.bytes_per_second / copy->second.bytes_per_second << "\n";
-    }
-  }
-
- private:
-  struct Measurement {
-    double bytes_per_second = 0;
-    bool median = false;
-  };
-  std::map<std::string, std::map<std::string, Measurement>> rates_;
-};
-
 }  // namespace
 }  // namespace huddle::aggregation
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  huddle::aggregation::RatioReporter reporter;
+  // Fold's bytes/s over memcpy's for each size.
+  huddle::bench::RatioReporter reporter(
+      [](const benchmark::BenchmarkReporter::Run& run) {
+        const std::string& f = run.run_name.function_name;
+        return std::make_pair("params " + run.run_name.args, f == "BM_Fold"     ? "aggregation"
+                                                             : f == "BM_Memcpy" ? "memcpy"
+                                                                                : f);
+      },
+      "aggregation", "memcpy", "aggregation/memcpy ratio");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

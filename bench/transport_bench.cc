@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/ratio_reporter.h"
 #include "benchmark/benchmark.h"
 #include "transport/curve_keys.h"
 #include "transport/ports.h"
@@ -136,53 +137,21 @@ BENCHMARK(BM_Ingest)
     ->UseRealTime()
     ->MinTime(2.0);
 
-// Prints encrypted/plaintext per client count (medians when repetitions are used).
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      const bool median = run.aggregate_name == "median";
-      if (!median && !run.aggregate_name.empty()) continue;
-      auto it = run.counters.find("bytes_per_second");
-      if (it == run.counters.end()) continue;
-      const std::string& args = run.run_name.args;  // "clients:8/encrypted:1"
-      const bool encrypted = args.find("encrypted:1") != std::string::npos;
-      const std::string clients = args.substr(0, args.find('/'));
-      Measurement& m = rates_[clients][encrypted];
-      if (median || !m.median) m = {it->second.value, median};
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    for (const auto& [clients, by_mode] : rates_) {
-      auto plain = by_mode.find(false);
-      auto curve = by_mode.find(true);
-      if (plain == by_mode.end() || curve == by_mode.end()) continue;
-      GetOutputStream() << clients << ": plaintext " << plain->second.bytes_per_second / 1e9
-                        << " GB/s, CurveZMQ " << curve->second.bytes_per_second / 1e9
-                        << " GB/s, encrypted/plaintext = "
-                        << curve->second.bytes_per_second / plain->second.bytes_per_second << "\n";
-    }
-  }
-
- private:
-  struct Measurement {
-    double bytes_per_second = 0;
-    bool median = false;
-  };
-  std::map<std::string, std::map<bool, Measurement>> rates_;
-};
-
 }  // namespace
 }  // namespace huddle::transport
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  huddle::transport::RatioReporter reporter;
+  // CurveZMQ's bytes/s over plaintext's for each client count.
+  huddle::bench::RatioReporter reporter(
+      [](const benchmark::BenchmarkReporter::Run& run) {
+        const std::string& args = run.run_name.args;  // "clients:8/encrypted:1"
+        return std::make_pair(
+            args.substr(0, args.find('/')),
+            args.find("encrypted:1") != std::string::npos ? "CurveZMQ" : "plaintext");
+      },
+      "CurveZMQ", "plaintext", "encrypted/plaintext");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

@@ -8,17 +8,15 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/clock.h"
+
 namespace huddle::transport {
 namespace {
 
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr int64_t kLogEveryMs = 60'000;  // per refused key, so a retrying client cannot flood logs
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t NowMs() { return SteadyClock::Get()->NowMs(); }
 
 struct ZapReply {
   std::string status_code;

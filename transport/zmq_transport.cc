@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
+#include "common/clock.h"
+
 namespace huddle::transport {
 namespace {
 
@@ -57,10 +59,39 @@ StatusOr<size_t> SendFrames(zmq::socket_t& socket, const std::string* routing_id
   return bytes;
 }
 
-int64_t SteadyNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t SteadyNowMs() { return SteadyClock::Get()->NowMs(); }
+
+// Attaches a socket monitor (zmq_socket_monitor) for `events` to `socket` and returns the PAIR
+// socket its events arrive on. Handshake outcomes are only visible this way.
+zmq::socket_t StartMonitor(zmq::context_t& context, zmq::socket_t& socket, int events,
+                           const char* role) {
+  static std::atomic<uint64_t> monitors{0};
+  const std::string endpoint =
+      absl::StrCat("inproc://huddle-", role, "-monitor-", monitors.fetch_add(1));
+  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(), events) != 0) throw zmq::error_t();
+  zmq::socket_t monitor(context, zmq::socket_type::pair);
+  monitor.set(zmq::sockopt::linger, 0);
+  monitor.connect(endpoint);
+  return monitor;
+}
+
+struct MonitorEvent {
+  uint16_t id = 0;
+  uint32_t value = 0;  // e.g. the ZMTP protocol error, or the ZAP status code
+};
+
+// The next queued monitor event, or nullopt when none is queued.
+std::optional<MonitorEvent> NextMonitorEvent(zmq::socket_t& monitor) {
+  while (true) {
+    zmq::message_t event, address;
+    if (!monitor.recv(event, zmq::recv_flags::dontwait)) return std::nullopt;
+    if (event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
+    if (event.size() < 6) continue;
+    MonitorEvent e;
+    std::memcpy(&e.id, event.data(), 2);
+    std::memcpy(&e.value, static_cast<const char*>(event.data()) + 2, 4);
+    return e;
+  }
 }
 
 // One multipart message as received, before decoding. The routing id (ROUTER side) is in
@@ -186,17 +217,7 @@ class ZmqServer final : public ServerTransport {
       }
       // Handshakes that fail before ZAP is asked (a client pinning another coordinator key, a
       // plaintext client) are only visible to the socket monitor.
-      static std::atomic<uint64_t> monitors{0};
-      const std::string monitor_endpoint =
-          absl::StrCat("inproc://huddle-server-monitor-", monitors.fetch_add(1));
-      if (zmq_socket_monitor(
-              socket_.handle(), monitor_endpoint.c_str(),
-              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
-        return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
-      }
-      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
-      monitor_.set(zmq::sockopt::linger, 0);
-      monitor_.connect(monitor_endpoint);
+      monitor_ = StartMonitor(context_, socket_, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, "server");
     } catch (const zmq::error_t& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("coordinator socket options for '", endpoint, "': ", e.what()));
@@ -259,16 +280,9 @@ class ZmqServer final : public ServerTransport {
 
  private:
   void DrainMonitor() {
-    while (true) {
-      zmq::message_t event, address;
-      if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return;
-      if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::none);
-      if (event.size() < 6) continue;
-      uint16_t id = 0;
-      uint32_t value = 0;
-      std::memcpy(&id, event.data(), 2);
-      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
-      if (id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;  // NO_DETAIL: dropped mid-way
+    while (std::optional<MonitorEvent> event = NextMonitorEvent(monitor_)) {
+      if (event->id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;
+      const uint32_t value = event->value;
       failed_handshakes_++;
       const int64_t now = SteadyNowMs();
       if (now - last_handshake_warning_ms_ < 10'000) continue;
@@ -355,18 +369,11 @@ class ZmqClient final : public ClientTransport {
       }
       // Handshake outcomes come from the socket monitor: the only way to tell "refused" or
       // "wrong server key" from "not up yet".
-      static std::atomic<uint64_t> monitors{0};
-      const std::string monitor_endpoint =
-          absl::StrCat("inproc://huddle-client-monitor-", monitors.fetch_add(1));
-      if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
-                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
-        return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
-      }
-      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
-      monitor_.set(zmq::sockopt::linger, 0);
-      monitor_.connect(monitor_endpoint);
+      monitor_ =
+          StartMonitor(context_, socket_,
+                       ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH,
+                       "client");
       socket_.connect(endpoint_);
     } catch (const zmq::error_t& e) {
       return absl::InvalidArgumentError(
@@ -416,17 +423,10 @@ class ZmqClient final : public ClientTransport {
   // Reads the monitor's handshake events. An error means this client cannot get in: the
   // coordinator refused its key, or handshakes keep failing (wrong pinned key, no encryption).
   Status DrainMonitor() {
-    while (true) {
-      zmq::message_t event, address;
-      if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return absl::OkStatus();
-      if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::none);
-      if (event.size() < 6) continue;
-      uint16_t id = 0;
-      uint32_t value = 0;
-      std::memcpy(&id, event.data(), 2);
-      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
-      HUDDLE_RETURN_IF_ERROR(OnHandshakeEvent(id, value));
+    while (std::optional<MonitorEvent> event = NextMonitorEvent(monitor_)) {
+      HUDDLE_RETURN_IF_ERROR(OnHandshakeEvent(event->id, event->value));
     }
+    return absl::OkStatus();
   }
 
   Status OnHandshakeEvent(uint16_t id, uint32_t value) {
