@@ -259,8 +259,8 @@ TEST_F(ZmqTransportTest, GarbageFromARawPeerIsADecodeErrorAndServingContinues) {
   ASSERT_TRUE(raw.send(zmq::str_buffer("1234"), zmq::send_flags::none));
   const int too_many = static_cast<int>(wire::CodecLimits{}.max_frames) + 1;
   for (int i = 0; i < too_many; ++i) {
-    ASSERT_TRUE(raw.send(zmq::str_buffer("x"), i + 1 < too_many ? zmq::send_flags::sndmore
-                                                                  : zmq::send_flags::none));
+    ASSERT_TRUE(raw.send(zmq::str_buffer("x"),
+                         i + 1 < too_many ? zmq::send_flags::sndmore : zmq::send_flags::none));
   }
   const std::string expected[] = {"does not parse", "frame 1 of 1 has 4 bytes, expected 48",
                                   absl::StrCat("more than ", too_many - 1, " frames")};
