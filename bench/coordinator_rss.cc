@@ -6,7 +6,10 @@
 // sent zero-copy). The child reports its own peak RSS (getrusage) after the last round, so the
 // figure is the coordinator's alone.
 //
-//   coordinator_rss [--clients 100] [--hidden 1262] [--rounds 3] [--slots 4]
+//   coordinator_rss [--clients 100] [--hidden 1262] [--rounds 3] [--slots 4] [--encrypted 1]
+//
+// With --encrypted 1 every connection is CurveZMQ with enrolled client keys, as `huddle run` and
+// a default `huddle coordinator` work.
 //
 // Prints the peak RSS, the model size and the budget (64 MB + 4 x model size).
 #include <sys/resource.h>
@@ -24,6 +27,7 @@
 #include "common/memory.h"
 #include "coordinator/coordinator.h"
 #include "proto/codec.h"
+#include "transport/curve_keys.h"
 #include "transport/ports.h"
 #include "transport/zmq_transport.h"
 
@@ -36,6 +40,14 @@ struct Args {
   int64_t hidden = 1262;  // 784-1262-10: 1,003,300 parameters (4.0 MB)
   int rounds = 3;
   int slots = 4;
+  bool encrypted = false;
+};
+
+// Server and client keys for --encrypted, the clients enrolled in `allow_dir`.
+struct Keys {
+  transport::CurveKeyPair server;
+  std::vector<transport::CurveKeyPair> clients;
+  std::string allow_dir;
 };
 
 Args Parse(int argc, char** argv) {
@@ -47,12 +59,28 @@ Args Parse(int argc, char** argv) {
     if (k == "--hidden") a.hidden = v;
     if (k == "--rounds") a.rounds = v;
     if (k == "--slots") a.slots = v;
+    if (k == "--encrypted") a.encrypted = v != 0;
   }
   return a;
 }
 
-int RunCoordinator(const Args& a, const std::string& endpoint, int report_fd) {
-  ReturnLargeBuffersToTheOs();  // as `huddle coordinator` does
+std::string ClientId(int i) { return "synthetic-" + std::to_string(i); }
+
+StatusOr<Keys> MakeKeys(const Args& a, const std::string& dir) {
+  Keys k;
+  k.allow_dir = dir;
+  HUDDLE_ASSIGN_OR_RETURN(k.server, transport::GenerateKeyPair("server", "rss"));
+  for (int i = 0; i < a.clients; ++i) {
+    HUDDLE_ASSIGN_OR_RETURN(auto client, transport::GenerateKeyPair("client", ClientId(i)));
+    HUDDLE_RETURN_IF_ERROR(transport::WriteKeyFiles(client, dir, ClientId(i)));
+    std::filesystem::remove(std::filesystem::path(dir) / (ClientId(i) + ".key"));
+    k.clients.push_back(std::move(client));
+  }
+  return k;
+}
+
+int RunCoordinator(const Args& a, const Keys& keys, const std::string& endpoint, int report_fd) {
+  ConfigureMalloc();  // as `huddle coordinator` does
   coordinator::CoordinatorOptions o;
   o.job_name = "rss";
   o.rounds = a.rounds;
@@ -67,8 +95,11 @@ int RunCoordinator(const Args& a, const std::string& endpoint, int report_fd) {
       (std::filesystem::temp_directory_path() / ("huddle_rss_" + std::to_string(::getpid())))
           .string();
   transport::ZmqOptions z;
-  z.io_threads = 2;
-  z.max_frame_bytes = 64 << 20;
+  z.io_threads = 2;  // as `huddle coordinator` (cli/security.cc)
+  z.recv_hwm = 64;
+  if (a.encrypted) {
+    z.curve_server = transport::CurveServerOptions{keys.server, {keys.allow_dir}};
+  }
   auto server = transport::BindZmqServer(endpoint, z);
   if (!server.ok()) return 1;
   int64_t rounds_ok = 0;
@@ -106,7 +137,7 @@ void SendMessage(zmq::socket_t& s, const wire::Message& m) {
 }
 
 // The synthetic clients. Returns when every client got Shutdown or after a time limit.
-void RunClients(const Args& a, const std::string& endpoint) {
+void RunClients(const Args& a, const Keys& keys, const std::string& endpoint) {
   models::MlpSpec spec;
   spec.hidden = {a.hidden};
   auto delta = std::make_shared<TensorList>();
@@ -121,9 +152,13 @@ void RunClients(const Args& a, const std::string& endpoint) {
   for (int i = 0; i < a.clients; ++i) {
     sockets.emplace_back(ctx, zmq::socket_type::dealer);
     sockets.back().set(zmq::sockopt::linger, 0);
+    if (a.encrypted) {
+      sockets.back().set(zmq::sockopt::curve_serverkey, keys.server.public_z85);
+      sockets.back().set(zmq::sockopt::curve_publickey, keys.clients[i].public_z85);
+      sockets.back().set(zmq::sockopt::curve_secretkey, keys.clients[i].secret_z85);
+    }
     sockets.back().connect(endpoint);
-    SendMessage(sockets.back(),
-                wire::MakeMessage(wire::Join{"synthetic-" + std::to_string(i), 1000, "bench"}));
+    SendMessage(sockets.back(), wire::MakeMessage(wire::Join{ClientId(i), 1000, "bench"}));
   }
   for (auto& s : sockets) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
   std::vector<uint64_t> version(sockets.size(), 0);
@@ -175,15 +210,27 @@ int main(int argc, char** argv) {
   auto port = transport::FreeLoopbackPort();
   if (!port.ok()) return 1;
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(*port);
+  const std::string key_dir =
+      (std::filesystem::temp_directory_path() / ("huddle_rss_keys_" + std::to_string(::getpid())))
+          .string();
+  Keys keys;
+  if (a.encrypted) {
+    auto made = MakeKeys(a, key_dir);
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
+      return 1;
+    }
+    keys = *std::move(made);
+  }
   int fds[2];
   if (::pipe(fds) != 0) return 1;
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(fds[0]);
-    ::_exit(RunCoordinator(a, endpoint, fds[1]));
+    ::_exit(RunCoordinator(a, keys, endpoint, fds[1]));
   }
   ::close(fds[1]);
-  RunClients(a, endpoint);
+  RunClients(a, keys, endpoint);
   char buf[128] = {};
   const ssize_t n = ::read(fds[0], buf, sizeof(buf) - 1);
   int status = 0;
@@ -200,8 +247,9 @@ int main(int argc, char** argv) {
   const double model_mb = static_cast<double>(TotalElements(models::MlpLayout(spec))) * 4 / 1048576;
   const double rss_mb = static_cast<double>(rss_kb) / 1024;
   const double budget = 64 + 4 * model_mb;
-  std::printf("clients %d, rounds %d (%lld with every result), upload slots %d\n", a.clients,
-              a.rounds, rounds_ok, a.slots);
+  std::filesystem::remove_all(key_dir);
+  std::printf("clients %d, rounds %d (%lld with every result), upload slots %d, %s\n", a.clients,
+              a.rounds, rounds_ok, a.slots, a.encrypted ? "CurveZMQ" : "plaintext");
   std::printf("model: %.2f MiB (%lld parameters)\n", model_mb,
               static_cast<long long>(TotalElements(models::MlpLayout(spec))));
   std::printf(

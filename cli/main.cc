@@ -9,6 +9,7 @@
 #include "common/memory.h"
 
 int main(int argc, char** argv) {
+  huddle::ConfigureMalloc();  // first, before any thread allocates
   CLI::App app{"Huddle: federated and privacy-preserving training"};
   app.require_subcommand(1);
 
@@ -66,7 +67,6 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   huddle::cli::InstallStopHandlers();
-  huddle::ReturnLargeBuffersToTheOs();
 
   if (*coord) return huddle::cli::RunCoordinatorCommand(cf);
   if (*client) return huddle::cli::RunClientCommand(kf);

@@ -4,9 +4,11 @@
 
 namespace huddle {
 
-void ReturnLargeBuffersToTheOs() {
-#ifdef M_MMAP_THRESHOLD
-  ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+void ConfigureMalloc() {
+#if defined(M_ARENA_MAX) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+  ::mallopt(M_ARENA_MAX, 1);
+  ::mallopt(M_MMAP_THRESHOLD, 2 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
 #endif
 }
 
