@@ -207,8 +207,8 @@ class ReassemblyPool {
   }
 
  private:
-  static constexpr size_t kMaxCached = 4;
-  static constexpr size_t kMaxCachedBytes = size_t{256} << 20;
+  static constexpr size_t kMaxCached = 8;
+  static constexpr size_t kMaxCachedBytes = size_t{512} << 20;
 
   void Give(float* p, size_t floats) {
     {

@@ -31,7 +31,7 @@ struct Frame {
 };
 
 // Tensor bytes per wire frame, at most.
-inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
+inline constexpr size_t kMaxChunkBytes = size_t{256} << 10;
 
 // Frames a tensor of `bytes` bytes occupies on the wire (at least 1).
 inline size_t ChunkCount(size_t bytes, size_t chunk_bytes = kMaxChunkBytes) {
@@ -44,7 +44,7 @@ std::vector<std::span<const std::byte>> Chunks(std::span<const std::byte> bytes,
 struct CodecLimits {
   size_t max_header_bytes = 64 * 1024;
   size_t max_tensors = 256;
-  size_t max_frames = 4097;  // header + tensor frames: 4 GiB of payload
+  size_t max_frames = 16385;  // header + tensor frames: 4 GiB of payload
   // Tensor bytes per frame: the protocol's kMaxChunkBytes. Only tests and the fuzzer (which must
   // reach multi-chunk tensors with small inputs) use another value (a positive multiple of 4).
   size_t chunk_bytes = kMaxChunkBytes;

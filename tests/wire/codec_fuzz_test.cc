@@ -197,8 +197,10 @@ TEST_F(CodecFuzzTest, RandomTensorSpecsAreJudgedLikeTheOracle) {
       s->set_byte_length(byte_length);
       const uint64_t frame_size = Below(8) == 0 ? byte_length + Below(3) - Below(2) : byte_length;
       valid &= byte_length == needed && frame_size == needed;
-      frames.push_back(OwnedFrame(std::string(std::min<uint64_t>(frame_size, 1 << 20), 'x')));
-      valid &= frame_size <= (1 << 20);
+      // One frame per tensor: valid only while the tensor fits in one chunk.
+      frames.push_back(
+          OwnedFrame(std::string(std::min<uint64_t>(frame_size, kMaxChunkBytes), 'x')));
+      valid &= frame_size <= kMaxChunkBytes;
     }
     frames[0] = OwnedFrame(h.SerializeAsString());
     StatusOr<Message> got = Decode(frames);
