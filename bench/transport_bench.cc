@@ -12,8 +12,8 @@
 //                         ingest capacity per core when the clients are elsewhere, as in
 //                         deployment.
 // BM_Seal / BM_Open time libsodium's crypto_box (XSalsa20-Poly1305, what CurveZMQ uses) on one
-// 1 MiB chunk, the floor of the cost per byte. After the run, main prints `encrypted/plaintext` for
-// both rates and each client count (target >= 0.5 with 8 clients).
+// 256 KiB chunk, the floor of the cost per byte. After the run, main prints `encrypted/plaintext`
+// for both rates and each client count (target >= 0.5 with 8 clients).
 //
 //   build-main/bench/transport_bench [--benchmark_repetitions=3 ...]
 #include <signal.h>
@@ -238,7 +238,7 @@ BENCHMARK(BM_Ingest)
     ->UseRealTime()
     ->MinTime(2.0);
 
-// crypto_box_easy_afternm / crypto_box_open_easy_afternm on one 1 MiB chunk (one core).
+// crypto_box_easy_afternm / crypto_box_open_easy_afternm on one chunk (kMaxChunkBytes, one core).
 void BM_Seal(benchmark::State& state, bool open) {
   unsigned char pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
   unsigned char key[crypto_box_BEFORENMBYTES], nonce[crypto_box_NONCEBYTES] = {};

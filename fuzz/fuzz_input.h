@@ -31,8 +31,8 @@ namespace huddle::fuzz {
 
 inline constexpr uint32_t kMisalignedBit = uint32_t{1} << 31;
 
-// Tensor bytes per frame in fuzz inputs: far below the protocol's 1 MiB, so that small inputs reach
-// multi-chunk tensors and their reassembly (fc0.weight of the round: 120 bytes, 4 frames).
+// Tensor bytes per frame in fuzz inputs: far below the protocol's 256 KiB, so that small inputs
+// reach multi-chunk tensors and their reassembly (fc0.weight of the round: 120 bytes, 4 frames).
 inline constexpr size_t kChunkBytes = 32;
 inline wire::CodecLimits FuzzLimits() {
   wire::CodecLimits limits;
