@@ -4,7 +4,7 @@
 
 namespace huddle {
 
-// glibc malloc tuned for a process whose traffic is a stream of message frames of at most ~1 MiB
+// glibc malloc tuned for a process whose traffic is a stream of message frames of at most 256 KiB
 // (wire::kMaxChunkBytes plus a header) next to a few model-sized buffers:
 //  - one arena for all threads: ZeroMQ's I/O threads allocate the frames they receive and the main
 //    thread frees them; per-thread arenas grow a heap each and hand it back when it empties, so
