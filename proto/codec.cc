@@ -181,8 +181,8 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
 // Buffers for tensors that arrive in several chunks. A freed buffer is kept for the next tensor of
 // the same size (every update of a job has the same shapes), so each reassembly is one memcpy
 // rather than a fresh mapping that page-faults on every 4 KiB (measured: 3/4 of the cost of
-// reassembling a 40 MB update). At most kMaxCached buffers (8 updates in flight: a freed buffer past
-// the cap is unmapped and the next update faults in fresh pages) and kMaxCachedBytes are kept.
+// reassembling a 40 MB update). At most kMaxCached buffers (8 updates in flight: a freed buffer
+// past the cap is unmapped and the next update faults in fresh pages) and kMaxCachedBytes are kept.
 class ReassemblyPool {
  public:
   static ReassemblyPool& Get() {
