@@ -37,10 +37,8 @@ std::string DescribeBadValue(const std::string& tensor, size_t index, float valu
                          value > 0 ? "above" : "below", value > 0 ? "" : "-", bound);
 }
 
-}  // namespace
-
-StatusOr<StreamingAggregator> StreamingAggregator::Create(ModelLayout layout,
-                                                          AggregatorOptions options) {
+// The largest S the options allow (see the header), or why they are invalid.
+StatusOr<int> CheckOptions(const AggregatorOptions& options) {
   if (options.max_weight < 1 || options.max_weight > kMaxWeightLimit) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_weight ", options.max_weight, " is out of range [1, 2^53]"));
@@ -50,13 +48,27 @@ StatusOr<StreamingAggregator> StreamingAggregator::Create(ModelLayout layout,
     return absl::InvalidArgumentError(
         absl::StrFormat("max_abs_value %g is out of range [2^-64, 2^51]", mav));
   }
-  const int fraction_bits = kTermBits - CeilLog2(options.max_weight) - CeilLog2(mav);
-  if (fraction_bits < 0) {
+  const int max_bits = kTermBits - CeilLog2(options.max_weight) - CeilLog2(mav);
+  if (max_bits < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_weight %d times max_abs_value %g exceeds 2^51: the fixed-point sum would have %d "
         "fraction bits (must be >= 0)",
-        options.max_weight, mav, fraction_bits));
+        options.max_weight, mav, max_bits));
   }
+  if (options.fraction_bits > max_bits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "fraction_bits %d is too many for max_weight %d and max_abs_value %g (at most %d)",
+        options.fraction_bits, options.max_weight, mav, max_bits));
+  }
+  return max_bits;
+}
+
+}  // namespace
+
+StatusOr<StreamingAggregator> StreamingAggregator::Create(ModelLayout layout,
+                                                          AggregatorOptions options) {
+  HUDDLE_ASSIGN_OR_RETURN(const int max_bits, CheckOptions(options));
+  const int fraction_bits = options.fraction_bits >= 0 ? options.fraction_bits : max_bits;
   if (layout.empty()) return absl::InvalidArgumentError("layout has no tensors");
   int64_t total = 0;
   for (const TensorSpec& spec : layout) {
@@ -84,13 +96,19 @@ StatusOr<StreamingAggregator> StreamingAggregator::Create(ModelLayout layout,
 
 StreamingAggregator::StreamingAggregator(ModelLayout layout, AggregatorOptions options,
                                          int fraction_bits)
-    : layout_(std::move(layout)), options_(options), fraction_bits_(fraction_bits) {
+    : layout_(std::move(layout)) {
   offsets_.reserve(layout_.size());
   size_t offset = 0;
   for (const TensorSpec& spec : layout_) {
     offsets_.push_back(offset);
     offset += static_cast<size_t>(spec.NumElements());
   }
+  SetOptions(options, fraction_bits);
+}
+
+void StreamingAggregator::SetOptions(const AggregatorOptions& options, int fraction_bits) {
+  options_ = options;
+  fraction_bits_ = fraction_bits;
   abs_bits_limit_ = internal::AbsBitsLimit(options_.max_abs_value);
   // max_abs_value * 2^S <= 2^(51 - ceil(log2(max_weight))): exact, and fits int64.
   unit_bound_ = static_cast<int64_t>(std::ceil(std::ldexp(options_.max_abs_value, fraction_bits)));
@@ -101,6 +119,32 @@ void StreamingAggregator::Reset() {
   bound_ = 0;
   count_ = 0;
   total_weight_ = 0;
+}
+
+Status StreamingAggregator::Reset(const AggregatorOptions& options) {
+  HUDDLE_ASSIGN_OR_RETURN(const int max_bits, CheckOptions(options));
+  SetOptions(options, options.fraction_bits >= 0 ? options.fraction_bits : max_bits);
+  Reset();
+  return absl::OkStatus();
+}
+
+Status StreamingAggregator::AddUnits(size_t offset, std::span<const int64_t> units) {
+  if (offset > acc_.size() || units.size() > acc_.size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("units [", offset, ", ", offset + units.size(),
+                                                   ") lie outside the layout's ", acc_.size(),
+                                                   " parameters"));
+  }
+  uint64_t max_abs = 0;
+  for (int64_t u : units)
+    max_abs = std::max(max_abs, u < 0 ? 0 - static_cast<uint64_t>(u) : static_cast<uint64_t>(u));
+  if (max_abs > static_cast<uint64_t>(kMaxBound - bound_)) {
+    return absl::ResourceExhaustedError(absl::StrCat("aggregator is full: adding units up to ",
+                                                     max_abs, " could overflow the sum"));
+  }
+  uint64_t* acc = acc_.data() + offset;
+  for (size_t i = 0; i < units.size(); ++i) acc[i] += static_cast<uint64_t>(units[i]);
+  bound_ += static_cast<int64_t>(max_abs);
+  return absl::OkStatus();
 }
 
 Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors, int64_t weight) {

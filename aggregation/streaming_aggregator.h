@@ -47,6 +47,9 @@ struct AggregatorOptions {
   // Largest accepted |value| in an update. In [2^-64, 2^51], and
   // ceil(log2(max_weight)) + ceil(log2(max_abs_value)) <= 51 (so that S >= 0).
   double max_abs_value = 1024.0;
+  // S itself, when >= 0 (e.g. so that the grid 2^-S is a privacy noise grid); it must still keep
+  // ceil(log2(max_weight)) + ceil(log2(max_abs_value)) + S <= 51. -1: derived as above.
+  int fraction_bits = -1;
 };
 
 class StreamingAggregator {
@@ -58,6 +61,15 @@ class StreamingAggregator {
 
   // Back to empty; keeps the accumulator buffer (no reallocation).
   void Reset();
+  // Back to empty with new options (same layout; the buffer is kept). Errors as for Create; on
+  // error the aggregator is unchanged.
+  Status Reset(const AggregatorOptions& options);
+
+  // Adds integers, in units of 2^-S, to the sums of parameters [offset, offset + units.size())
+  // (flat index over the layout): how exact discrete noise joins the sum (privacy/noise.h). Each
+  // call raises the capacity bound by max |units|. InvalidArgument for a range outside the
+  // layout; ResourceExhausted past the capacity bound (state unchanged on error).
+  Status AddUnits(size_t offset, std::span<const int64_t> units);
 
   // Folds one update: tensors[i] must hold layout()[i].NumElements() floats; weight in
   // [1, max_weight]. The span data is only read during the call.
@@ -84,11 +96,14 @@ class StreamingAggregator {
   Status WeightedMean(TensorList* out) const;
 
   const ModelLayout& layout() const { return layout_; }
+  // Number of parameters (accumulators) in the layout.
+  size_t size() const { return acc_.size(); }
   // S in the formula above.
   int fraction_bits() const { return fraction_bits_; }
 
  private:
   StreamingAggregator(ModelLayout layout, AggregatorOptions options, int fraction_bits);
+  void SetOptions(const AggregatorOptions& options, int fraction_bits);
 
   // Subtracts the terms of tensors[0, tensor) and of tensors[tensor][0, end): undoes a partial
   // fold.

@@ -66,6 +66,22 @@ int RunKeygenCommand(const KeygenFlags& flags);
 // `huddle run`: the whole federation on this machine (processes, or in-process simulation).
 int RunLocalCommand(const RunFlags& flags, const std::string& self_exe);
 
+// `huddle privacy epsilon|rdp|noise` (cli/privacy_cmd.cc). Values stay strings until the command
+// parses them, so that every bad or missing value exits 2 with a message naming its flag. Empty
+// means "not given".
+struct PrivacyFlags {
+  std::string command;  // epsilon | rdp | noise
+  std::string sampling_rate;
+  std::string noise_multiplier;
+  std::string steps;
+  std::string delta;
+  std::string order;
+  std::string target_epsilon;
+  std::string accountant;  // rdp (default) | pld | analytic
+  bool json = false;
+};
+int RunPrivacyCommand(const PrivacyFlags& flags);
+
 // Transport security from the configs and flags (cli/security.cc). Errors say what is missing and
 // how to make it (huddle keygen) or to opt out (--insecure).
 StatusOr<transport::ZmqOptions> CoordinatorTransportOptions(const JobConfig& job, bool insecure);

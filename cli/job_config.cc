@@ -37,6 +37,78 @@ Status ReadDataSpec(ConfigMap& m, data::DataSpec* spec, bool shard_keys) {
   return m.Finish();
 }
 
+Status ReadPrivacy(ConfigMap& m, privacy::PrivacyOptions* p) {
+  std::string mode = privacy::PrivacyModeName(p->mode);
+  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("mode", &mode, {"none", "central", "local"}));
+  p->mode = mode == "central" ? privacy::PrivacyMode::kCentral
+            : mode == "local" ? privacy::PrivacyMode::kLocal
+                              : privacy::PrivacyMode::kNone;
+  HUDDLE_RETURN_IF_ERROR(m.Optional("clip_norm", &p->clip_norm, 1e-9, 1e9));
+  if (m.Has("epsilon")) {
+    double eps = 0;
+    HUDDLE_RETURN_IF_ERROR(m.Optional("epsilon", &eps, 1e-6, 1e6));
+    p->total_epsilon = eps;
+  }
+  HUDDLE_RETURN_IF_ERROR(m.Optional("delta", &p->delta, 1e-300, 0.5));
+  std::string accountant = privacy::AccountantName(p->accountant);
+  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("accountant", &accountant, {"rdp", "pld"}));
+  p->accountant =
+      accountant == "pld" ? privacy::AccountantKind::kPld : privacy::AccountantKind::kRdp;
+  if (m.Has("noise_seed")) {
+    int64_t seed = 0;
+    HUDDLE_RETURN_IF_ERROR(m.Optional("noise_seed", &seed, 0, INT64_MAX));
+    p->noise_seed = static_cast<uint64_t>(seed);
+  }
+  if (m.Has("adaptive_clipping")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap a, m.Child("adaptive_clipping"));
+    p->adaptive.enabled = true;
+    HUDDLE_RETURN_IF_ERROR(a.Optional("enabled", &p->adaptive.enabled));
+    HUDDLE_RETURN_IF_ERROR(a.Optional("target_quantile", &p->adaptive.target_quantile, 0.0, 1.0));
+    HUDDLE_RETURN_IF_ERROR(a.Optional("learning_rate", &p->adaptive.learning_rate, 0.0, 10.0));
+    HUDDLE_RETURN_IF_ERROR(a.Optional("count_stddev", &p->adaptive.count_stddev, 0.0, 1e9));
+    HUDDLE_RETURN_IF_ERROR(a.Finish());
+  }
+  HUDDLE_ASSIGN_OR_RETURN(std::vector<ConfigMap> ranges, m.ChildList("schedule"));
+  for (ConfigMap& r : ranges) {
+    privacy::ScheduleRange range;
+    std::vector<int64_t> rounds;
+    HUDDLE_RETURN_IF_ERROR(r.Optional("rounds", &rounds, 1, 1000000));
+    if (rounds.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(r.Where("rounds"), ": give [first, last] (inclusive, 1-based)"));
+    }
+    range.first_round = rounds[0];
+    range.last_round = rounds[1];
+    double v = 0;
+    if (r.Has("noise_multiplier")) {
+      HUDDLE_RETURN_IF_ERROR(r.Optional("noise_multiplier", &v, 1e-6, 1e6));
+      range.noise_multiplier = v;
+    }
+    if (r.Has("epsilon")) {
+      HUDDLE_RETURN_IF_ERROR(r.Optional("epsilon", &v, 1e-6, 1e6));
+      range.epsilon = v;
+    }
+    if (r.Has("clip_norm")) {
+      HUDDLE_RETURN_IF_ERROR(r.Optional("clip_norm", &v, 1e-9, 1e9));
+      range.clip_norm = v;
+    }
+    HUDDLE_RETURN_IF_ERROR(r.Finish());
+    p->schedule.push_back(range);
+  }
+  return m.Finish();
+}
+
+Status ReadDpSgd(ConfigMap& m, wire::TrainConfig* t) {
+  wire::DpSgdConfig dp;
+  HUDDLE_RETURN_IF_ERROR(m.Optional("noise_multiplier", &dp.noise_multiplier, 1e-6, 1e6));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("clip_norm", &dp.clip_norm, 1e-9, 1e9));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("expected_batch_size", &dp.expected_batch_size, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("delta", &dp.delta, 1e-300, 0.5));
+  HUDDLE_RETURN_IF_ERROR(m.Finish());
+  t->dp_sgd = dp;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
@@ -65,6 +137,10 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &o.train.learning_rate, 1e-9, 100.0));
   HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &o.train.momentum, 0.0, 0.999));
   HUDDLE_RETURN_IF_ERROR(train.Optional("weight_decay", &o.train.weight_decay, 0.0, 1.0));
+  if (train.Has("dp_sgd")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap dp, train.Child("dp_sgd"));
+    HUDDLE_RETURN_IF_ERROR(ReadDpSgd(dp, &o.train));
+  }
   HUDDLE_RETURN_IF_ERROR(train.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap cohort, top.Child("cohort"));
@@ -144,6 +220,9 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(sec.Optional("burst_messages", &job.security.burst_messages, 1, 1e6));
   HUDDLE_RETURN_IF_ERROR(sec.Finish());
 
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap priv, top.Child("privacy"));
+  HUDDLE_RETURN_IF_ERROR(ReadPrivacy(priv, &o.privacy));
+
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap output, top.Child("output"));
   HUDDLE_RETURN_IF_ERROR(output.Optional("dir", &o.out_dir));
   HUDDLE_RETURN_IF_ERROR(output.Finish());
@@ -154,6 +233,19 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": round.quorum (", o.quorum,
                                                    ") exceeds cohort.size (", o.cohort.size,
                                                    "): no round could ever update the model"));
+  }
+  if (o.privacy.mode == privacy::PrivacyMode::kCentral &&
+      o.cohort.sampling != coordinator::CohortOptions::Sampling::kPoisson) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": privacy.mode central needs cohort.sampling: poisson (the accountant's "
+                     "amplification by sampling holds only for Poisson-sampled cohorts)"));
+  }
+  if (o.privacy.mode != privacy::PrivacyMode::kNone) {
+    // Validates the budget now, so a typo or an impossible budget fails before any client joins.
+    auto plan = privacy::PrivacyPlan::Create(o.privacy, o.cohort.rate, o.rounds);
+    if (!plan.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", plan.status().message()));
   }
   if (o.model.hidden.empty()) o.model.hidden = {128};
   return job;

@@ -65,12 +65,40 @@ int main(int argc, char** argv) {
   keygen->add_option("--out", gf.out_dir, "Directory for NAME.key (0600) and NAME.pub")
       ->capture_default_str();
 
+  huddle::cli::PrivacyFlags pf;
+  CLI::App* privacy =
+      app.add_subcommand("privacy", "Privacy accounting for the subsampled Gaussian");
+  privacy->require_subcommand(1);
+  CLI::App* privacy_eps =
+      privacy->add_subcommand("epsilon", "Epsilon spent by STEPS releases at rate Q, noise Z");
+  CLI::App* privacy_rdp = privacy->add_subcommand("rdp", "One-step Renyi DP at an order");
+  CLI::App* privacy_noise =
+      privacy->add_subcommand("noise", "Smallest noise multiplier that stays within a budget");
+  for (CLI::App* sub : {privacy_eps, privacy_rdp, privacy_noise}) {
+    sub->add_option("--sampling-rate", pf.sampling_rate, "Poisson sampling rate q in [0, 1]");
+    sub->add_flag("--json", pf.json, "Print one JSON object");
+  }
+  for (CLI::App* sub : {privacy_eps, privacy_rdp}) {
+    sub->add_option("--noise-multiplier", pf.noise_multiplier, "Noise stddev / clip norm");
+  }
+  for (CLI::App* sub : {privacy_eps, privacy_noise}) {
+    sub->add_option("--steps", pf.steps, "Number of releases");
+    sub->add_option("--delta", pf.delta, "Target delta in (0, 1)");
+    sub->add_option("--accountant", pf.accountant, "rdp (default), pld or analytic (q = 1)");
+  }
+  privacy_rdp->add_option("--order", pf.order, "Renyi order > 1");
+  privacy_noise->add_option("--target-epsilon", pf.target_epsilon, "Epsilon budget (nats)");
+
   CLI11_PARSE(app, argc, argv);
   huddle::cli::InstallStopHandlers();
 
   if (*coord) return huddle::cli::RunCoordinatorCommand(cf);
   if (*client) return huddle::cli::RunClientCommand(kf);
   if (*keygen) return huddle::cli::RunKeygenCommand(gf);
+  if (*privacy) {
+    pf.command = *privacy_eps ? "epsilon" : *privacy_rdp ? "rdp" : "noise";
+    return huddle::cli::RunPrivacyCommand(pf);
+  }
   if (*run) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -2,8 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 #include "common/rng.h"
+#include "models/dp_sgd.h"
 #include "models/wire_spec.h"
+#include "privacy/clip.h"
 
 namespace huddle::client {
 
@@ -72,11 +76,10 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
         absl::StrCat("round ", msg.round,
                      ": global model does not match the job's model: ", params_ok.message()));
   }
-  models::TrainOptions train = models::TrainOptionsFromWire(fit.train);
   spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
   TensorList local = global;
   const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
-  StatusOr<models::TrainStats> stats = models::TrainMlp(*model_, train, *data_, seed, &local);
+  StatusOr<models::TrainStats> stats = Train(msg.round, fit.train, seed, &local);
   if (!stats.ok()) {
     // Bad training settings or local data: tell the coordinator (it counts the client as failed)
     // and stay available for the next round.
@@ -89,11 +92,24 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     const std::vector<float>& g = global[t].data;
     for (size_t i = 0; i < d.size(); ++i) d[i] -= g[i];
   }
+  StatusOr<bool> within_clip = Privatize(fit.privacy, delta.get());
+  if (!within_clip.ok()) {
+    spdlog::error("round {}: cannot privatize the update: {}", msg.round,
+                  within_clip.status().message());
+    return Replies{};
+  }
   Pending pending;
   pending.round = msg.round;
   pending.result.num_examples = static_cast<uint64_t>(data_->size());  // the FedAvg weight
   pending.result.train_loss = stats->loss;
   pending.result.train_accuracy = stats->accuracy;
+  pending.result.within_clip = *within_clip;
+  if (fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal) {
+    // Local DP protects this client even from the coordinator: report nothing else about the data.
+    pending.result.num_examples = 1;
+    pending.result.train_loss = 0;
+    pending.result.train_accuracy = 0;
+  }
   pending.result.train_seconds = stats->seconds;
   pending.result.model_version = fit.model_version;
   pending.result.nonce = fit.nonce;
@@ -106,6 +122,55 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   return Replies{
       wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce},
                         msg.round, client_id_)};
+}
+
+privacy::NoiseSource& ClientAgent::noise() {
+  if (!noise_) noise_.emplace(privacy::NoiseSource::Secure());
+  return *noise_;
+}
+
+StatusOr<models::TrainStats> ClientAgent::Train(uint64_t round, const wire::TrainConfig& config,
+                                                uint64_t seed, TensorList* params) {
+  models::TrainOptions train = models::TrainOptionsFromWire(config);
+  if (!config.dp_sgd) return models::TrainMlp(*model_, train, *data_, seed, params);
+  models::DpSgdOptions dp;
+  dp.noise_multiplier = config.dp_sgd->noise_multiplier;
+  dp.clip_norm = config.dp_sgd->clip_norm;
+  dp.expected_batch_size = config.dp_sgd->expected_batch_size;
+  HUDDLE_ASSIGN_OR_RETURN(models::DpSgdStats stats,
+                          models::TrainMlpDpSgd(*model_, train, dp, *data_, noise(), params));
+  dp_sgd_events_.push_back({stats.sampling_rate, dp.noise_multiplier, stats.steps});
+  auto spent =
+      privacy::ComputeEpsilon(dp_sgd_events_, config.dp_sgd->delta, privacy::AccountantKind::kRdp);
+  if (spent.ok()) {
+    spdlog::log(routine_level_,
+                "round {}: DP-SGD {} steps (q {:.4g}, z {:g}, C {:g}); this client's examples: "
+                "epsilon {:.4f} at delta {:g} so far ({}){}",
+                round, stats.steps, stats.sampling_rate, dp.noise_multiplier, dp.clip_norm,
+                spent->epsilon, config.dp_sgd->delta, privacy::AccountantName(spent->accountant),
+                noise().is_private() ? "" : " [seeded noise: NOT PRIVATE]");
+  } else {
+    spdlog::warn("round {}: DP-SGD accounting failed: {}", round, spent.status().message());
+  }
+  return stats.train;
+}
+
+StatusOr<bool> ClientAgent::Privatize(const wire::UpdatePrivacy& p, TensorList* delta) {
+  if (p.mode == wire::UpdatePrivacy::Mode::kNone) return true;
+  const privacy::ClipResult clip = privacy::ClipToNorm(delta, p.clip_norm);
+  if (!std::isfinite(clip.norm_before)) {
+    return absl::FailedPreconditionError("the update has non-finite values");
+  }
+  if (p.mode == wire::UpdatePrivacy::Mode::kLocal) {
+    int64_t dim = 0;
+    for (const Tensor& t : *delta) dim += static_cast<int64_t>(t.data.size());
+    HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
+                            privacy::NoiseGridFor(p.noise_multiplier, p.clip_norm, dim));
+    for (Tensor& t : *delta) {
+      HUDDLE_RETURN_IF_ERROR(privacy::AddDiscreteGaussianNoise(t.data, grid, noise()));
+    }
+  }
+  return !clip.clipped;
 }
 
 std::vector<wire::Message> ClientAgent::OnGrant(const wire::Message& msg) {

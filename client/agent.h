@@ -5,7 +5,9 @@
 //
 //   Start()                 -> Join
 //   Welcome                 -> (remember the job's model)
-//   FitInstruction + model  -> train locally from the global model; delta = local - global;
+//   FitInstruction + model  -> train locally from the global model (DP-SGD when the train config
+//                              asks); delta = local - global; clip it to the instruction's clip
+//                              norm and, in local DP mode, add the noise (privacy/noise.h)
 //                              -> UploadRequest (the delta waits for a grant)
 //   UploadGrant             -> FitResult + delta tensors
 //   Heartbeat               -> (nothing; the coordinator is alive)
@@ -30,6 +32,8 @@
 #include "common/status.h"
 #include "data/dataset.h"
 #include "models/mlp.h"
+#include "privacy/accountant.h"
+#include "privacy/noise.h"
 #include "proto/messages.h"
 
 namespace huddle::client {
@@ -51,11 +55,22 @@ class ClientAgent {
   const std::string& client_id() const { return client_id_; }
   // Rounds trained so far (for logs and tests).
   int64_t rounds_trained() const { return rounds_trained_; }
+  // DP-SGD steps this agent has taken on its data, as accountant events (example-level DP).
+  const std::vector<privacy::DpEvent>& dp_sgd_events() const { return dp_sgd_events_; }
+
+  // Replaces the OS-keyed noise source (local DP noise, DP-SGD) with `source`, e.g. a seeded one
+  // in tests. A seeded source is NOT PRIVATE.
+  void set_noise_source(privacy::NoiseSource source) { noise_.emplace(std::move(source)); }
 
  private:
   StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
                                              const wire::FitInstruction& fit);
   std::vector<wire::Message> OnGrant(const wire::Message& msg);
+  StatusOr<models::TrainStats> Train(uint64_t round, const wire::TrainConfig& config, uint64_t seed,
+                                     TensorList* params);
+  // Clips (and in local mode noises) the update as the instruction says; returns within_clip.
+  StatusOr<bool> Privatize(const wire::UpdatePrivacy& privacy, TensorList* delta);
+  privacy::NoiseSource& noise();
   StatusOr<std::vector<wire::Message>> OnError(const wire::Message& msg, const wire::Error& err);
 
   std::string client_id_;
@@ -64,6 +79,8 @@ class ClientAgent {
   std::optional<models::MlpSpec> model_;
   bool done_ = false;
   int64_t rounds_trained_ = 0;
+  std::optional<privacy::NoiseSource> noise_;  // created on first use
+  std::vector<privacy::DpEvent> dp_sgd_events_;
 
   // The update waiting for an upload grant.
   struct Pending {

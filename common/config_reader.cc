@@ -171,6 +171,24 @@ StatusOr<ConfigMap> ConfigMap::Child(std::string_view key) {
               path_.empty() ? std::string(key) : absl::StrCat(path_, ".", std::string(key)));
 }
 
+StatusOr<std::vector<ConfigMap>> ConfigMap::ChildList(std::string_view key) {
+  known_.emplace(key);
+  const std::string where =
+      path_.empty() ? std::string(key) : absl::StrCat(path_, ".", std::string(key));
+  const YAML::Node node = node_[std::string(key)];
+  std::vector<ConfigMap> out;
+  if (!node || node.IsNull()) return out;
+  if (!node.IsSequence()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin_, ": ", where, " must be a list of mappings"));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap m, From(node[i], origin_, absl::StrCat(where, "[", i, "]")));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 Status ConfigMap::Finish() const {
   for (const auto& kv : node_) {
     const std::string key = kv.first.as<std::string>("");

@@ -43,6 +43,8 @@ class ConfigMap {
   bool Has(std::string_view key) const;
   // The child mapping at `key` (an empty mapping if absent).
   StatusOr<ConfigMap> Child(std::string_view key);
+  // The mappings of the sequence at `key` (empty if absent), named "key[i]" in errors.
+  StatusOr<std::vector<ConfigMap>> ChildList(std::string_view key);
 
   // Fails if the mapping holds a key that no Optional*/Child call asked about.
   Status Finish() const;

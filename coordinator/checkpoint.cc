@@ -1,6 +1,7 @@
 #include "coordinator/checkpoint.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "common/file_util.h"
@@ -9,7 +10,9 @@
 namespace huddle::coordinator {
 namespace {
 
-constexpr char kMagic[] = "HUDDLEC1";
+// C2 added clip_norm after bytes_out; C1 files (without it) are still read.
+constexpr char kMagic[] = "HUDDLEC2";
+constexpr char kMagicV1[] = "HUDDLEC1";
 
 }  // namespace
 
@@ -22,6 +25,7 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   AppendU64(std::bit_cast<uint64_t>(c.elapsed_s), &out);
   AppendU64(c.bytes_in, &out);
   AppendU64(c.bytes_out, &out);
+  AppendU64(std::bit_cast<uint64_t>(c.clip_norm), &out);
   AppendTensorList(c.model, &out);
   AppendTensorList(c.optimizer_state, &out);
   return WriteFileAtomic(path, out);
@@ -31,7 +35,8 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   ByteReader r(bytes, path);
   HUDDLE_ASSIGN_OR_RETURN(std::string magic, r.Bytes(8));
-  if (magic != std::string(kMagic, 8)) {
+  const bool v1 = magic == std::string(kMagicV1, 8);
+  if (!v1 && magic != std::string(kMagic, 8)) {
     return absl::DataLossError(absl::StrCat(path, ": not a Huddle checkpoint (bad magic)"));
   }
   Checkpoint c;
@@ -45,6 +50,13 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   c.elapsed_s = std::bit_cast<double>(elapsed_bits);
   HUDDLE_ASSIGN_OR_RETURN(c.bytes_in, r.U64());
   HUDDLE_ASSIGN_OR_RETURN(c.bytes_out, r.U64());
+  if (!v1) {
+    HUDDLE_ASSIGN_OR_RETURN(uint64_t clip_bits, r.U64());
+    c.clip_norm = std::bit_cast<double>(clip_bits);
+    if (!(c.clip_norm >= 0) || !std::isfinite(c.clip_norm)) {
+      return absl::DataLossError(absl::StrCat(path, ": corrupt clip norm"));
+    }
+  }
   HUDDLE_ASSIGN_OR_RETURN(c.model, r.TensorListValue());
   HUDDLE_ASSIGN_OR_RETURN(c.optimizer_state, r.TensorListValue());
   if (r.remaining() != 0) {

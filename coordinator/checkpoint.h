@@ -22,6 +22,7 @@ struct Checkpoint {
   double elapsed_s = 0;        // wall time of the job so far
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  double clip_norm = 0;  // adaptive clipping: C for the next round (0: not in use)
 };
 
 inline constexpr char kCheckpointFile[] = "checkpoint.bin";

@@ -44,7 +44,11 @@ Status Coordinator::Initialise() {
   HUDDLE_RETURN_IF_ERROR(models::ValidateMlpSpec(options_.model));
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   const std::string ckpt_path = Path(options_.out_dir, kCheckpointFile);
-  if (options_.resume) {
+  if (options_.resume && !std::filesystem::exists(ckpt_path)) {
+    // Killed before its first checkpoint: nothing to continue but the privacy ledger, if any.
+    spdlog::warn("--resume: no checkpoint at {}; starting from round 1", ckpt_path);
+  }
+  if (options_.resume && std::filesystem::exists(ckpt_path)) {
     HUDDLE_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(ckpt_path));
     if (ckpt.seed != options_.seed) {
       return absl::FailedPreconditionError(
@@ -60,6 +64,7 @@ Status Coordinator::Initialise() {
     }
     HUDDLE_RETURN_IF_ERROR(optimizer_.RestoreState(std::move(ckpt.optimizer_state)));
     elapsed_before_s_ = ckpt.elapsed_s;
+    clip_norm_ = ckpt.clip_norm;
     bytes_in_base_ = ckpt.bytes_in;
     bytes_out_base_ = ckpt.bytes_out;
     summary_.rounds_completed = ckpt.completed_round;
@@ -94,7 +99,7 @@ Status Coordinator::Initialise() {
   HUDDLE_ASSIGN_OR_RETURN(auto agg,
                           aggregation::StreamingAggregator::Create(layout_, options_.aggregation));
   aggregator_.emplace(std::move(agg));
-  return absl::OkStatus();
+  return InitialisePrivacy(clip_norm_);
 }
 
 Status Coordinator::Run(const std::atomic<bool>* stop) {
@@ -103,6 +108,13 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
   for (uint64_t r = next_round_; r <= static_cast<uint64_t>(options_.rounds); ++r) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped before round ", r));
+    }
+    std::string why;
+    HUDDLE_ASSIGN_OR_RETURN(const bool allowed, PrivacyAllowsRound(r, &why));
+    if (!allowed) {
+      spdlog::warn("{}", why);
+      summary_.stop_reason = why;
+      break;
     }
     HUDDLE_RETURN_IF_ERROR(WaitForClients(stop));
     HUDDLE_RETURN_IF_ERROR(RunRound(r));
@@ -157,7 +169,11 @@ Status Coordinator::RunRound(uint64_t number) {
   round.metrics.stale = std::exchange(pending_stale_, 0);
   round.metrics.malformed = std::exchange(pending_malformed_, 0);
   round.metrics.auth_rejected = std::exchange(pending_auth_rejected_, 0);
-  aggregator_->Reset();
+  if (privacy_ && privacy_->enabled()) {
+    HUDDLE_RETURN_IF_ERROR(ConfigureRoundPrivacy(round));
+  } else {
+    aggregator_->Reset();
+  }
 
   // 1-2.
   for (const std::string& id : SampleCohort()) {
@@ -235,6 +251,13 @@ void Coordinator::SendFit(const std::string& id) {
   // replayed from an earlier instruction (another round, or before a rejoin) is refused.
   fit.nonce = SecureRandomBytes(wire::kNonceBytes);
   round.nonces[id] = fit.nonce;
+  if (privacy_ && privacy_->enabled()) {
+    const bool local = privacy_->options().mode == privacy::PrivacyMode::kLocal;
+    fit.privacy.mode =
+        local ? wire::UpdatePrivacy::Mode::kLocal : wire::UpdatePrivacy::Mode::kCentral;
+    fit.privacy.clip_norm = round.clip_norm;
+    if (local) fit.privacy.noise_multiplier = round.noise_multiplier;
+  }
   wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
   msg.tensors = wire::ShareAll(round.global);
   Status st = transport_->Send(clients_.at(id).peer, msg);
@@ -479,6 +502,14 @@ Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
   want.max_weight = options_.aggregation.max_weight;
   want.layout = &layout_;
   HUDDLE_ASSIGN_OR_RETURN(auto spans, CheckUpdate(msg, want));
+  if (privacy_ && privacy_->enabled()) {
+    // Client-level DP: every client weighs the same (weighting by examples would break the
+    // sensitivity bound), and a central-mode update must respect the clip norm.
+    HUDDLE_RETURN_IF_ERROR(CheckUpdateNorm(*round_, spans));
+    HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, 1));
+    if (result.within_clip) round_->within_clip++;
+    return absl::OkStatus();
+  }
   return aggregator_->Fold(spans, static_cast<int64_t>(result.num_examples));
 }
 
@@ -547,8 +578,23 @@ void Coordinator::Refuse(const transport::PeerId& peer, wire::ErrorCode code,
 Status Coordinator::FinishRound(Round& round) {
   RoundMetrics& m = round.metrics;
   m.dropped = m.clients_sampled - m.results;
-  if (m.results > 0) m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
-  if (m.results >= options_.quorum && m.results > 0) {
+  const bool dp = privacy_ && privacy_->enabled();
+  if (m.results > 0 && !dp) m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
+  if (dp) {
+    // Under DP every round releases its noised update, whatever the number of results (skipping
+    // a round for want of quorum would reveal that number without noise).
+    if (m.results < options_.quorum) {
+      spdlog::warn(
+          "round {}: {} results, below quorum {}; DP rounds release their noised "
+          "update regardless",
+          round.number, m.results, options_.quorum);
+    }
+    TensorList mean;
+    HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean));
+    HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
+    ++model_version_;
+    m.updated = true;
+  } else if (m.results >= options_.quorum && m.results > 0) {
     TensorList mean;
     HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
     HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
@@ -600,6 +646,7 @@ Status Coordinator::SaveCheckpoint() {
   c.elapsed_s = summary_.elapsed_s;
   c.bytes_in = summary_.bytes_in;
   c.bytes_out = summary_.bytes_out;
+  c.clip_norm = clip_norm_;
   c.model = std::move(model_);  // lent to the checkpoint, not copied (the model can be large)
   Status st = WriteCheckpoint(Path(options_.out_dir, kCheckpointFile), c);
   model_ = std::move(c.model);
@@ -629,6 +676,13 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
   j["bytes_in"] = bytes_in;
   j["bytes_out"] = bytes_out;
   j["model_file"] = "model.bin";
+  if (epsilon) {
+    j["privacy"] = {{"mode", privacy::PrivacyModeName(options.privacy.mode)},
+                    {"epsilon", *epsilon},
+                    {"delta", *delta},
+                    {"ledger", privacy::kLedgerFile}};
+  }
+  if (!stop_reason.empty()) j["stopped_early"] = stop_reason;
   return j.dump(2) + "\n";
 }
 

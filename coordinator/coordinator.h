@@ -30,6 +30,9 @@
 #include "coordinator/options.h"
 #include "coordinator/round_metrics.h"
 #include "models/mlp.h"
+#include "privacy/budget.h"
+#include "privacy/ledger.h"
+#include "privacy/noise.h"
 #include "transport/transport.h"
 
 namespace huddle::coordinator {
@@ -48,6 +51,9 @@ struct JobSummary {
   double elapsed_s = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  std::optional<double> epsilon;  // under DP: spent at the job's delta
+  std::optional<double> delta;
+  std::string stop_reason;  // why the job ended before its last round ("" = it did not)
   std::string ToJson(const CoordinatorOptions& options) const;
 };
 
@@ -83,6 +89,12 @@ class Coordinator {
     int64_t uploads_in_flight = 0;
     double weighted_loss = 0;
     RoundMetrics metrics;
+    // Under DP (coordinator/dp_round.cc).
+    double clip_norm = 0;               // C every update must respect (central) / clip to (local)
+    double noise_multiplier = 0;        // z accounted for the round
+    double value_noise_multiplier = 0;  // z of the update sum (z, or less under adaptive clipping)
+    int64_t within_clip = 0;            // results that were within C before clipping
+    double expected_cohort = 0;         // q * population: the fixed denominator
   };
 
   Status Initialise();
@@ -108,6 +120,14 @@ class Coordinator {
   void Refuse(const transport::PeerId& peer, wire::ErrorCode code, const std::string& text,
               uint64_t round);
   Status FinishRound(Round& round);
+  // DP (coordinator/dp_round.cc).
+  Status InitialisePrivacy(double checkpoint_clip_norm);
+  // Before round `number` is sampled: false (with *why) if it would exceed the budget.
+  StatusOr<bool> PrivacyAllowsRound(uint64_t number, std::string* why);
+  Status ConfigureRoundPrivacy(Round& round);
+  Status CheckUpdateNorm(const Round& round, std::span<const std::span<const float>> update) const;
+  // Noise, ledger (durable), mean over the expected cohort: the round's releasable update.
+  Status PrivateMean(Round& round, TensorList* mean);
   Status SaveCheckpoint();
   Status Finish();
 
@@ -134,6 +154,12 @@ class Coordinator {
   int64_t pending_auth_rejected_ = 0;
   uint64_t auth_rejections_seen_ = 0;  // transport counters already attributed to a round
   uint64_t rate_limited_seen_ = 0;
+
+  std::optional<privacy::PrivacyPlan> privacy_;
+  std::optional<privacy::PrivacyLedger> ledger_;
+  std::optional<privacy::NoiseSource> noise_;
+  double clip_norm_ = 0;     // adaptive clipping: C of the next round
+  double count_stddev_ = 0;  // adaptive clipping: sigma_b (fixed at the first DP round)
 
   double elapsed_before_s_ = 0;  // from a resumed checkpoint
   int64_t started_ms_ = 0;

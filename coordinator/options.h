@@ -8,6 +8,7 @@
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
 #include "models/mlp.h"
+#include "privacy/budget.h"
 #include "proto/messages.h"
 
 namespace huddle::coordinator {
@@ -38,6 +39,7 @@ struct CoordinatorOptions {
 
   aggregation::ServerOptimizerOptions server;
   aggregation::AggregatorOptions aggregation;
+  privacy::PrivacyOptions privacy;  // client-level DP (docs/privacy.md); mode none by default
 
   int64_t eval_every = 1;                // evaluate every k rounds (0: never)
   int64_t heartbeat_interval_ms = 1000;  // told to clients

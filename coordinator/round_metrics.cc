@@ -27,6 +27,21 @@ std::string RoundMetrics::ToJson() const {
   j["bytes_in"] = bytes_in;
   j["bytes_out"] = bytes_out;
   j["elapsed_s"] = elapsed_s;
+  if (privacy) {
+    const Privacy& p = *privacy;
+    j["epsilon"] = p.epsilon;
+    j["delta"] = p.delta;
+    j["privacy"] = {
+        {"mode", p.mode},
+        {"accountant", p.accountant},
+        {"budget_epsilon", p.budget_epsilon ? nlohmann::ordered_json(*p.budget_epsilon) : nullptr},
+        {"noise_multiplier", p.noise_multiplier},
+        {"clip_norm", p.clip_norm},
+        {"noise_stddev", p.noise_stddev},
+        {"within_clip", p.within_clip >= 0 ? nlohmann::ordered_json(p.within_clip) : nullptr},
+        {"next_clip_norm", p.next_clip_norm ? nlohmann::ordered_json(*p.next_clip_norm) : nullptr},
+        {"noise_seconds", p.noise_seconds}};
+  }
   return j.dump();
 }
 
@@ -43,6 +58,11 @@ std::string RoundMetrics::ProgressLine() const {
   if (!updated) line += " | no quorum, model unchanged";
   if (test_accuracy)
     line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);
+  if (privacy) {
+    line += fmt::format(" | eps {:.4g}", privacy->epsilon);
+    if (privacy->budget_epsilon) line += fmt::format("/{:.4g}", *privacy->budget_epsilon);
+    line += fmt::format(" (delta {:.0e})", privacy->delta);
+  }
   line += fmt::format(" | {:.2f} s", duration_s);
   return line;
 }

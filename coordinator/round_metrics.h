@@ -29,6 +29,21 @@ struct RoundMetrics {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   double elapsed_s = 0;  // since the job started (across resumes)
+  // Under DP (privacy.mode central or local): the round's mechanism and the job's spend so far.
+  struct Privacy {
+    std::string mode;    // "central" | "local"
+    double epsilon = 0;  // spent after this round, at `delta`
+    double delta = 0;
+    std::optional<double> budget_epsilon;  // the total, when configured
+    std::string accountant;                // "rdp" | "pld" | "analytic"
+    double noise_multiplier = 0;           // z of this round
+    double clip_norm = 0;                  // C of this round
+    double noise_stddev = 0;   // of the noise added to the sum (central) or to each update
+    int64_t within_clip = -1;  // updates whose norm was <= C (adaptive clipping; -1: n/a)
+    std::optional<double> next_clip_norm;  // adaptive clipping: C for the next round
+    double noise_seconds = 0;              // time to sample and add the noise (central)
+  };
+  std::optional<Privacy> privacy;
 
   std::string ToJson() const;
   // "round 3/20 | updates 10/10 | test acc 0.8312 loss 0.4710 | 1.24 s"

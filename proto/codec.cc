@@ -47,6 +47,13 @@ void ToProto(const TrainConfig& t, pb::TrainConfig* p) {
   p->set_learning_rate(t.learning_rate);
   p->set_momentum(t.momentum);
   p->set_weight_decay(t.weight_decay);
+  if (t.dp_sgd) {
+    auto* d = p->mutable_dp_sgd();
+    d->set_noise_multiplier(t.dp_sgd->noise_multiplier);
+    d->set_clip_norm(t.dp_sgd->clip_norm);
+    d->set_expected_batch_size(t.dp_sgd->expected_batch_size);
+    d->set_delta(t.dp_sgd->delta);
+  }
 }
 
 struct BodyToProto {
@@ -70,6 +77,10 @@ struct BodyToProto {
     p->set_seed(b.seed);
     p->set_deadline_ms(b.deadline_ms);
     p->set_nonce(b.nonce);
+    auto* priv = p->mutable_privacy();
+    priv->set_mode(static_cast<pb::UpdatePrivacy::Mode>(b.privacy.mode));
+    priv->set_clip_norm(b.privacy.clip_norm);
+    priv->set_noise_multiplier(b.privacy.noise_multiplier);
   }
   void operator()(const UploadRequest& b) {
     auto* p = h->mutable_upload_request();
@@ -85,6 +96,7 @@ struct BodyToProto {
     p->set_train_seconds(b.train_seconds);
     p->set_model_version(b.model_version);
     p->set_nonce(b.nonce);
+    p->set_within_clip(b.within_clip);
   }
   void operator()(const Heartbeat&) { h->mutable_heartbeat(); }
   void operator()(const Error& b) {
@@ -116,7 +128,46 @@ StatusOr<TrainConfig> FromProto(const pb::TrainConfig& p) {
   t.learning_rate = p.learning_rate();
   t.momentum = p.momentum();
   t.weight_decay = p.weight_decay();
+  if (p.has_dp_sgd()) {
+    const auto& d = p.dp_sgd();
+    for (double v : {d.noise_multiplier(), d.clip_norm(), d.delta()}) {
+      if (!std::isfinite(v) || v <= 0) {
+        return Malformed("fit_instruction.train.dp_sgd has a non-positive or non-finite value");
+      }
+    }
+    if (d.expected_batch_size() < 1 || d.delta() >= 1) {
+      return Malformed("fit_instruction.train.dp_sgd: expected_batch_size < 1 or delta >= 1");
+    }
+    t.dp_sgd = DpSgdConfig{d.noise_multiplier(), d.clip_norm(), d.expected_batch_size(), d.delta()};
+  }
   return t;
+}
+
+StatusOr<UpdatePrivacy> FromProto(const pb::UpdatePrivacy& p) {
+  UpdatePrivacy u;
+  switch (p.mode()) {
+    case pb::UpdatePrivacy::MODE_NONE:
+      return u;
+    case pb::UpdatePrivacy::MODE_CENTRAL:
+      u.mode = UpdatePrivacy::Mode::kCentral;
+      break;
+    case pb::UpdatePrivacy::MODE_LOCAL:
+      u.mode = UpdatePrivacy::Mode::kLocal;
+      break;
+    default:
+      return Malformed(
+          absl::StrCat("fit_instruction.privacy.mode ", static_cast<int>(p.mode()), " is unknown"));
+  }
+  if (!std::isfinite(p.clip_norm()) || p.clip_norm() <= 0) {
+    return Malformed("fit_instruction.privacy.clip_norm must be finite and > 0");
+  }
+  if (u.mode == UpdatePrivacy::Mode::kLocal &&
+      (!std::isfinite(p.noise_multiplier()) || p.noise_multiplier() <= 0)) {
+    return Malformed("fit_instruction.privacy.noise_multiplier must be finite and > 0");
+  }
+  u.clip_norm = p.clip_norm();
+  u.noise_multiplier = p.noise_multiplier();
+  return u;
 }
 
 StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
@@ -139,7 +190,9 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       const auto& p = h.fit_instruction();
       HUDDLE_ASSIGN_OR_RETURN(TrainConfig train, FromProto(p.train()));
       HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "fit_instruction.nonce"));
-      return Body(FitInstruction{p.model_version(), train, p.seed(), p.deadline_ms(), p.nonce()});
+      HUDDLE_ASSIGN_OR_RETURN(UpdatePrivacy privacy, FromProto(p.privacy()));
+      return Body(
+          FitInstruction{p.model_version(), train, p.seed(), p.deadline_ms(), p.nonce(), privacy});
     }
     case pb::Header::kUploadRequest: {
       const auto& p = h.upload_request();
@@ -155,7 +208,7 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       HUDDLE_RETURN_IF_ERROR(CheckFinite(p.train_seconds(), "fit_result.train_seconds"));
       HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "fit_result.nonce"));
       return Body(FitResult{p.num_examples(), p.train_loss(), p.train_accuracy(), p.train_seconds(),
-                            p.model_version(), p.nonce()});
+                            p.model_version(), p.nonce(), p.within_clip()});
     }
     case pb::Header::kHeartbeat:
       return Body(Heartbeat{});

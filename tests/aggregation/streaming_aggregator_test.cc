@@ -336,5 +336,51 @@ TEST(StreamingAggregatorTest, FinalizeChecksTheDivisorAndTheFloatRange) {
   EXPECT_NE(st.message().find("tensor 'scale' element 0"), std::string::npos) << st;
 }
 
+TEST(StreamingAggregatorTest, ExplicitFractionBitsAndResetWithNewOptions) {
+  auto agg = StreamingAggregator::Create(
+      TestLayout(), {.max_weight = 1, .max_abs_value = 1.0, .fraction_bits = 20});
+  ASSERT_TRUE(agg.ok()) << agg.status();
+  EXPECT_EQ(agg->fraction_bits(), 20);
+  auto too_many = StreamingAggregator::Create(
+      TestLayout(), {.max_weight = 1, .max_abs_value = 1.0, .fraction_bits = 52});
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  // A grid of 2^-20: 0.3 rounds to the nearest multiple, exactly as the reference says.
+  std::vector<std::vector<float>> values;
+  for (const TensorSpec& spec : agg->layout()) {
+    values.emplace_back(static_cast<size_t>(spec.NumElements()), 0.3f);
+  }
+  std::vector<std::span<const float>> spans(values.begin(), values.end());
+  ASSERT_TRUE(agg->Fold(spans, 1).ok());
+  TensorList out;
+  ASSERT_TRUE(agg->Finalize(1.0, &out).ok());
+  EXPECT_EQ(out[2].data[0], static_cast<float>(std::nearbyint(0.3f * 1048576.0) / 1048576.0));
+  // Reset with other options keeps the layout and empties the sums; bad options change nothing.
+  EXPECT_FALSE(agg->Reset({.max_weight = 1, .max_abs_value = 1.0, .fraction_bits = 60}).ok());
+  EXPECT_EQ(agg->count(), 1);
+  EXPECT_EQ(agg->fraction_bits(), 20);
+  ASSERT_TRUE(agg->Reset({.max_weight = 4, .max_abs_value = 2.0}).ok());
+  EXPECT_EQ(agg->count(), 0);
+  EXPECT_EQ(agg->fraction_bits(), 51 - 2 - 1);
+}
+
+TEST(StreamingAggregatorTest, AddUnitsJoinsTheExactSum) {
+  auto agg = StreamingAggregator::Create(
+      TestLayout(), {.max_weight = 1, .max_abs_value = 1.0, .fraction_bits = 10});
+  ASSERT_TRUE(agg.ok());
+  ASSERT_EQ(agg->size(), 40000u + 37u + 1u);
+  std::vector<int64_t> units = {5, -3, 1024};
+  ASSERT_TRUE(agg->AddUnits(40000 + 35, units).ok());  // fc0.bias[35], fc0.bias[36], scale
+  TensorList out;
+  ASSERT_TRUE(agg->Finalize(1.0, &out).ok());
+  EXPECT_EQ(out[1].data[35], 5.0f / 1024);
+  EXPECT_EQ(out[1].data[36], -3.0f / 1024);
+  EXPECT_EQ(out[2].data[0], 1.0f);
+  EXPECT_FALSE(agg->AddUnits(agg->size() - 1, units).ok()) << "range past the layout";
+  EXPECT_FALSE(agg->AddUnits(agg->size() + 1, {}).ok());
+  // Noise can be negative and large; the capacity bound still refuses what could overflow.
+  std::vector<int64_t> huge = {int64_t{1} << 62};
+  EXPECT_EQ(agg->AddUnits(0, huge).code(), absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace huddle::aggregation

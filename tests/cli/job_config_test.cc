@@ -23,7 +23,8 @@ std::string ErrorOf(const std::string& text) {
 }
 
 TEST(JobConfigTest, EveryExampleJobParses) {
-  for (const char* name : {"fashion_mnist", "dirichlet", "simulation"}) {
+  for (const char* name :
+       {"fashion_mnist", "dirichlet", "simulation", "dp_central", "dp_sgd", "dp_schedule"}) {
     auto job = LoadJobConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/" + name + ".yaml");
     EXPECT_TRUE(job.ok()) << name << ": " << job.status();
   }
@@ -118,6 +119,63 @@ TEST(JobConfigTest, SecuritySectionsMapOntoTheOptions) {
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_EQ(client->security.server_public_key, "s.pub");
   EXPECT_EQ(client->security.secret_key, "me.key");
+}
+
+TEST(JobConfigTest, PrivacySectionMapsOntoTheOptions) {
+  auto job = LoadJobConfig(Write("priv", R"(
+cohort: {sampling: poisson, rate: 0.1}
+rounds: 30
+train: {dp_sgd: {noise_multiplier: 1.2, clip_norm: 0.5, expected_batch_size: 128, delta: 1.0e-6}}
+privacy:
+  mode: central
+  clip_norm: 0.7
+  epsilon: 6
+  delta: 1.0e-4
+  accountant: pld
+  adaptive_clipping: {target_quantile: 0.6}
+  schedule:
+    - {rounds: [1, 10], noise_multiplier: 1.5}
+    - {rounds: [11, 30], epsilon: 0.3, clip_norm: 0.4}
+)"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const privacy::PrivacyOptions& p = job->coordinator.privacy;
+  EXPECT_EQ(p.mode, privacy::PrivacyMode::kCentral);
+  EXPECT_EQ(p.clip_norm, 0.7);
+  EXPECT_EQ(p.total_epsilon, 6.0);
+  EXPECT_EQ(p.delta, 1e-4);
+  EXPECT_EQ(p.accountant, privacy::AccountantKind::kPld);
+  EXPECT_TRUE(p.adaptive.enabled);
+  EXPECT_EQ(p.adaptive.target_quantile, 0.6);
+  ASSERT_EQ(p.schedule.size(), 2u);
+  EXPECT_EQ(p.schedule[1].first_round, 11);
+  EXPECT_EQ(p.schedule[1].epsilon, 0.3);
+  EXPECT_EQ(p.schedule[1].clip_norm, 0.4);
+  ASSERT_TRUE(job->coordinator.train.dp_sgd.has_value());
+  EXPECT_EQ(job->coordinator.train.dp_sgd->expected_batch_size, 128);
+  EXPECT_EQ(job->coordinator.train.dp_sgd->delta, 1e-6);
+}
+
+TEST(JobConfigTest, PrivacyMistakesAreClearErrors) {
+  EXPECT_NE(ErrorOf("privacy: {mode: centrall}").find("privacy.mode"), std::string::npos);
+  EXPECT_NE(ErrorOf("privacy: {mode: central, epsilon: 1}").find("cohort.sampling: poisson"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf("cohort: {sampling: poisson}\nprivacy: {mode: central}").find("privacy.epsilon"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\nrounds: 5\nprivacy: {mode: central, schedule: "
+                    "[{rounds: [1, 3], noise_multiplier: 1}]}")
+                .find("does not cover round 4"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\nprivacy: {mode: central, schedule: "
+                    "[{rounds: [1], noise_multiplier: 1}]}")
+                .find("[first, last]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("privacy: {mode: local, epsilon: 1, clip_norm: -1}").find("privacy.clip_norm"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("privacy: {mode: local, epsilon: 1, delta: 2}").find("privacy.delta"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("train: {dp_sgd: {noise_multipler: 1}}").find("noise_multiplier"),
+            std::string::npos);
 }
 
 }  // namespace

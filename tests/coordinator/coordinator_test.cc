@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -11,6 +12,7 @@
 
 #include "aggregation/server_optimizer.h"
 #include "coordinator/checkpoint.h"
+#include "privacy/ledger.h"
 #include "tests/coordinator/fake_federation.h"
 
 namespace huddle::coordinator {
@@ -370,6 +372,133 @@ TEST_F(CoordinatorTest, TooFewClientsIsAClearError) {
   Status st = coord.Run();
   EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
   EXPECT_NE(st.message().find("only 2 of the 5"), absl::string_view::npos) << st;
+}
+
+// Client-level DP (coordinator/dp_round.cc).
+class DpCoordinatorTest : public CoordinatorTest {
+ protected:
+  CoordinatorOptions DpOptions(int64_t rounds, int n, double z, const std::string& dir) {
+    CoordinatorOptions o = Options(rounds, n);
+    o.cohort.sampling = CohortOptions::Sampling::kPoisson;
+    o.cohort.rate = 1.0;  // every client, so the expected cohort is n
+    o.privacy.mode = privacy::PrivacyMode::kCentral;
+    o.privacy.clip_norm = 1.0;
+    o.privacy.delta = 1e-5;
+    o.privacy.noise_seed = 11;
+    privacy::ScheduleRange all;
+    all.first_round = 1;
+    all.last_round = rounds;
+    all.noise_multiplier = z;
+    o.privacy.schedule = {all};
+    o.out_dir = TempDir(dir);
+    return o;
+  }
+  // init + (sum of the honest deltas) / n: the noiseless DP-FedAvg step with uniform weights.
+  TensorList NoiselessStep(const CoordinatorOptions& o, int n) {
+    TensorList expected = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
+    const ModelLayout layout = models::MlpLayout(o.model);
+    for (int c = 0; c < n; ++c) {
+      const TensorList d = testing::HonestDelta(layout, 1, "c" + std::to_string(c));
+      for (size_t t = 0; t < layout.size(); ++t) {
+        for (size_t i = 0; i < d[t].data.size(); ++i) expected[t].data[i] += d[t].data[i] / n;
+      }
+    }
+    return expected;
+  }
+};
+
+TEST_F(DpCoordinatorTest, UniformWeightsExpectedCohortAndNoiseOfTheConfiguredStd) {
+  // Tiny noise: the step is the uniform mean (example counts ignored).
+  CoordinatorOptions quiet = DpOptions(1, 4, 1e-6, "dp_quiet");
+  std::vector<RoundMetrics> metrics;
+  TensorList model = RunJob(quiet, Clients(4, 100), 1, &metrics);
+  TensorList expected = NoiselessStep(quiet, 4);
+  for (size_t t = 0; t < model.size(); ++t) {
+    for (size_t i = 0; i < model[t].data.size(); ++i) {
+      EXPECT_NEAR(model[t].data[i], expected[t].data[i], 1e-5) << t << " " << i;
+    }
+  }
+  ASSERT_EQ(metrics.size(), 1u);
+  ASSERT_TRUE(metrics[0].privacy.has_value());
+  EXPECT_FALSE(metrics[0].train_loss.has_value());
+  EXPECT_EQ(metrics[0].privacy->accountant, "analytic");  // q = 1
+  // z = 1, C = 1: the noise on the mean has std z*C/4 per coordinate.
+  CoordinatorOptions loud = DpOptions(1, 4, 1.0, "dp_loud");
+  model = RunJob(loud, Clients(4), 1, &metrics);
+  double sum2 = 0;
+  int64_t count = 0;
+  for (size_t t = 0; t < model.size(); ++t) {
+    for (size_t i = 0; i < model[t].data.size(); ++i) {
+      const double e = model[t].data[i] - expected[t].data[i];
+      sum2 += e * e;
+      ++count;
+    }
+  }
+  const double std = std::sqrt(sum2 / count);
+  EXPECT_GT(std, 0.25 * 0.7) << "53 draws: within 30% of 0.25";
+  EXPECT_LT(std, 0.25 * 1.3);
+  EXPECT_GE(metrics.back().privacy->noise_stddev, 1.0);
+  EXPECT_LT(metrics.back().privacy->noise_stddev, 1.0 + 1e-6);
+}
+
+TEST_F(DpCoordinatorTest, UpdatesAboveTheClipNormAreRefused) {
+  CoordinatorOptions o = DpOptions(1, 3, 1.0, "dp_clip");
+  std::vector<SyntheticClient> clients = Clients(3);
+  clients[1].behaviour = Behaviour::kHugeValue;
+  std::vector<RoundMetrics> metrics;
+  FakeFederation* fed = nullptr;
+  RunJob(o, clients, 1, &metrics, &fed);
+  std::unique_ptr<FakeFederation> owned(fed);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].results, 2);
+  EXPECT_EQ(metrics[0].rejected, 1);
+  EXPECT_EQ(fed->ErrorsSent("c1", wire::ErrorCode::kInvalidUpdate), 1);
+}
+
+TEST_F(DpCoordinatorTest, LedgerIsWrittenAndTheBudgetStopsTheJob) {
+  CoordinatorOptions o = DpOptions(10, 3, 2.0, "dp_budget");
+  // Each round alone spends eps(z=2, q=1); a total that fits 4 of them.
+  const std::vector<privacy::DpEvent> four_rounds = {{1.0, 2.0, 4}}, five_rounds = {{1.0, 2.0, 5}};
+  auto four = privacy::ComputeEpsilon(four_rounds, 1e-5, privacy::AccountantKind::kAnalytic);
+  auto five = privacy::ComputeEpsilon(five_rounds, 1e-5, privacy::AccountantKind::kAnalytic);
+  ASSERT_TRUE(four.ok() && five.ok());
+  o.privacy.total_epsilon = (four->epsilon + five->epsilon) / 2;
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, Clients(3), 1, &metrics);
+  ASSERT_EQ(metrics.size(), 4u);
+  EXPECT_DOUBLE_EQ(metrics.back().privacy->epsilon, four->epsilon);
+  auto ledger = privacy::PrivacyLedger::Open(o.out_dir + "/" + privacy::kLedgerFile);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  ASSERT_EQ(ledger->entries().size(), 4u);
+  EXPECT_EQ(ledger->entries()[3].round, 4u);
+  EXPECT_EQ(ledger->entries()[0].noise, "seeded (NOT PRIVATE)");
+
+  // A fresh start in the same directory would forget the spend: refused.
+  ManualClock clock;
+  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  Coordinator again(o, &fed, &clock);
+  Status st = again.Run();
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_NE(st.message().find("--resume"), absl::string_view::npos) << st;
+  // Resuming replays the ledger: the budget is already spent, so no round runs.
+  o.resume = true;
+  metrics.clear();
+  RunJob(o, Clients(3), 1, &metrics);
+  EXPECT_TRUE(metrics.empty());
+}
+
+TEST_F(DpCoordinatorTest, CentralModeNeedsPoissonSamplingAndAnOutputDirectory) {
+  CoordinatorOptions o = DpOptions(1, 3, 1.0, "dp_fixed");
+  o.cohort.sampling = CohortOptions::Sampling::kFixed;
+  ManualClock clock;
+  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  Status st = Coordinator(o, &fed, &clock).Run();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_NE(st.message().find("poisson"), absl::string_view::npos) << st;
+  o = DpOptions(1, 3, 1.0, "dp_nodir");
+  o.out_dir.clear();
+  st = Coordinator(o, &fed, &clock).Run();
+  EXPECT_NE(st.message().find("ledger"), absl::string_view::npos) << st;
 }
 
 }  // namespace

@@ -388,6 +388,42 @@ TEST_F(CodecTest, RejectsNonFiniteTrainingSettings) {
   }
 }
 
+TEST_F(CodecTest, RejectsBadPrivacyAndDpSgdSettings) {
+  const std::pair<const char*, std::function<void(pb::Header&)>> cases[] = {
+      {"fit_instruction.privacy.mode 7 is unknown",
+       [](pb::Header& h) {
+         h.mutable_fit_instruction()->mutable_privacy()->set_mode(
+             static_cast<pb::UpdatePrivacy::Mode>(7));
+       }},
+      {"fit_instruction.privacy.clip_norm",
+       [](pb::Header& h) { h.mutable_fit_instruction()->mutable_privacy()->set_clip_norm(-1); }},
+      {"fit_instruction.privacy.clip_norm",
+       [](pb::Header& h) {
+         h.mutable_fit_instruction()->mutable_privacy()->set_clip_norm(std::nan(""));
+       }},
+      {"fit_instruction.privacy.noise_multiplier",
+       [](pb::Header& h) {
+         h.mutable_fit_instruction()->mutable_privacy()->set_noise_multiplier(0);
+       }},
+      {"fit_instruction.train.dp_sgd",
+       [](pb::Header& h) {
+         h.mutable_fit_instruction()->mutable_train()->mutable_dp_sgd()->set_clip_norm(HUGE_VAL);
+       }},
+      {"fit_instruction.train.dp_sgd",
+       [](pb::Header& h) {
+         h.mutable_fit_instruction()->mutable_train()->mutable_dp_sgd()->set_expected_batch_size(0);
+       }},
+      {"fit_instruction.train.dp_sgd",
+       [](pb::Header& h) {
+         h.mutable_fit_instruction()->mutable_train()->mutable_dp_sgd()->set_delta(1.5);
+       }},
+  };
+  for (const auto& [what, corrupt] : cases) {
+    EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleFitInstruction(), corrupt), kInvalid, what))
+        << what;
+  }
+}
+
 TEST_F(CodecTest, RejectsNonFiniteTrainingMetrics) {
   using Setter = void (pb::FitResult::*)(double);
   const std::pair<const char*, Setter> fields[] = {

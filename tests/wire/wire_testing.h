@@ -47,9 +47,11 @@ inline Message SampleWelcome() {
                      "coordinator");
 }
 inline Message SampleFitInstruction() {
-  Message m = MakeMessage(FitInstruction{12, TrainConfig{3, 64, 0.125, 0.9, 1e-4},
-                                         0xdeadbeefcafef00dull, 30000, SampleNonce()},
-                          12, "coordinator");
+  Message m = MakeMessage(
+      FitInstruction{12, TrainConfig{3, 64, 0.125, 0.9, 1e-4, DpSgdConfig{1.1, 0.5, 128, 1e-6}},
+                     0xdeadbeefcafef00dull, 30000, SampleNonce(),
+                     UpdatePrivacy{UpdatePrivacy::Mode::kLocal, 0.75, 1.25}},
+      12, "coordinator");
   m.tensors = SmallModel();
   return m;
 }
@@ -58,8 +60,9 @@ inline Message SampleUploadRequest() {
 }
 inline Message SampleUploadGrant() { return MakeMessage(UploadGrant{}, 12, "coordinator"); }
 inline Message SampleFitResult() {
-  Message m = MakeMessage(FitResult{600, 0.6931471805599453, 0.875, 1.25, 12, SampleNonce()}, 12,
-                          "client-17");
+  Message m = MakeMessage(
+      FitResult{600, 0.6931471805599453, 0.875, 1.25, 12, SampleNonce(), /*within_clip=*/true}, 12,
+      "client-17");
   m.tensors = SmallModel();
   return m;
 }
@@ -100,11 +103,18 @@ inline std::string Describe(const Message& m) {
           b.model.num_classes, b.heartbeat_interval_ms);
     }
     std::string operator()(const FitInstruction& b) const {
+      const std::string dp =
+          b.train.dp_sgd ? fmt::format("{{z={} C={} batch={} delta={}}}",
+                                       b.train.dp_sgd->noise_multiplier, b.train.dp_sgd->clip_norm,
+                                       b.train.dp_sgd->expected_batch_size, b.train.dp_sgd->delta)
+                         : "none";
       return fmt::format(
           "FitInstruction{{model_version={} train={{epochs={} batch_size={} learning_rate={} "
-          "momentum={} weight_decay={}}} seed={} deadline_ms={} nonce={}}}",
+          "momentum={} weight_decay={} dp_sgd={}}} seed={} deadline_ms={} nonce={} "
+          "privacy={{mode={} clip_norm={} noise_multiplier={}}}}}",
           b.model_version, b.train.epochs, b.train.batch_size, b.train.learning_rate,
-          b.train.momentum, b.train.weight_decay, b.seed, b.deadline_ms, Hex(b.nonce));
+          b.train.momentum, b.train.weight_decay, dp, b.seed, b.deadline_ms, Hex(b.nonce),
+          static_cast<int>(b.privacy.mode), b.privacy.clip_norm, b.privacy.noise_multiplier);
     }
     std::string operator()(const UploadRequest& b) const {
       return fmt::format("UploadRequest{{num_examples={} nonce={}}}", b.num_examples, Hex(b.nonce));
@@ -113,9 +123,9 @@ inline std::string Describe(const Message& m) {
     std::string operator()(const FitResult& b) const {
       return fmt::format(
           "FitResult{{num_examples={} train_loss={} train_accuracy={} train_seconds={} "
-          "model_version={} nonce={}}}",
+          "model_version={} nonce={} within_clip={}}}",
           b.num_examples, b.train_loss, b.train_accuracy, b.train_seconds, b.model_version,
-          Hex(b.nonce));
+          Hex(b.nonce), b.within_clip);
     }
     std::string operator()(const Heartbeat&) const { return "Heartbeat{}"; }
     std::string operator()(const Error& b) const {

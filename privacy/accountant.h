@@ -1,0 +1,98 @@
+// Privacy accountants: how much (epsilon, delta) a sequence of Gaussian-mechanism releases spends.
+//
+// Every release Huddle makes under DP is one step of the Poisson-subsampled Gaussian mechanism:
+// each record (a client under client-level DP, an example under DP-SGD) is included independently
+// with probability q, the included records' contributions (each clipped to L2 norm C) are summed,
+// and Gaussian noise of standard deviation z * C is added. z is the noise multiplier. A DpEvent is
+// `steps` such releases with the same (q, z); q = 1 means no sampling.
+//
+// Three accountants, all upper bounds on the true privacy loss (never under-counting):
+//  - kRdp: Renyi DP of the subsampled Gaussian (Mironov, Talwar and Zhang 2019), exact at integer
+//    orders and at fractional orders (the fractional series is evaluated with its negative terms,
+//    so it is not overstated), over DefaultRdpOrders(), converted to (epsilon, delta) with the
+//    improved conversion of Canonne, Kamath and Steinke 2020 (Prop. 12) / Balle et al. 2020
+//    (Thm. 21). Cheap; slightly loose.
+//  - kPld: privacy loss distribution (Koskela et al.; Google's dp_accounting), pessimistically
+//    discretized, composed by FFT. Tighter than RDP.
+//  - kAnalytic: only for q = 1 events: the T-fold composition of Gaussian mechanisms with
+//    multipliers z_i is one Gaussian with multiplier (sum z_i^-2)^-1/2, whose exact (epsilon,
+//    delta) curve is Balle and Wang 2018 (Thm. 8). Exact, not just a bound.
+//
+// Units: epsilon in nats (natural log), delta a probability, q in [0, 1], z > 0.
+// Thread-safety: free functions are thread-safe; an accountant object is a value, not shared.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace huddle::privacy {
+
+struct DpEvent {
+  double sampling_rate = 1.0;     // q in [0, 1]
+  double noise_multiplier = 0.0;  // z > 0 (z = inf is allowed and spends nothing)
+  int64_t steps = 1;              // >= 0
+};
+
+enum class AccountantKind { kRdp, kPld, kAnalytic };
+const char* AccountantName(AccountantKind kind);  // "rdp", "pld", "analytic"
+// Parses "rdp", "pld" or "analytic"; InvalidArgument otherwise (naming the choices).
+StatusOr<AccountantKind> ParseAccountant(const std::string& name);
+
+// The Renyi orders the RDP accountant tracks: 1.1, 1.2, ..., 10.9, 11, 12, ..., 63, 128, 256,
+// 512, 1024 (156 orders).
+const std::vector<double>& DefaultRdpOrders();
+
+// One-step RDP at order alpha (> 1) of the Poisson-subsampled Gaussian with rate q and noise
+// multiplier z. Exact (to double precision) for every alpha > 1, integer or not. Returns +inf
+// where unbounded (z = 0 with q > 0). InvalidArgument for q outside [0, 1], z < 0 or NaN,
+// alpha <= 1.
+StatusOr<double> SubsampledGaussianRdp(double q, double z, double alpha);
+
+// The smallest epsilon (and the order that gives it) that the RDP curve `rdp` (at `orders`)
+// implies at `delta` in (0, 1), by the improved conversion
+//   eps(alpha) = rdp(alpha) + log((alpha - 1) / alpha) - (log(delta) + log(alpha)) / (alpha - 1).
+struct RdpEpsilon {
+  double epsilon = 0;
+  double order = 0;
+};
+StatusOr<RdpEpsilon> RdpToEpsilon(std::span<const double> orders, std::span<const double> rdp,
+                                  double delta);
+
+// Exact (epsilon, delta) of one Gaussian mechanism with sensitivity 1 and standard deviation z
+// (Balle and Wang 2018): delta(eps) = Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z).
+double AnalyticGaussianDelta(double z, double epsilon);
+// The smallest epsilon >= 0 with AnalyticGaussianDelta(z, epsilon) <= delta.
+StatusOr<double> AnalyticGaussianEpsilon(double z, double delta);
+
+// What a sequence of events spends.
+struct Spend {
+  double epsilon = 0;
+  double delta = 0;
+  AccountantKind accountant = AccountantKind::kRdp;
+  std::optional<double> order;  // the optimal Renyi order (kRdp only)
+};
+
+// Options of the PLD accountant (defaults match dp_accounting's pessimistic estimates).
+struct PldOptions {
+  double value_discretization_interval = 1e-4;  // grid step of the privacy loss, in nats
+};
+
+// Epsilon at `delta` spent by `events` (in any order; composition commutes). kAnalytic requires
+// every event with steps > 0 to have q = 1 (FailedPrecondition otherwise).
+StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, AccountantKind kind,
+                               const PldOptions& pld = {});
+
+// The smallest noise multiplier z for which `steps` steps at rate q spend at most target_epsilon
+// at delta with accountant `kind`, to a relative precision of 1e-6 in z (the result errs on the
+// side of more noise: its epsilon is <= target_epsilon). InvalidArgument for a target no z can
+// reach (e.g. epsilon <= 0).
+StatusOr<double> CalibrateNoiseMultiplier(double target_epsilon, double delta, double sampling_rate,
+                                          int64_t steps, AccountantKind kind,
+                                          const PldOptions& pld = {});
+
+}  // namespace huddle::privacy

@@ -1,0 +1,156 @@
+#include "privacy/budget.h"
+
+#include <cmath>
+
+namespace huddle::privacy {
+namespace {
+
+bool Positive(double v) { return std::isfinite(v) && v > 0; }
+
+}  // namespace
+
+const char* PrivacyModeName(PrivacyMode mode) {
+  switch (mode) {
+    case PrivacyMode::kCentral:
+      return "central";
+    case PrivacyMode::kLocal:
+      return "local";
+    case PrivacyMode::kNone:
+      break;
+  }
+  return "none";
+}
+
+StatusOr<double> ValueNoiseMultiplier(double z, double count_stddev) {
+  const double inv = 1.0 / (z * z) - 1.0 / (4.0 * count_stddev * count_stddev);
+  if (!(inv > 0) || !std::isfinite(inv)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adaptive clipping: the clipped-count noise std ", count_stddev,
+                     " is too small for noise multiplier ", z,
+                     " (2 * count_stddev must exceed it; raise "
+                     "privacy.adaptive_clipping.count_stddev or the expected cohort size)"));
+  }
+  return 1.0 / std::sqrt(inv);
+}
+
+StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double cohort_rate,
+                                          int64_t rounds) {
+  PrivacyPlan plan;
+  plan.options_ = options;
+  if (options.mode == PrivacyMode::kNone) return plan;
+  if (!Positive(options.clip_norm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.clip_norm must be finite and > 0, got ", options.clip_norm));
+  }
+  if (!(options.delta > 0 && options.delta < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.delta must lie in (0, 1), got ", options.delta));
+  }
+  if (options.total_epsilon && !Positive(*options.total_epsilon)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.epsilon must be finite and > 0, got ", *options.total_epsilon));
+  }
+  if (!options.total_epsilon && options.schedule.empty()) {
+    return absl::InvalidArgumentError(
+        "privacy: give a total budget (privacy.epsilon and privacy.delta) or a per-round "
+        "schedule (privacy.schedule)");
+  }
+  plan.accounting_rate_ = options.mode == PrivacyMode::kCentral ? cohort_rate : 1.0;
+  const double q = plan.accounting_rate_;
+  if (!(q > 0 && q <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("cohort.rate must lie in (0, 1], got ", q));
+  }
+  // With q = 1 the exact analytic Gaussian is both tighter and exact.
+  const AccountantKind kind = q == 1 ? AccountantKind::kAnalytic : options.accountant;
+  plan.rounds_.assign(static_cast<size_t>(rounds), RoundPrivacy{});
+  std::vector<bool> covered(static_cast<size_t>(rounds), false);
+  for (size_t i = 0; i < options.schedule.size(); ++i) {
+    const ScheduleRange& r = options.schedule[i];
+    const std::string where = absl::StrCat("privacy.schedule[", i, "]");
+    if (r.first_round < 1 || r.last_round < r.first_round || r.last_round > rounds) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": rounds ", r.first_round, "-",
+                                                     r.last_round, " are not within 1-", rounds));
+    }
+    if (r.noise_multiplier.has_value() == r.epsilon.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": give exactly one of noise_multiplier and epsilon"));
+    }
+    double z = 0;
+    if (r.noise_multiplier) {
+      if (!Positive(*r.noise_multiplier)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".noise_multiplier must be finite and > 0, got ", *r.noise_multiplier));
+      }
+      z = *r.noise_multiplier;
+    } else {
+      if (!Positive(*r.epsilon)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".epsilon must be finite and > 0, got ", *r.epsilon));
+      }
+      auto calibrated = CalibrateNoiseMultiplier(*r.epsilon, options.delta, q, 1, kind);
+      if (!calibrated.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".epsilon: ", calibrated.status().message()));
+      }
+      z = *calibrated;
+    }
+    const double c = r.clip_norm.value_or(options.clip_norm);
+    if (!Positive(c)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".clip_norm must be finite and > 0, got ", c));
+    }
+    for (int64_t k = r.first_round; k <= r.last_round; ++k) {
+      if (covered[static_cast<size_t>(k - 1)]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": round ", k, " is already covered by an earlier range"));
+      }
+      covered[static_cast<size_t>(k - 1)] = true;
+      plan.rounds_[static_cast<size_t>(k - 1)] = {z, c};
+    }
+  }
+  if (options.schedule.empty()) {
+    auto z = CalibrateNoiseMultiplier(*options.total_epsilon, options.delta, q, rounds, kind);
+    if (!z.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("privacy.epsilon: cannot fit ", rounds, " rounds at sampling rate ", q,
+                       " into epsilon ", *options.total_epsilon, ": ", z.status().message()));
+    }
+    for (RoundPrivacy& r : plan.rounds_) r = {*z, options.clip_norm};
+  } else {
+    for (int64_t k = 1; k <= rounds; ++k) {
+      if (!covered[static_cast<size_t>(k - 1)]) {
+        return absl::InvalidArgumentError(absl::StrCat("privacy.schedule does not cover round ", k,
+                                                       " (the ranges must cover 1-", rounds, ")"));
+      }
+    }
+  }
+  return plan;
+}
+
+RoundPrivacy PrivacyPlan::ForRound(uint64_t round) const {
+  if (round < 1 || round > rounds_.size()) return {};
+  return rounds_[round - 1];
+}
+
+StatusOr<Spend> PrivacyPlan::Spent(const std::vector<DpEvent>& events) const {
+  bool all_unsampled = true;
+  for (const DpEvent& e : events) all_unsampled = all_unsampled && e.sampling_rate == 1;
+  const AccountantKind kind = all_unsampled ? AccountantKind::kAnalytic : options_.accountant;
+  if (events.empty()) {
+    Spend none;
+    none.delta = options_.delta;
+    none.accountant = kind;
+    return none;
+  }
+  return ComputeEpsilon(events, options_.delta, kind);
+}
+
+StatusOr<std::pair<Spend, bool>> PrivacyPlan::WouldSpend(std::vector<DpEvent> events,
+                                                         uint64_t round) const {
+  events.push_back({accounting_rate_, ForRound(round).noise_multiplier, 1});
+  HUDDLE_ASSIGN_OR_RETURN(Spend spend, Spent(events));
+  const bool exceeds = options_.total_epsilon && spend.epsilon > *options_.total_epsilon;
+  return std::make_pair(spend, exceeds);
+}
+
+}  // namespace huddle::privacy

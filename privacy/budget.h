@@ -1,0 +1,104 @@
+// Privacy configuration of a federated job and the per-round plan derived from it.
+//
+// A job runs client-level DP-FedAvg (McMahan et al. 2018) in one of two modes:
+//  - central: clients clip their update to L2 norm C; the (trusted) coordinator adds Gaussian
+//    noise of std z*C to the sum, weights every client equally and divides by the *expected*
+//    cohort size q*N. Cohorts must be Poisson-sampled with rate q: the accountant relies on it.
+//  - local: each client clips and adds the full noise std z*C itself; the guarantee holds even
+//    against the coordinator, with no amplification by sampling (the coordinator knows who took
+//    part), so every round is accounted as q = 1, as if the client took part in every round.
+//
+// The budget is either a total (epsilon, delta), from which z is calibrated so that all `rounds`
+// rounds fit, or a per-round schedule (ranges of rounds, each with its noise multiplier or its
+// per-round epsilon, and optionally its clip norm), optionally capped by a total. Before each round
+// the coordinator asks whether that round would take the spend past the total; if so the job ends
+// there (see docs/privacy.md).
+//
+// Adaptive clipping (Andrew et al. 2021): clients also report whether their update's norm was
+// within C; the coordinator sums (bit - 1/2), adds Gaussian noise of std sigma_b, and moves C
+// geometrically toward the target quantile. The two queries compose to the configured z: the
+// update sum gets z_value = (z^-2 - (2 sigma_b)^-2)^-1/2, so accounting one Gaussian of multiplier
+// z per round covers both.
+//
+// Thread-safety: values; PrivacyPlan is immutable after Create.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "privacy/accountant.h"
+
+namespace huddle::privacy {
+
+enum class PrivacyMode { kNone, kCentral, kLocal };
+const char* PrivacyModeName(PrivacyMode mode);  // "none", "central", "local"
+
+struct AdaptiveClipOptions {
+  bool enabled = false;
+  double target_quantile = 0.5;  // fraction of clients whose update should fit within C
+  double learning_rate = 0.2;    // eta_C in C <- C * exp(-eta_C * (b - target_quantile))
+  // sigma_b, the noise std of the clipped-count query; 0: expected cohort size / 20 (the paper's
+  // choice), fixed at the first round.
+  double count_stddev = 0;
+};
+
+struct ScheduleRange {
+  int64_t first_round = 1;                 // inclusive, 1-based
+  int64_t last_round = 1;                  // inclusive
+  std::optional<double> noise_multiplier;  // exactly one of these two
+  std::optional<double> epsilon;           // this round alone spends epsilon at the job's delta
+  std::optional<double> clip_norm;         // default: PrivacyOptions::clip_norm
+};
+
+struct PrivacyOptions {
+  PrivacyMode mode = PrivacyMode::kNone;
+  double clip_norm = 1.0;  // C (the initial C under adaptive clipping)
+  AdaptiveClipOptions adaptive;
+  std::optional<double> total_epsilon;  // the budget; required unless a schedule is given
+  double delta = 1e-5;
+  AccountantKind accountant = AccountantKind::kRdp;  // events with q = 1 use kAnalytic (exact)
+  std::vector<ScheduleRange> schedule;
+  // Reproducible noise for tests and experiments: NOT PRIVATE (anyone with the seed can remove
+  // the noise). Unset: noise from the OS CSPRNG.
+  std::optional<uint64_t> noise_seed;
+};
+
+// What one round does.
+struct RoundPrivacy {
+  double noise_multiplier = 0;  // z accounted for the round
+  double clip_norm = 0;         // configured C (adaptive clipping replaces it at run time)
+};
+
+class PrivacyPlan {
+ public:
+  // Validates `options` for a job of `rounds` rounds whose cohorts are Poisson-sampled with rate
+  // `cohort_rate` (central mode), and calibrates the noise. Errors name the offending key
+  // (privacy.*) and say what is allowed.
+  static StatusOr<PrivacyPlan> Create(const PrivacyOptions& options, double cohort_rate,
+                                      int64_t rounds);
+
+  const PrivacyOptions& options() const { return options_; }
+  bool enabled() const { return options_.mode != PrivacyMode::kNone; }
+  // The q the accountant uses: the cohort rate in central mode, 1 in local mode.
+  double accounting_rate() const { return accounting_rate_; }
+  // Round `round` in [1, rounds].
+  RoundPrivacy ForRound(uint64_t round) const;
+
+  // Epsilon at the job's delta after `events`.
+  StatusOr<Spend> Spent(const std::vector<DpEvent>& events) const;
+  // Epsilon if round `round` were run after `events`; .second is true if that passes the total.
+  StatusOr<std::pair<Spend, bool>> WouldSpend(std::vector<DpEvent> events, uint64_t round) const;
+
+ private:
+  PrivacyOptions options_;
+  double accounting_rate_ = 1;
+  std::vector<RoundPrivacy> rounds_;  // index round - 1
+};
+
+// z_value of the adaptive split (see above), or InvalidArgument when 2 * count_stddev <= z.
+StatusOr<double> ValueNoiseMultiplier(double noise_multiplier, double count_stddev);
+
+}  // namespace huddle::privacy

@@ -1,0 +1,75 @@
+// The privacy ledger: a durable, append-only record of every DP release a job has made.
+//
+// One line of JSON per event, in a file the coordinator owns (OUT/privacy_ledger.jsonl):
+//   {"round":3,"mechanism":"poisson_gaussian","sampling_rate":0.1,"noise_multiplier":1.1,
+//    "clip_norm":1.0,"mode":"central","steps":1,"noise":"os-csprng"}
+// Append() writes the whole line with one write(2) on an O_APPEND descriptor and returns only after
+// fsync(2) has made it durable. The coordinator appends a round's event *before* it releases
+// anything computed from that round's noised aggregate (the new model, a checkpoint, metrics), so
+// a crash at any point leaves a ledger that counts at least every release: never an under-count.
+// (A crash after the append and before the release over-counts that round, which is safe.)
+//
+// Open() replays the file: every complete line must parse as an event (anything else is DataLoss:
+// the spend cannot be known, so the job must not continue); a final line without its newline is a
+// write torn by a crash. Its fsync never returned, so nothing was released for it: it is logged,
+// dropped, and truncated away before the next append.
+//
+// Thread-safety: none; one writer (the coordinator thread).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "privacy/accountant.h"
+
+namespace huddle::privacy {
+
+struct LedgerEntry {
+  uint64_t round = 0;
+  std::string mechanism = "poisson_gaussian";  // the only mechanism so far
+  double sampling_rate = 1.0;                  // q
+  double noise_multiplier = 0;                 // z (effective, after any split between queries)
+  double clip_norm = 0;                        // C (for the record; epsilon does not depend on it)
+  std::string mode;                            // "central" | "local"
+  int64_t steps = 1;
+  std::string noise;  // the noise source: "os-csprng" or "seeded (NOT PRIVATE)"
+
+  DpEvent event() const { return {sampling_rate, noise_multiplier, steps}; }
+};
+
+inline constexpr char kLedgerFile[] = "privacy_ledger.jsonl";
+
+class PrivacyLedger {
+ public:
+  // Opens (creating if absent, with its directory entry fsync'd) and replays `path`.
+  static StatusOr<PrivacyLedger> Open(const std::string& path);
+
+  PrivacyLedger(PrivacyLedger&& other) noexcept;
+  PrivacyLedger& operator=(PrivacyLedger&& other) noexcept;
+  ~PrivacyLedger();
+
+  // Durably appends `entry` (see above). On error nothing may have been released: the caller must
+  // not release the round's result.
+  Status Append(const LedgerEntry& entry);
+
+  const std::vector<LedgerEntry>& entries() const { return entries_; }
+  // The entries as accountant events (identical consecutive (q, z) merged into one event).
+  std::vector<DpEvent> Events() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  PrivacyLedger(std::string path, int fd, std::vector<LedgerEntry> entries);
+
+  std::string path_;
+  int fd_ = -1;
+  std::vector<LedgerEntry> entries_;
+};
+
+// The JSON line of an entry (without the newline), and its inverse. ParseLedgerLine's errors name
+// the missing or invalid field.
+std::string LedgerLine(const LedgerEntry& entry);
+StatusOr<LedgerEntry> ParseLedgerLine(const std::string& line);
+
+}  // namespace huddle::privacy

@@ -1,0 +1,198 @@
+// Integration tests of client-level DP: real `huddle` processes on 127.0.0.1.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "privacy/ledger.h"
+#include "tests/integration/process.h"
+
+namespace huddle::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+class PrivacyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(kFashionMnist) + "/train-images-idx3-ubyte.gz")) {
+      GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+    }
+  }
+
+  static std::vector<nlohmann::json> Lines(const std::string& path) {
+    std::vector<nlohmann::json> out;
+    for (const std::string& line : ReadLines(path)) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+
+  // `huddle privacy ARGS... --json`: the JSON object it prints.
+  static nlohmann::json PrivacyCli(const std::string& dir, std::vector<std::string> args) {
+    args.insert(args.begin(), {HuddleBin(), "privacy"});
+    args.push_back("--json");
+    const std::string log = dir + "/cli.log";
+    std::filesystem::remove(log);
+    Process p(args, log);
+    EXPECT_EQ(p.Wait(seconds(60)), 0) << ReadAll(log);
+    const auto lines = ReadLines(log);
+    return lines.empty() ? nlohmann::json() : nlohmann::json::parse(lines.back());
+  }
+
+  static std::string Num(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    return buf;
+  }
+};
+
+// A simulated federation with central DP: the epsilon it reports after each round is what
+// `huddle privacy epsilon` says for the same parameters, and the ledger holds every round.
+TEST_F(PrivacyTest, CentralDpEpsilonEqualsTheCli) {
+  const std::string dir = MakeTempDir("dp_central");
+  WriteText(dir + "/job.yaml",
+            "name: dp\nseed: 5\nrounds: 3\nmodel: {hidden: [16]}\n"
+            "train: {epochs: 1, batch_size: 32, learning_rate: 0.1}\n"
+            "cohort: {sampling: poisson, rate: 0.2}\n"
+            "evaluation: {every: 3}\nsimulation: {clients: 100, threads: 2}\n"
+            "privacy: {mode: central, clip_norm: 0.5, epsilon: 2.0, delta: 1.0e-5}\n");
+  Process p({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/log");
+  ASSERT_EQ(p.Wait(seconds(300)), 0) << ReadAll(dir + "/log");
+  const auto metrics = Lines(dir + "/out/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 3u);
+  const double z = metrics[0]["privacy"]["noise_multiplier"].get<double>();
+  for (size_t r = 0; r < metrics.size(); ++r) {
+    const auto cli = PrivacyCli(
+        dir, {"epsilon", "--sampling-rate", "0.2", "--noise-multiplier", Num(z), "--steps",
+              std::to_string(r + 1), "--delta", "1e-05", "--accountant", "rdp"});
+    EXPECT_DOUBLE_EQ(metrics[r]["epsilon"].get<double>(), cli["epsilon"].get<double>())
+        << "round " << r + 1;
+    EXPECT_EQ(metrics[r]["delta"].get<double>(), 1e-5);
+    EXPECT_EQ(metrics[r]["privacy"]["clip_norm"].get<double>(), 0.5);
+    EXPECT_TRUE(metrics[r]["train_loss"].is_null()) << "client-reported losses are not private";
+  }
+  EXPECT_LE(metrics.back()["epsilon"].get<double>(), 2.0);
+  // The calibrated z makes the 3 rounds use (almost) all of the budget.
+  EXPECT_GT(metrics.back()["epsilon"].get<double>(), 2.0 * 0.99);
+  auto ledger = privacy::PrivacyLedger::Open(dir + "/out/" + privacy::kLedgerFile);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  ASSERT_EQ(ledger->entries().size(), 3u);
+  EXPECT_EQ(ledger->entries()[2].round, 3u);
+  EXPECT_EQ(ledger->entries()[2].noise_multiplier, z);
+  const auto summary = nlohmann::json::parse(ReadAll(dir + "/out/summary.json"));
+  EXPECT_EQ(summary["privacy"]["epsilon"], metrics.back()["epsilon"]);
+  EXPECT_NE(ReadAll(dir + "/log").find("eps "), std::string::npos) << "progress line shows epsilon";
+}
+
+// A schedule whose noise would overrun the total: the job stops before the round that would
+// exceed it, says so, and never reports more than the total.
+TEST_F(PrivacyTest, BudgetExhaustionStopsTraining) {
+  const std::string dir = MakeTempDir("dp_budget");
+  WriteText(dir + "/job.yaml",
+            "name: dp\nseed: 5\nrounds: 40\nmodel: {hidden: [8]}\n"
+            "train: {epochs: 1, batch_size: 64, learning_rate: 0.1}\n"
+            "cohort: {sampling: poisson, rate: 0.5}\n"
+            "evaluation: {every: 0}\nsimulation: {clients: 20, threads: 2}\n"
+            "privacy:\n  mode: central\n  epsilon: 3.0\n  delta: 1.0e-5\n  schedule:\n"
+            "    - {rounds: [1, 40], noise_multiplier: 2.0, clip_norm: 1.0}\n");
+  Process p({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/log");
+  ASSERT_EQ(p.Wait(seconds(300)), 0) << ReadAll(dir + "/log");
+  const auto metrics = Lines(dir + "/out/metrics.jsonl");
+  ASSERT_GT(metrics.size(), 0u);
+  ASSERT_LT(metrics.size(), 40u);
+  EXPECT_LE(metrics.back()["epsilon"].get<double>(), 3.0);
+  const auto next =
+      PrivacyCli(dir, {"epsilon", "--sampling-rate", "0.5", "--noise-multiplier", "1", "--steps",
+                       std::to_string(metrics.size() + 1), "--delta", "1e-05"});
+  EXPECT_GT(next["epsilon"].get<double>(), 3.0) << "one more round would have exceeded it";
+  EXPECT_NE(
+      ReadAll(dir + "/log").find("privacy budget: round " + std::to_string(metrics.size() + 1)),
+      std::string::npos)
+      << ReadAll(dir + "/log");
+  const auto summary = nlohmann::json::parse(ReadAll(dir + "/out/summary.json"));
+  EXPECT_EQ(summary["rounds_completed"], metrics.size());
+  EXPECT_TRUE(summary.contains("stopped_early"));
+}
+
+// SIGKILL the coordinator at many points of a DP run and resume each time: every round whose
+// model was released (metrics line, checkpoint) has its ledger entry, so the ledger's epsilon is
+// never below the true spend.
+TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
+  const std::string dir = MakeTempDir("dp_kill");
+  const int rounds = 10;
+  WriteText(dir + "/job.yaml",
+            "name: dp\nseed: 9\nrounds: " + std::to_string(rounds) +
+                "\nmodel: {hidden: [8]}\n"
+                "train: {epochs: 2, batch_size: 16, learning_rate: 0.1}\n"
+                "cohort: {sampling: poisson, rate: 1.0}\n"
+                "round: {deadline_s: 30, quorum: 1}\n"
+                "evaluation: {every: 0}\n"
+                "coordinator: {min_clients: 2, wait_for_clients_s: 60, heartbeat_interval_s: 0.2,"
+                " client_timeout_s: 20}\n"
+                "privacy: {mode: central, clip_norm: 1.0, epsilon: 50, delta: 1.0e-5,"
+                " noise_seed: 3}\n");
+  const int port = FreeLoopbackPort();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  auto coordinator_argv = [&](bool resume) {
+    std::vector<std::string> argv = {HuddleBin(),       "coordinator", "--config",
+                                     dir + "/job.yaml", "--out",       dir + "/out",
+                                     "--bind",          endpoint,      "--insecure"};
+    if (resume) argv.push_back("--resume");
+    return argv;
+  };
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(std::make_unique<Process>(
+        std::vector<std::string>{HuddleBin(), "client", "--coordinator", endpoint, "--client-id",
+                                 "c" + std::to_string(i), "--data", kFashionMnist, "--partition",
+                                 "iid", "--num-shards", "4", "--shard", std::to_string(i),
+                                 "--give-up-after", "60", "--insecure"},
+        dir + "/client-" + std::to_string(i) + ".log"));
+  }
+  // Kill points spread over the rounds (fixed, so a failure reproduces).
+  const int delays_ms[] = {700, 1100, 450, 1500, 900, 1300, 600, 1000, 800, 1200};
+  bool resume = false;
+  int kills = 0;
+  for (int delay : delays_ms) {
+    Process c(coordinator_argv(resume), dir + "/coordinator-" + std::to_string(kills) + ".log");
+    std::this_thread::sleep_for(milliseconds(delay));
+    c.Kill(SIGKILL);
+    const int rc = c.Wait(seconds(10));
+    ++kills;
+    resume = true;  // from here on (with no checkpoint yet, --resume starts at round 1)
+    if (rc == 0) break;  // finished before the kill
+    // The invariant holds at every crash point (no ledger yet: nothing can have been released).
+    if (!std::filesystem::exists(dir + "/out/" + privacy::kLedgerFile)) continue;
+    auto ledger = privacy::PrivacyLedger::Open(dir + "/out/" + privacy::kLedgerFile);
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    for (const auto& m : Lines(dir + "/out/metrics.jsonl")) {
+      const uint64_t round = m["round"].get<uint64_t>();
+      bool found = false;
+      for (const auto& e : ledger->entries()) found = found || e.round == round;
+      EXPECT_TRUE(found) << "round " << round << " was released without a ledger entry";
+    }
+  }
+  Process last(coordinator_argv(resume), dir + "/coordinator-last.log");
+  ASSERT_EQ(last.Wait(seconds(240)), 0) << ReadAll(dir + "/coordinator-last.log");
+  const auto metrics = Lines(dir + "/out/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), static_cast<size_t>(rounds));
+  auto ledger = privacy::PrivacyLedger::Open(dir + "/out/" + privacy::kLedgerFile);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  EXPECT_GE(ledger->entries().size(), static_cast<size_t>(rounds));
+  // The reported epsilon is the accountant's over the whole ledger (re-run rounds included).
+  const double z = ledger->entries()[0].noise_multiplier;
+  const auto cli = PrivacyCli(dir, {"epsilon", "--sampling-rate", "1", "--noise-multiplier", Num(z),
+                                    "--steps", std::to_string(ledger->entries().size()), "--delta",
+                                    "1e-05", "--accountant", "analytic"});
+  EXPECT_DOUBLE_EQ(metrics.back()["epsilon"].get<double>(), cli["epsilon"].get<double>());
+  std::cout << kills << " kills; ledger " << ledger->entries().size() << " entries for " << rounds
+            << " rounds\n";
+}
+
+}  // namespace
+}  // namespace huddle::testing
