@@ -134,8 +134,10 @@ TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
                 "evaluation: {every: 0}\n"
                 "coordinator: {min_clients: 2, wait_for_clients_s: 60, heartbeat_interval_s: 0.2,"
                 " client_timeout_s: 20}\n"
-                "privacy: {mode: central, clip_norm: 1.0, epsilon: 50, delta: 1.0e-5,"
-                " noise_seed: 3}\n");
+                // A schedule without a total: rounds re-run after a crash are counted again, and
+                // must not end the job early here.
+                "privacy: {mode: central, clip_norm: 1.0, delta: 1.0e-5, noise_seed: 3,"
+                " schedule: [{rounds: [1, 10], noise_multiplier: 2.0}]}\n");
   const int port = FreeLoopbackPort();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
   auto coordinator_argv = [&](bool resume) {
@@ -164,7 +166,7 @@ TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
     c.Kill(SIGKILL);
     const int rc = c.Wait(seconds(10));
     ++kills;
-    resume = true;  // from here on (with no checkpoint yet, --resume starts at round 1)
+    resume = true;       // from here on (with no checkpoint yet, --resume starts at round 1)
     if (rc == 0) break;  // finished before the kill
     // The invariant holds at every crash point (no ledger yet: nothing can have been released).
     if (!std::filesystem::exists(dir + "/out/" + privacy::kLedgerFile)) continue;
