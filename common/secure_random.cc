@@ -6,7 +6,6 @@
 #include <cstdlib>
 
 namespace huddle {
-namespace {
 
 void EnsureSodium() {
   static const bool ok = [] {
@@ -19,8 +18,6 @@ void EnsureSodium() {
   }();
   (void)ok;
 }
-
-}  // namespace
 
 std::string SecureRandomBytes(size_t n) {
   EnsureSodium();

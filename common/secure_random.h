@@ -17,4 +17,8 @@ std::string SecureRandomBytes(size_t n);
 // A uniformly random 64-bit value.
 uint64_t SecureRandomU64();
 
+// Initialises libsodium once (thread-safe); call before any other libsodium function. Aborts only
+// when the OS has no usable entropy source, where nothing secure can run.
+void EnsureSodium();
+
 }  // namespace huddle

@@ -9,22 +9,12 @@
 #include <cstring>
 #include <utility>
 
+#include "common/secure_random.h"
+
 namespace huddle::privacy {
 namespace {
 
 using u128 = unsigned __int128;
-
-void EnsureSodium() {
-  static const bool ok = [] {
-    if (sodium_init() < 0) {
-      // Only fails when the OS has no usable entropy source; no private noise can exist then.
-      std::fprintf(stderr, "huddle: libsodium failed to initialise (no OS randomness)\n");
-      std::abort();
-    }
-    return true;
-  }();
-  (void)ok;
-}
 
 // Domain separation: a seeded key can never coincide with a key derived for another purpose.
 constexpr char kSeedDomain[] = "huddle.privacy.NoiseSource.SeededForTesting.v1";

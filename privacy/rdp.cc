@@ -144,6 +144,7 @@ double LogAMinus1Integer(double q, double sigma, int64_t alpha) {
     terms.push_back(term);
     max_term = std::max(max_term, term);
   }
+  if (max_term == -kInf) return -kInf;  // every term underflowed: A_alpha - 1 = 0 in double
   double sum = 0;
   for (double t : terms) sum += std::exp(t - max_term);
   return max_term + std::log(sum);

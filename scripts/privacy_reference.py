@@ -6,7 +6,8 @@ Run it through scripts/make_privacy_reference.sh, which sets up the pinned virtu
     (pessimistic connect-the-dots, value_discretization_interval 1e-4), calibrate_dp_mechanism.
   - opacus: opacus/accountants/analysis/rdp.py only, loaded by file path (no torch).
   - mpmath: ground truth. RDP at integer orders from the finite binomial sum, at fractional orders
-    from mpmath.quad of the defining integral A_alpha = E_{x~N(0,s^2)}[((1-q) + q e^{(2x-1)/(2s^2)})^alpha]
+    from mpmath.quad of the defining integral
+      A_alpha = E_{x~N(0,s^2)}[((1-q) + q e^{(2x-1)/(2s^2)})^alpha]
     at 50 digits (checked against a 40-digit run); the analytic Gaussian epsilon by bisection on
     Balle and Wang's delta(eps) at 40 digits.
 Every float is written with repr(), which round-trips.
@@ -134,7 +135,8 @@ def opacus_rdp(q, z, alpha):
 
 
 def dpa_rdp_one(q, z, alpha):
-  return float(dpa_rdp._compute_rdp_poisson_subsampled_gaussian(q, z, [alpha])[0])  # pylint: disable=protected-access
+  rdp = dpa_rdp._compute_rdp_poisson_subsampled_gaussian  # pylint: disable=protected-access
+  return float(rdp(q, z, [alpha])[0])
 
 
 def integer_table(qz):
