@@ -169,7 +169,7 @@ Status Coordinator::RunRound(uint64_t number) {
   round.metrics.stale = std::exchange(pending_stale_, 0);
   round.metrics.malformed = std::exchange(pending_malformed_, 0);
   round.metrics.auth_rejected = std::exchange(pending_auth_rejected_, 0);
-  if (privacy_ && privacy_->enabled()) {
+  if (dp()) {
     HUDDLE_RETURN_IF_ERROR(ConfigureRoundPrivacy(round));
   } else {
     aggregator_->Reset();
@@ -251,7 +251,7 @@ void Coordinator::SendFit(const std::string& id) {
   // replayed from an earlier instruction (another round, or before a rejoin) is refused.
   fit.nonce = SecureRandomBytes(wire::kNonceBytes);
   round.nonces[id] = fit.nonce;
-  if (privacy_ && privacy_->enabled()) {
+  if (dp()) {
     const bool local = privacy_->options().mode == privacy::PrivacyMode::kLocal;
     fit.privacy.mode =
         local ? wire::UpdatePrivacy::Mode::kLocal : wire::UpdatePrivacy::Mode::kCentral;
@@ -502,7 +502,7 @@ Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
   want.max_weight = options_.aggregation.max_weight;
   want.layout = &layout_;
   HUDDLE_ASSIGN_OR_RETURN(auto spans, CheckUpdate(msg, want));
-  if (privacy_ && privacy_->enabled()) {
+  if (dp()) {
     // Client-level DP: every client weighs the same (weighting by examples would break the
     // sensitivity bound), and a central-mode update must respect the clip norm.
     HUDDLE_RETURN_IF_ERROR(CheckUpdateNorm(*round_, spans));
@@ -578,9 +578,8 @@ void Coordinator::Refuse(const transport::PeerId& peer, wire::ErrorCode code,
 Status Coordinator::FinishRound(Round& round) {
   RoundMetrics& m = round.metrics;
   m.dropped = m.clients_sampled - m.results;
-  const bool dp = privacy_ && privacy_->enabled();
-  if (m.results > 0 && !dp) m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
-  if (dp) {
+  if (m.results > 0 && !dp()) m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
+  if (dp()) {
     // Under DP every round releases its noised update, whatever the number of results (skipping
     // a round for want of quorum would reveal that number without noise).
     if (m.results < options_.quorum) {

@@ -121,6 +121,7 @@ class Coordinator {
               uint64_t round);
   Status FinishRound(Round& round);
   // DP (coordinator/dp_round.cc).
+  bool dp() const { return privacy_ && privacy_->enabled(); }
   Status InitialisePrivacy(double checkpoint_clip_norm);
   // Before round `number` is sampled: false (with *why) if it would exceed the budget.
   StatusOr<bool> PrivacyAllowsRound(uint64_t number, std::string* why);

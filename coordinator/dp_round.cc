@@ -70,7 +70,7 @@ Status Coordinator::InitialisePrivacy(double checkpoint_clip_norm) {
 }
 
 StatusOr<bool> Coordinator::PrivacyAllowsRound(uint64_t number, std::string* why) {
-  if (!privacy_ || !privacy_->enabled()) return true;
+  if (!dp()) return true;
   HUDDLE_ASSIGN_OR_RETURN(auto would, privacy_->WouldSpend(ledger_->Events(), number));
   if (!would.second) return true;
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
