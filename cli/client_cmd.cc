@@ -8,6 +8,7 @@
 #include "client/runner.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "kernels/backend.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -42,6 +43,12 @@ Status ApplyFlags(const ClientFlags& f, ClientConfig* c) {
   if (!f.log_level.empty()) c->log_level = f.log_level;
   if (!f.server_key.empty()) c->security.server_public_key = f.server_key;
   if (!f.key.empty()) c->security.secret_key = f.key;
+  if (!f.device.empty()) {
+    if (Status st = kernels::ParseDeviceRequest(f.device).status(); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--device: ", st.message()));
+    }
+    c->device = f.device;
+  }
   return absl::OkStatus();
 }
 
@@ -87,7 +94,17 @@ int RunClientCommand(const ClientFlags& flags) {
     std::fprintf(stderr, "huddle client: %s\n", std::string(transport.status().message()).c_str());
     return 1;
   }
+  // The device: `auto` takes a GPU where one is usable and says which; `cuda` without one is an
+  // error, never a quiet fallback to the CPU.
+  auto backend = kernels::OpenBackend(kernels::ParseDeviceRequest(config.device).value());
+  if (!backend.ok()) {
+    std::fprintf(stderr, "huddle client %s: %s\n", config.client_id.c_str(),
+                 std::string(backend.status().message()).c_str());
+    return 2;
+  }
+  spdlog::info("training on {} (device: {})", (*backend)->name(), config.device);
   client::ClientAgent agent(config.client_id, &view);
+  agent.set_backend(backend->get());
   Status st =
       client::RunClient(agent, **transport, config.runner, *SteadyClock::Get(), &StopFlag());
   if (!st.ok()) {

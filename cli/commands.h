@@ -47,6 +47,7 @@ struct ClientFlags {
   std::string log_level;
   std::string server_key;  // the coordinator's .pub (overrides security.server_public_key)
   std::string key;         // this client's .key (overrides security.secret_key)
+  std::string device;      // auto | cpu | cuda[:N] (overrides the config's device)
   bool insecure = false;
 };
 int RunClientCommand(const ClientFlags& flags);

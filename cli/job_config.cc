@@ -1,6 +1,7 @@
 #include "cli/job_config.h"
 
 #include "common/config_reader.h"
+#include "kernels/backend.h"
 
 namespace huddle::cli {
 namespace {
@@ -109,6 +110,15 @@ Status ReadDpSgd(ConfigMap& m, wire::TrainConfig* t) {
   return absl::OkStatus();
 }
 
+// `device: auto | cpu | cuda[:N]`, checked here so a typo fails before anything starts.
+Status ReadDevice(ConfigMap& map, std::string* device) {
+  HUDDLE_RETURN_IF_ERROR(map.Optional("device", device));
+  if (Status st = kernels::ParseDeviceRequest(*device).status(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(map.Where("device"), ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
@@ -198,6 +208,11 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &job.client_data, /*shard_keys=*/false));
 
   HUDDLE_RETURN_IF_ERROR(top.Optional("clients", &job.local_clients, 1, 4096));
+  {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap client, top.Child("client"));
+    HUDDLE_RETURN_IF_ERROR(ReadDevice(client, &job.client_device));
+    HUDDLE_RETURN_IF_ERROR(client.Finish());
+  }
   if (top.Has("simulation")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap sim, top.Child("simulation"));
     SimulationOptions s;
@@ -256,6 +271,7 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   ClientConfig c;
   HUDDLE_RETURN_IF_ERROR(top.Optional("coordinator", &c.coordinator));
   HUDDLE_RETURN_IF_ERROR(top.Optional("client_id", &c.client_id));
+  HUDDLE_RETURN_IF_ERROR(ReadDevice(top, &c.device));
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));

@@ -35,6 +35,7 @@ struct JobConfig {
   // How `huddle run` feeds its local clients: one shard each of this data set.
   data::DataSpec client_data;
   int64_t local_clients = 10;
+  std::string client_device = "auto";  // `client: {device: ...}`, passed to each local client
   std::optional<SimulationOptions> simulation;
   ServerSecurity security;
   std::string log_level = "info";
@@ -54,6 +55,7 @@ struct ClientConfig {
   data::DataSpec data;
   client::RunnerOptions runner;
   std::string log_level = "info";
+  std::string device = "auto";  // auto | cpu | cuda[:N] (kernels::ParseDeviceRequest)
 };
 
 // Reads a client YAML; command-line flags are applied on top by the caller.

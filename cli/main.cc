@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   client->add_option("--server-key", kf.server_key,
                      "The coordinator's public key file, pinned (security.server_public_key)");
   client->add_option("--key", kf.key, "This client's secret key file (security.secret_key)");
+  client->add_option("--device", kf.device,
+                     "Where to train: auto (a GPU if one is usable), cpu, cuda or cuda:N");
   client->add_flag("--insecure", kf.insecure, "Plaintext, unauthenticated transport (debug only)");
 
   huddle::cli::RunFlags rf;

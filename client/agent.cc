@@ -132,6 +132,7 @@ privacy::NoiseSource& ClientAgent::noise() {
 StatusOr<models::TrainStats> ClientAgent::Train(uint64_t round, const wire::TrainConfig& config,
                                                 uint64_t seed, TensorList* params) {
   models::TrainOptions train = models::TrainOptionsFromWire(config);
+  train.backend = backend_;
   if (!config.dp_sgd) return models::TrainMlp(*model_, train, *data_, seed, params);
   models::DpSgdOptions dp;
   dp.noise_multiplier = config.dp_sgd->noise_multiplier;

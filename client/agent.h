@@ -47,6 +47,10 @@ class ClientAgent {
 
   wire::Message MakeJoin() const;
 
+  // Where local training runs (kernels/backend.h; not owned, must outlive the agent).
+  // nullptr, the default: the CPU.
+  void set_backend(kernels::Backend* backend) { backend_ = backend; }
+
   // Replies to one coordinator message. An error is fatal for the agent (e.g. the coordinator
   // speaks another protocol version); everything recoverable is logged and answered instead.
   StatusOr<std::vector<wire::Message>> Handle(const wire::Message& msg);
@@ -80,6 +84,7 @@ class ClientAgent {
   bool done_ = false;
   int64_t rounds_trained_ = 0;
   std::optional<privacy::NoiseSource> noise_;  // created on first use
+  kernels::Backend* backend_ = nullptr;        // not owned; nullptr = the CPU
   std::vector<privacy::DpEvent> dp_sgd_events_;
 
   // The update waiting for an upload grant.

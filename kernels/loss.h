@@ -12,6 +12,13 @@ struct LossTotals {
   int64_t correct = 0;    // rows whose argmax (first maximum on ties) equals the label
 };
 
+// The same totals kept in device memory by Backend::SoftmaxCrossEntropy, which adds into them so
+// that no batch waits for the host (kernels/backend.h).
+struct LossAccumulator {
+  double loss_sum = 0;  // Σ over rows of -log softmax(logits)[label]
+  int64_t correct = 0;  // rows whose argmax equals the label
+};
+
 // Softmax cross-entropy of logits[batch, classes] against labels[batch].
 //
 // Precondition (checked by the caller): 0 <= labels[r] < classes for every row.

@@ -7,12 +7,10 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <string>
 
-#include "kernels/activation.h"
-#include "kernels/dense.h"
+#include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
-#include "kernels/loss.h"
-#include "kernels/optimizer.h"
 #include "models/internal/mlp_workspace.h"
 
 namespace huddle::models {
@@ -20,70 +18,64 @@ namespace {
 
 using internal::MlpWorkspace;
 
-// sum of v[i]^2 in double; four accumulators break the add dependency chain.
-double SquaredNorm(const float* v, int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += double{v[i]} * v[i];
-    s1 += double{v[i + 1]} * v[i + 1];
-    s2 += double{v[i + 2]} * v[i + 2];
-    s3 += double{v[i + 3]} * v[i + 3];
-  }
-  for (; i < n; ++i) s0 += double{v[i]} * v[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
 // After ws.Forward(training=true) on `batch` >= 1 rows, whose dlogits are the gradient of the MEAN
 // loss (rows scaled by 1/batch): back-propagates into every ws.layer_grad(l) and writes each
-// row's per-example gradient norm (of its own loss, all parameters) into norms[0, batch).
-// Clobbers ws.grads() of layers >= 1 (DenseBackward always forms them; they are small next to
-// layer 0's, whose weight gradient is skipped).
-void BackwardToLayerGrads(MlpWorkspace& ws, const TensorList& params, int64_t batch,
-                          double* norms) {
+// row's squared per-example gradient norm of the MEAN loss (all parameters) into squared[0, batch)
+// (device memory; the per-example norm of its own loss is batch * sqrt(squared)). Clobbers the
+// gradients of layers >= 1 (DenseBackward always forms them; they are small next to layer 0's,
+// whose weight gradient is skipped).
+void BackwardToLayerGrads(MlpWorkspace& ws, int64_t batch, double* squared) {
+  kernels::Backend& backend = ws.backend();
   const size_t layers = ws.num_layers();
   for (size_t l = layers; l-- > 1;) {
     const kernels::DenseShape shape{batch, ws.width(l), ws.width(l + 1)};
     float* dinput = ws.layer_grad(l - 1);
-    kernels::DenseBackward(shape, ws.layer_output(l - 1), params[2 * l].data.data(),
-                           ws.layer_grad(l), ws.grads()[2 * l].data(), ws.grads()[2 * l + 1].data(),
-                           dinput);
-    kernels::ReluBackward(ws.layer_output(l - 1), dinput, batch * ws.width(l));
+    backend.DenseBackward(shape, ws.layer_output(l - 1), ws.param(2 * l), ws.layer_grad(l),
+                          ws.grad(2 * l), ws.grad(2 * l + 1), dinput);
+    backend.ReluBackward(ws.layer_output(l - 1), dinput, batch * ws.width(l));
   }
   // Layer l's per-example gradient is (d_i a_iᵀ, d_i): squared norm ||d_i||² (||a_i||² + 1).
-  for (int64_t i = 0; i < batch; ++i) {
-    double squared = 0;
-    for (size_t l = 0; l < layers; ++l) {
-      const int64_t in = ws.width(l), out = ws.width(l + 1);
-      const float* a = l == 0 ? ws.input() + i * in : ws.layer_output(l - 1) + i * in;
-      squared += SquaredNorm(ws.layer_grad(l) + i * out, out) * (SquaredNorm(a, in) + 1.0);
-    }
-    norms[i] = static_cast<double>(batch) * std::sqrt(squared);  // undo the 1/batch of the mean
+  backend.Zero(squared, batch * static_cast<int64_t>(sizeof(double)));
+  for (size_t l = 0; l < layers; ++l) {
+    const float* a = l == 0 ? ws.input() : ws.layer_output(l - 1);
+    backend.AddGhostSquaredNorms(a, ws.width(l), ws.layer_grad(l), ws.width(l + 1), batch,
+                                 squared);
   }
 }
 
 // Turns the layer gradients left by BackwardToLayerGrads into the sum over the batch of the
-// per-example gradients clipped to clip_norm, in ws.grads(): every row of every layer gradient is
-// scaled by batch * min(1, clip_norm / norm) (batch undoes the mean's 1/batch), then one
+// per-example gradients clipped to clip_norm, in ws.grad(): every row of every layer gradient is
+// scaled by batch * min(1, clip_norm / norm_i) (batch undoes the mean's 1/batch), then one
 // weight-gradient GEMM per layer.
-void ClippedGradientSum(MlpWorkspace& ws, const TensorList& params, int64_t batch,
-                        const double* norms, double clip_norm) {
-  const size_t layers = ws.num_layers();
-  for (int64_t i = 0; i < batch; ++i) {
-    const double clip = norms[i] > clip_norm ? clip_norm / norms[i] : 1.0;
-    const auto factor = static_cast<float>(static_cast<double>(batch) * clip);
-    for (size_t l = 0; l < layers; ++l) {
-      const int64_t out = ws.width(l + 1);
-      float* d = ws.layer_grad(l) + i * out;
-      for (int64_t k = 0; k < out; ++k) d[k] *= factor;
-    }
-  }
-  for (size_t l = 0; l < layers; ++l) {
+void ClippedGradientSum(MlpWorkspace& ws, int64_t batch, const double* squared, double clip_norm,
+                        float* factors) {
+  kernels::Backend& backend = ws.backend();
+  const auto b = static_cast<double>(batch);
+  backend.ClipFactors(squared, batch, {b, clip_norm, b}, factors);
+  for (size_t l = 0; l < ws.num_layers(); ++l) {
+    backend.ScaleRows(ws.layer_grad(l), batch, ws.width(l + 1), factors);
     const kernels::DenseShape shape{batch, ws.width(l), ws.width(l + 1)};
     const float* input = l == 0 ? ws.input() : ws.layer_output(l - 1);
-    kernels::DenseBackward(shape, input, params[2 * l].data.data(), ws.layer_grad(l),
-                           ws.grads()[2 * l].data(), ws.grads()[2 * l + 1].data(), nullptr);
+    backend.DenseBackward(shape, input, ws.param(2 * l), ws.layer_grad(l), ws.grad(2 * l),
+                          ws.grad(2 * l + 1), nullptr);
   }
+}
+
+// A ChaCha20 key for the device noise stream, drawn from `noise` (private when it is).
+kernels::NoiseKey DrawNoiseKey(privacy::NoiseSource& noise) {
+  kernels::NoiseKey key;
+  for (int w = 0; w < 8; w += 2) {
+    const uint64_t bits = noise.NextU64();
+    key.words[w] = static_cast<uint32_t>(bits);
+    key.words[w + 1] = static_cast<uint32_t>(bits >> 32);
+  }
+  return key;
+}
+
+Status Diverged(int64_t step, double learning_rate, const std::string& what) {
+  return absl::FailedPreconditionError(absl::StrCat("training diverged: ", what, " at step ", step,
+                                                    " (learning_rate ", learning_rate,
+                                                    " is probably too high)"));
 }
 
 Status CheckDpOptions(const DpSgdOptions& dp, int64_t n) {
@@ -168,67 +160,95 @@ StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& opti
   const int64_t steps = std::max<int64_t>(1, static_cast<int64_t>(rounded));
 
   kernels::FlushDenormalsScope flush_denormals;
+  std::unique_ptr<kernels::Backend> owned;
+  kernels::Backend& backend = internal::BackendFor(options, &owned);
+  // The CPU adds the exact discrete Gaussian of privacy/noise.h to the gradients in host memory; a
+  // GPU adds kernels/noise_stream.h's Gaussian (ChaCha20 keyed from `noise`) in device memory.
+  const bool host_noise = backend.kind() == kernels::DeviceKind::kCpu;
   // Room for the sampled batch in all but ~1e-9 of steps (6 standard deviations and slack); a
   // larger sample grows the buffers: a sample is never truncated, which would void the guarantee.
   const auto cap =
       static_cast<int64_t>(static_cast<double>(m) + 6.0 * std::sqrt(static_cast<double>(m)) + 16.0);
-  MlpWorkspace workspace(spec, std::min(cap, n), /*training=*/true);
+  int64_t capacity = std::min(cap, n);
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
+                          MlpWorkspace::Create(backend, spec, capacity, /*training=*/true));
+  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  ws->UploadParams(*params);
+  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer squared,
+                          backend.Allocate(n * static_cast<int64_t>(sizeof(double))));
+  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer factors,
+                          backend.Allocate(n * static_cast<int64_t>(sizeof(float))));
+  const kernels::NoiseKey key = add_noise && !host_noise ? DrawNoiseKey(noise) : kernels::NoiseKey{};
+  uint64_t noise_offset = 0;
+  const double stddev = dp.noise_multiplier * dp.clip_norm;
   const kernels::SgdHyper hyper{static_cast<float>(options.learning_rate),
                                 static_cast<float>(options.momentum),
                                 static_cast<float>(options.weight_decay)};
+  // Divergence shows in the running loss; it is read (one wait) about once per pass over the data.
+  const int64_t check_every = std::max<int64_t>(1, n / m);
   std::vector<int64_t> rows;
-  rows.reserve(static_cast<size_t>(workspace.capacity()));
-  std::vector<double> norms(static_cast<size_t>(workspace.capacity()));
-  double loss_sum = 0.0;
-  int64_t correct = 0;
+  rows.reserve(static_cast<size_t>(capacity));
   DpSgdStats stats;
+  kernels::LossAccumulator totals;
   for (int64_t step = 0; step < steps; ++step) {
     SamplePoissonBatch(n, m, noise, &rows);
     const auto batch = static_cast<int64_t>(rows.size());
-    if (batch > workspace.capacity()) {
-      workspace.Reserve(batch);
-      norms.resize(static_cast<size_t>(batch));
+    if (batch > capacity) {
+      HUDDLE_RETURN_IF_ERROR(ws->Reserve(batch));
+      capacity = batch;
     }
     if (batch == 0) {
-      for (auto& g : workspace.grads()) std::fill(g.begin(), g.end(), 0.0f);
-    } else {
-      workspace.Gather(data, rows, 0, batch);
-      const kernels::LossTotals totals = workspace.Forward(*params, batch, /*training=*/true);
-      if (!std::isfinite(totals.loss_sum)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("training diverged: non-finite loss at step ", step, " (learning_rate ",
-                         options.learning_rate, " is probably too high)"));
+      for (size_t i = 0; i < ws->num_params(); ++i) {
+        backend.Zero(ws->grad(i), ws->param_size(i) * static_cast<int64_t>(sizeof(float)));
       }
-      BackwardToLayerGrads(workspace, *params, batch, norms.data());
-      ClippedGradientSum(workspace, *params, batch, norms.data(), dp.clip_norm);
-      loss_sum += totals.loss_sum;
-      correct += totals.correct;
+    } else {
+      HUDDLE_RETURN_IF_ERROR(ws->SetOrder(rows));
+      ws->Gather(0, batch);
+      ws->Forward(batch, /*training=*/true);
+      BackwardToLayerGrads(*ws, batch, squared.as<double>());
+      ClippedGradientSum(*ws, batch, squared.as<double>(), dp.clip_norm, factors.as<float>());
       stats.train.examples += batch;
     }
-    for (auto& g : workspace.grads()) {
-      if (FirstNonFinite(g) >= 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("training diverged: non-finite clipped gradient sum at step ", step,
-                         " (learning_rate ", options.learning_rate, " is probably too high)"));
+    // Noise, then the division by the expected batch size (the realized size is secret).
+    const auto divisor = static_cast<double>(m);
+    for (size_t i = 0; i < ws->num_params(); ++i) {
+      const int64_t size = ws->param_size(i);
+      if (!host_noise) {
+        backend.AddGaussianNoise(key, noise_offset, add_noise ? stddev : 0.0, divisor, ws->grad(i),
+                                 size);
+        noise_offset += static_cast<uint64_t>(size);
+        continue;
       }
-    }
-    for (auto& g : workspace.grads()) {
+      const std::span<float> g(ws->grad(i), static_cast<size_t>(size));
+      if (FirstNonFinite(g) >= 0) {
+        return Diverged(step, options.learning_rate, "non-finite clipped gradient sum");
+      }
       if (add_noise) {
         const Status noised = privacy::AddDiscreteGaussianNoise(g, grid, noise);
-        if (!noised.ok()) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("training diverged at step ", step, ": ", noised.message()));
-        }
+        if (!noised.ok()) return Diverged(step, options.learning_rate, std::string(noised.message()));
       }
-      // Divide by the expected batch size: the realized size is secret. Rounded once.
-      for (float& v : g) v = static_cast<float>(static_cast<double>(v) / static_cast<double>(m));
+      for (float& v : g) v = static_cast<float>(static_cast<double>(v) / divisor);
     }
-    workspace.Step(hyper, params);
+    HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
     ++stats.train.steps;
+    if ((step + 1) % check_every == 0 || step + 1 == steps) {
+      HUDDLE_ASSIGN_OR_RETURN(totals, ws->ReadTotals());
+      if (!std::isfinite(totals.loss_sum)) {
+        HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
+        return Diverged(step, options.learning_rate, "non-finite loss");
+      }
+    }
+  }
+  HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
+  for (const Tensor& t : *params) {
+    if (FirstNonFinite(t.data) >= 0) {
+      return Diverged(steps - 1, options.learning_rate, "non-finite parameters");
+    }
   }
   if (stats.train.examples > 0) {
-    stats.train.loss = loss_sum / static_cast<double>(stats.train.examples);
-    stats.train.accuracy = static_cast<double>(correct) / static_cast<double>(stats.train.examples);
+    stats.train.loss = totals.loss_sum / static_cast<double>(stats.train.examples);
+    stats.train.accuracy =
+        static_cast<double>(totals.correct) / static_cast<double>(stats.train.examples);
   }
   stats.train.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
   stats.steps = stats.train.steps;
@@ -247,17 +267,26 @@ StatusOr<std::vector<double>> PerExampleGradientNorms(const MlpSpec& spec, const
   }
   HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, params, data));
   kernels::FlushDenormalsScope flush_denormals;
+  std::unique_ptr<kernels::Backend> backend = kernels::OpenCpuBackend();
   const int64_t n = data.size();
   const int64_t max_batch = std::min(batch_size, n);
-  MlpWorkspace workspace(spec, max_batch, /*training=*/true);
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
+                          MlpWorkspace::Create(*backend, spec, max_batch, /*training=*/true));
+  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  ws->UploadParams(params);
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
+  HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
   std::vector<double> norms(static_cast<size_t>(n));
   for (int64_t begin = 0; begin < n; begin += max_batch) {
     const int64_t batch = std::min(max_batch, n - begin);
-    workspace.Gather(data, order, begin, batch);
-    workspace.Forward(params, batch, /*training=*/true);
-    BackwardToLayerGrads(workspace, params, batch, norms.data() + begin);
+    ws->Gather(begin, batch);
+    ws->Forward(batch, /*training=*/true);
+    double* squared = norms.data() + begin;  // host memory is the CPU backend's memory
+    BackwardToLayerGrads(*ws, batch, squared);
+    for (int64_t i = 0; i < batch; ++i) {
+      squared[i] = static_cast<double>(batch) * std::sqrt(squared[i]);  // undo the mean's 1/batch
+    }
   }
   return norms;
 }

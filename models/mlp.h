@@ -25,6 +25,10 @@
 #include "common/tensor.h"
 #include "data/dataset.h"
 
+namespace huddle::kernels {
+class Backend;
+}
+
 namespace huddle::models {
 
 struct MlpSpec {
@@ -56,6 +60,9 @@ struct TrainOptions {
   double momentum = 0.0;         // in [0, 1); 0 = plain SGD
   double weight_decay = 0.0;     // L2 coefficient, >= 0
   const Clock* clock = nullptr;  // times TrainStats::seconds; nullptr = SteadyClock
+  // Where the arithmetic runs (kernels/backend.h; not owned). nullptr = a CPU backend made for the
+  // call. On a GPU the model and the data are copied to the device once per call and back once.
+  kernels::Backend* backend = nullptr;
 };
 
 // Averages over every example seen during training (loss and accuracy of each minibatch are taken
@@ -87,6 +94,7 @@ struct EvalStats {
 // Loss and accuracy of `params` on every row of `data`, in batches of batch_size (>= 1; affects
 // only speed and memory). Errors as for TrainMlp.
 StatusOr<EvalStats> EvaluateMlp(const MlpSpec& spec, const TensorList& params,
-                                const data::DatasetView& data, int64_t batch_size = 1000);
+                                const data::DatasetView& data, int64_t batch_size = 1000,
+                                kernels::Backend* backend = nullptr);
 
 }  // namespace huddle::models

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "common/rng.h"
+#include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
@@ -16,6 +17,16 @@ using internal::CheckModelAndData;
 using internal::CheckTrainOptions;
 using internal::MlpWorkspace;
 
+namespace {
+
+Status Diverged(int64_t epoch, double learning_rate) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("training diverged: non-finite loss in epoch ", epoch, " (learning_rate ",
+                   learning_rate, " is probably too high)"));
+}
+
+}  // namespace
+
 StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
                               const data::DatasetView& data, uint64_t seed, TensorList* params) {
   const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
@@ -25,45 +36,52 @@ StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
   HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, *params, data));
 
   kernels::FlushDenormalsScope flush_denormals;
+  std::unique_ptr<kernels::Backend> owned;
+  kernels::Backend& backend = internal::BackendFor(options, &owned);
   const int64_t n = data.size();
   const int64_t max_batch = std::min(options.batch_size, n);
-  MlpWorkspace workspace(spec, max_batch, /*training=*/true);
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
+                          MlpWorkspace::Create(backend, spec, max_batch, /*training=*/true));
+  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  ws->UploadParams(*params);
   const kernels::SgdHyper hyper{static_cast<float>(options.learning_rate),
                                 static_cast<float>(options.momentum),
                                 static_cast<float>(options.weight_decay)};
   std::vector<int64_t> order(static_cast<size_t>(n));
-  double loss_sum = 0.0;
-  int64_t correct = 0;
   TrainStats stats;
+  kernels::LossAccumulator totals;
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), int64_t{0});
     Rng rng(DeriveSeed(seed, static_cast<uint64_t>(epoch)));
     rng.Shuffle(order);
+    HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
     for (int64_t begin = 0; begin < n; begin += max_batch) {
       const int64_t batch = std::min(max_batch, n - begin);
-      workspace.Gather(data, order, begin, batch);
-      const kernels::LossTotals totals = workspace.Forward(*params, batch, /*training=*/true);
-      if (!std::isfinite(totals.loss_sum)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "training diverged: non-finite loss at epoch ", epoch, " step ", stats.steps,
-            " (learning_rate ", options.learning_rate, " is probably too high)"));
-      }
-      workspace.Backward(*params, batch);
-      workspace.Step(hyper, params);
-      loss_sum += totals.loss_sum;
-      correct += totals.correct;
+      ws->Gather(begin, batch);
+      ws->Forward(batch, /*training=*/true);
+      ws->Backward(batch);
+      HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
       ++stats.steps;
     }
+    // One wait per epoch: a non-finite loss stays non-finite in the running sum.
+    HUDDLE_ASSIGN_OR_RETURN(totals, ws->ReadTotals());
+    if (!std::isfinite(totals.loss_sum)) {
+      // The diverged values are still handed back, as documented.
+      HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
+      return Diverged(epoch, options.learning_rate);
+    }
   }
+  HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
   stats.examples = n * options.epochs;
-  stats.loss = loss_sum / static_cast<double>(stats.examples);
-  stats.accuracy = static_cast<double>(correct) / static_cast<double>(stats.examples);
+  stats.loss = totals.loss_sum / static_cast<double>(stats.examples);
+  stats.accuracy = static_cast<double>(totals.correct) / static_cast<double>(stats.examples);
   stats.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
   return stats;
 }
 
 StatusOr<EvalStats> EvaluateMlp(const MlpSpec& spec, const TensorList& params,
-                                const data::DatasetView& data, int64_t batch_size) {
+                                const data::DatasetView& data, int64_t batch_size,
+                                kernels::Backend* backend) {
   if (batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));
@@ -71,24 +89,29 @@ StatusOr<EvalStats> EvaluateMlp(const MlpSpec& spec, const TensorList& params,
   HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, params, data));
 
   kernels::FlushDenormalsScope flush_denormals;
+  TrainOptions on;
+  on.backend = backend;
+  std::unique_ptr<kernels::Backend> owned;
+  kernels::Backend& device = internal::BackendFor(on, &owned);
   const int64_t n = data.size();
   const int64_t max_batch = std::min(batch_size, n);
-  MlpWorkspace workspace(spec, max_batch, /*training=*/false);
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
+                          MlpWorkspace::Create(device, spec, max_batch, /*training=*/false));
+  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  ws->UploadParams(params);
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
-  double loss_sum = 0.0;
-  int64_t correct = 0;
+  HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
   for (int64_t begin = 0; begin < n; begin += max_batch) {
     const int64_t batch = std::min(max_batch, n - begin);
-    workspace.Gather(data, order, begin, batch);
-    const kernels::LossTotals totals = workspace.Forward(params, batch, /*training=*/false);
-    loss_sum += totals.loss_sum;
-    correct += totals.correct;
+    ws->Gather(begin, batch);
+    ws->Forward(batch, /*training=*/false);
   }
+  HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
   EvalStats stats;
   stats.examples = n;
-  stats.loss = loss_sum / static_cast<double>(n);
-  stats.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  stats.loss = totals.loss_sum / static_cast<double>(n);
+  stats.accuracy = static_cast<double>(totals.correct) / static_cast<double>(n);
   return stats;
 }
 

@@ -15,7 +15,7 @@ BUILD_DIR=build scripts/build.sh -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=ON
 if [ "${HUDDLE_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== ASan + UBSan =="
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh \
-    -DHUDDLE_SANITIZE=ON -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=OFF
+    -DHUDDLE_SANITIZE=ON -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=OFF -DHUDDLE_ENABLE_CUDA=OFF
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 600)
 fi

@@ -4,84 +4,198 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/activation.h"
-#include "kernels/dense.h"
 
 namespace huddle::models::internal {
 
-MlpWorkspace::MlpWorkspace(const MlpSpec& spec, int64_t max_batch, bool training)
-    : training_(training) {
+MlpWorkspace::MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool training)
+    : backend_(&backend), training_(training) {
   widths_ = {spec.input_dim};
   widths_.insert(widths_.end(), spec.hidden.begin(), spec.hidden.end());
   widths_.push_back(spec.num_classes);
-  const size_t layers = widths_.size() - 1;
-  acts_.resize(layers);
-  if (training) {
-    dacts_.resize(layers);
-    for (size_t l = 0; l < layers; ++l) {
-      grads_.emplace_back(static_cast<size_t>(widths_[l + 1] * widths_[l]));
-      grads_.emplace_back(static_cast<size_t>(widths_[l + 1]));
+  for (size_t l = 0; l + 1 < widths_.size(); ++l) {
+    sizes_.push_back(widths_[l + 1] * widths_[l]);
+    sizes_.push_back(widths_[l + 1]);
+  }
+}
+
+StatusOr<std::unique_ptr<MlpWorkspace>> MlpWorkspace::Create(kernels::Backend& backend,
+                                                             const MlpSpec& spec,
+                                                             int64_t max_batch, bool training) {
+  std::unique_ptr<MlpWorkspace> ws(new MlpWorkspace(backend, spec, training));
+  for (int64_t size : ws->sizes_) {
+    HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer p,
+                            backend.Allocate(size * static_cast<int64_t>(sizeof(float))));
+    ws->params_.push_back(std::move(p));
+    if (training) {
+      HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer g,
+                              backend.Allocate(size * static_cast<int64_t>(sizeof(float))));
+      ws->grads_.push_back(std::move(g));
     }
   }
-  Reserve(max_batch);
+  HUDDLE_ASSIGN_OR_RETURN(ws->totals_, backend.Allocate(sizeof(kernels::LossAccumulator)));
+  ws->ResetTotals();
+  ws->acts_.resize(ws->num_layers());
+  if (training) ws->dacts_.resize(ws->num_layers());
+  HUDDLE_RETURN_IF_ERROR(ws->Reserve(max_batch));
+  return ws;
 }
 
-void MlpWorkspace::Reserve(int64_t max_batch) {
-  if (max_batch <= capacity_) return;
-  capacity_ = max_batch;
-  x_.resize(static_cast<size_t>(max_batch * widths_[0]));
-  labels_.resize(static_cast<size_t>(max_batch));
+Status MlpWorkspace::Reserve(int64_t max_batch) {
+  if (max_batch <= capacity_) return absl::OkStatus();
+  constexpr auto kFloat = static_cast<int64_t>(sizeof(float));
+  HUDDLE_ASSIGN_OR_RETURN(x_, backend_->Allocate(max_batch * widths_[0] * kFloat));
+  HUDDLE_ASSIGN_OR_RETURN(labels_,
+                          backend_->Allocate(max_batch * static_cast<int64_t>(sizeof(int32_t))));
   for (size_t l = 0; l < num_layers(); ++l) {
-    acts_[l].resize(static_cast<size_t>(max_batch * widths_[l + 1]));
-    if (training_) dacts_[l].resize(static_cast<size_t>(max_batch * widths_[l + 1]));
+    HUDDLE_ASSIGN_OR_RETURN(acts_[l], backend_->Allocate(max_batch * widths_[l + 1] * kFloat));
+    if (training_) {
+      HUDDLE_ASSIGN_OR_RETURN(dacts_[l], backend_->Allocate(max_batch * widths_[l + 1] * kFloat));
+    }
+  }
+  capacity_ = max_batch;
+  return absl::OkStatus();
+}
+
+void MlpWorkspace::UploadParams(const TensorList& params) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    backend_->CopyToDevice(param(i), params[i].data.data(),
+                           sizes_[i] * static_cast<int64_t>(sizeof(float)));
   }
 }
 
-void MlpWorkspace::Gather(const data::DatasetView& view, const std::vector<int64_t>& order,
-                          int64_t begin, int64_t count) {
+Status MlpWorkspace::DownloadParams(TensorList* params) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    HUDDLE_RETURN_IF_ERROR(backend_->CopyToHost((*params)[i].data.data(), param(i),
+                                                sizes_[i] * static_cast<int64_t>(sizeof(float))));
+  }
+  return absl::OkStatus();
+}
+
+Status MlpWorkspace::LoadData(const data::DatasetView& view) {
   const data::Dataset& base = *view.base;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t row = view.row(order[static_cast<size_t>(begin + i)]);
-    const float* src = base.row_features(row);
-    std::copy(src, src + widths_[0], x_.begin() + i * widths_[0]);
-    labels_[static_cast<size_t>(i)] = base.labels[static_cast<size_t>(row)];
+  if (backend_->kind() == kernels::DeviceKind::kCpu) {
+    // Host memory is the CPU backend's device memory: read the dataset in place.
+    features_ = base.features.data();
+    data_labels_ = base.labels.data();
+    view_rows_ = view.indices;
+    return absl::OkStatus();
   }
+  const int64_t n = view.size(), dim = base.feature_dim;
+  HUDDLE_ASSIGN_OR_RETURN(data_features_buffer_,
+                          backend_->Allocate(n * dim * static_cast<int64_t>(sizeof(float))));
+  HUDDLE_ASSIGN_OR_RETURN(data_labels_buffer_,
+                          backend_->Allocate(n * static_cast<int64_t>(sizeof(int32_t))));
+  if (view.indices.empty()) {
+    backend_->CopyToDevice(data_features_buffer_.data(), base.features.data(),
+                           n * dim * static_cast<int64_t>(sizeof(float)));
+    backend_->CopyToDevice(data_labels_buffer_.data(), base.labels.data(),
+                           n * static_cast<int64_t>(sizeof(int32_t)));
+  } else {
+    // Gathered on the host in slices, uploaded in view order.
+    constexpr int64_t kSliceRows = 1024;
+    std::vector<float> features;
+    std::vector<int32_t> labels;
+    for (int64_t begin = 0; begin < n; begin += kSliceRows) {
+      const int64_t count = std::min(kSliceRows, n - begin);
+      features.resize(static_cast<size_t>(count * dim));
+      labels.resize(static_cast<size_t>(count));
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t row = view.row(begin + k);
+        std::copy(base.row_features(row), base.row_features(row) + dim,
+                  features.begin() + k * dim);
+        labels[static_cast<size_t>(k)] = base.labels[static_cast<size_t>(row)];
+      }
+      backend_->CopyToDevice(data_features_buffer_.as<float>() + begin * dim, features.data(),
+                             count * dim * static_cast<int64_t>(sizeof(float)));
+      backend_->CopyToDevice(data_labels_buffer_.as<int32_t>() + begin, labels.data(),
+                             count * static_cast<int64_t>(sizeof(int32_t)));
+    }
+  }
+  features_ = data_features_buffer_.as<float>();
+  data_labels_ = data_labels_buffer_.as<int32_t>();
+  view_rows_.clear();
+  return absl::OkStatus();
 }
 
-kernels::LossTotals MlpWorkspace::Forward(const TensorList& params, int64_t batch, bool training) {
-  const float* input = x_.data();
+Status MlpWorkspace::SetOrder(const std::vector<int64_t>& positions) {
+  const auto count = static_cast<int64_t>(positions.size());
+  if (count > order_capacity_) {
+    HUDDLE_ASSIGN_OR_RETURN(order_,
+                            backend_->Allocate(count * static_cast<int64_t>(sizeof(int64_t))));
+    order_capacity_ = count;
+  }
+  const int64_t* rows = positions.data();
+  if (!view_rows_.empty()) {
+    order_host_.resize(positions.size());
+    for (size_t k = 0; k < positions.size(); ++k) {
+      order_host_[k] = view_rows_[static_cast<size_t>(positions[k])];
+    }
+    rows = order_host_.data();
+  }
+  backend_->CopyToDevice(order_.data(), rows, count * static_cast<int64_t>(sizeof(int64_t)));
+  return absl::OkStatus();
+}
+
+void MlpWorkspace::Gather(int64_t begin, int64_t count) {
+  backend_->GatherRows(features_, data_labels_, widths_[0], order_.as<int64_t>() + begin, count,
+                       x_.as<float>(), labels_.as<int32_t>());
+}
+
+void MlpWorkspace::Forward(int64_t batch, bool training) {
+  const float* input = x_.as<float>();
   for (size_t l = 0; l < num_layers(); ++l) {
     const kernels::DenseShape shape{batch, widths_[l], widths_[l + 1]};
-    float* out = acts_[l].data();
-    kernels::DenseForward(shape, input, params[2 * l].data.data(), params[2 * l + 1].data.data(),
-                          out);
-    if (l + 1 < num_layers()) kernels::ReluForward(out, batch * widths_[l + 1]);
+    float* out = layer_output(l);
+    backend_->DenseForward(shape, input, param(2 * l), param(2 * l + 1), out);
+    if (l + 1 < num_layers()) backend_->ReluForward(out, batch * widths_[l + 1]);
     input = out;
   }
-  return kernels::SoftmaxCrossEntropy(acts_.back().data(), labels_.data(), batch, widths_.back(),
-                                      training ? dacts_.back().data() : nullptr);
+  backend_->SoftmaxCrossEntropy(layer_output(num_layers() - 1), labels_.as<int32_t>(), batch,
+                                widths_.back(),
+                                training ? layer_grad(num_layers() - 1) : nullptr,
+                                totals_.as<kernels::LossAccumulator>());
 }
 
-void MlpWorkspace::Backward(const TensorList& params, int64_t batch) {
+void MlpWorkspace::Backward(int64_t batch) {
   for (size_t l = num_layers(); l-- > 0;) {
     const kernels::DenseShape shape{batch, widths_[l], widths_[l + 1]};
-    const float* input = l == 0 ? x_.data() : acts_[l - 1].data();
-    float* dinput = l == 0 ? nullptr : dacts_[l - 1].data();
-    kernels::DenseBackward(shape, input, params[2 * l].data.data(), dacts_[l].data(),
-                           grads_[2 * l].data(), grads_[2 * l + 1].data(), dinput);
-    if (dinput != nullptr) kernels::ReluBackward(acts_[l - 1].data(), dinput, batch * widths_[l]);
+    const float* input = l == 0 ? x_.as<float>() : layer_output(l - 1);
+    float* dinput = l == 0 ? nullptr : layer_grad(l - 1);
+    backend_->DenseBackward(shape, input, param(2 * l), layer_grad(l), grad(2 * l),
+                            grad(2 * l + 1), dinput);
+    if (dinput != nullptr) backend_->ReluBackward(layer_output(l - 1), dinput, batch * widths_[l]);
   }
 }
 
-void MlpWorkspace::Step(const kernels::SgdHyper& hyper, TensorList* params) {
+Status MlpWorkspace::Step(const kernels::SgdHyper& hyper) {
   if (hyper.momentum != 0.0f && velocity_.empty()) {
-    for (const auto& g : grads_) velocity_.emplace_back(g.size(), 0.0f);
+    for (int64_t size : sizes_) {
+      HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer v,
+                              backend_->Allocate(size * static_cast<int64_t>(sizeof(float))));
+      backend_->Zero(v.data(), v.bytes());
+      velocity_.push_back(std::move(v));
+    }
   }
-  for (size_t i = 0; i < params->size(); ++i) {
-    float* velocity = velocity_.empty() ? nullptr : velocity_[i].data();
-    kernels::SgdStep(hyper, grads_[i].data(), (*params)[i].data.data(), velocity,
-                     static_cast<int64_t>(grads_[i].size()));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    float* velocity = velocity_.empty() ? nullptr : velocity_[i].as<float>();
+    backend_->SgdStep(hyper, grad(i), param(i), velocity, sizes_[i]);
   }
+  return absl::OkStatus();
+}
+
+StatusOr<kernels::LossAccumulator> MlpWorkspace::ReadTotals() {
+  kernels::LossAccumulator totals;
+  HUDDLE_RETURN_IF_ERROR(backend_->CopyToHost(&totals, totals_.data(), sizeof totals));
+  return totals;
+}
+
+void MlpWorkspace::ResetTotals() { backend_->Zero(totals_.data(), totals_.bytes()); }
+
+kernels::Backend& BackendFor(const TrainOptions& options,
+                             std::unique_ptr<kernels::Backend>* owned) {
+  if (options.backend != nullptr) return *options.backend;
+  *owned = kernels::OpenCpuBackend();
+  return **owned;
 }
 
 Status CheckTrainOptions(const TrainOptions& o) {

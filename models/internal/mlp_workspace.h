@@ -1,74 +1,109 @@
-// Internal to models/: the forward/backward buffers and input checks that TrainMlp, EvaluateMlp
-// and TrainMlpDpSgd share. Not part of the public API (include models/mlp.h or models/dp_sgd.h).
+// Internal to models/: the device buffers, forward/backward passes and input checks that TrainMlp,
+// EvaluateMlp and TrainMlpDpSgd share. Not part of the public API (include models/mlp.h or
+// models/dp_sgd.h).
 //
-// Thread-safety: an MlpWorkspace is used by one thread at a time; the free functions are
-// stateless.
+// Everything runs on one kernels::Backend (the CPU or a GPU): the model is uploaded once
+// (UploadParams), trained in device memory, and downloaded once (DownloadParams); the data are made
+// device-addressable once per call (LoadData); the minibatch rows of an epoch travel in one copy
+// (SetOrder). Loss totals accumulate on the device and are read when the caller chooses
+// (ReadTotals, one wait), so the inner loop never waits for the host.
+//
+// Layer l maps width(l) -> width(l + 1) with parameters param(2l) (weight [out, in]) and
+// param(2l + 1) (bias [out]); MlpLayout order.
+// Thread-safety: an MlpWorkspace is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
 #include "common/tensor.h"
 #include "data/dataset.h"
+#include "kernels/backend.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "models/mlp.h"
 
 namespace huddle::models::internal {
 
-// Buffers for one training or evaluation call, sized for a maximum batch (growable with Reserve).
-// Layer l maps width(l) -> width(l + 1) with parameters params[2l] (weight) and params[2l + 1]
-// (bias). Every method that takes `params` requires CheckParams(spec, params).ok() for the spec
-// the workspace was built with, and `batch` in [1, capacity()].
 class MlpWorkspace {
  public:
-  // `training` also allocates the gradient buffers. max_batch >= 1.
-  MlpWorkspace(const MlpSpec& spec, int64_t max_batch, bool training);
+  // Buffers on `backend` (not owned; it must outlive the workspace) for a batch of up to
+  // max_batch >= 1 rows; `training` also allocates the gradient buffers. ResourceExhausted when
+  // the device is short of memory. Precondition: ValidateMlpSpec(spec).ok().
+  static StatusOr<std::unique_ptr<MlpWorkspace>> Create(kernels::Backend& backend,
+                                                        const MlpSpec& spec, int64_t max_batch,
+                                                        bool training);
 
-  size_t num_layers() const { return acts_.size(); }
+  kernels::Backend& backend() const { return *backend_; }
+  size_t num_layers() const { return widths_.size() - 1; }
   // Boundary widths: width(0) = input_dim, ..., width(num_layers()) = num_classes.
   int64_t width(size_t i) const { return widths_[i]; }
-  // The largest batch the buffers hold.
   int64_t capacity() const { return capacity_; }
-  // Grows the batch buffers to hold max_batch rows (never shrinks). Gradients and momentum are
-  // kept; the contents of the batch buffers are not.
-  void Reserve(int64_t max_batch);
+  // Grows the batch buffers to max_batch rows (never shrinks); their contents are not kept.
+  Status Reserve(int64_t max_batch);
 
-  // Copies the view rows order[begin, begin + count) into the input and label buffers.
-  // count <= capacity(); the rows must be valid for the view.
-  void Gather(const data::DatasetView& view, const std::vector<int64_t>& order, int64_t begin,
-              int64_t count);
+  // Parameters: one upload before training, one download after (which waits).
+  // Precondition: CheckParams(spec, params).ok().
+  void UploadParams(const TensorList& params);
+  Status DownloadParams(TensorList* params);
 
-  // Forward pass over the gathered batch; with training, also writes dLoss/dlogits (of the mean
-  // loss over the batch) into layer_grad(num_layers() - 1).
-  kernels::LossTotals Forward(const TensorList& params, int64_t batch, bool training);
+  // Makes the rows of `view` addressable by Gather (for a GPU: one upload of the view's rows; the
+  // CPU reads the caller's dataset in place, which must then outlive the workspace). Precondition:
+  // CheckModelAndData passed for the view.
+  Status LoadData(const data::DatasetView& view);
+  // Sets the rows Gather reads: positions[k] is a row of the loaded view (one copy to the device).
+  Status SetOrder(const std::vector<int64_t>& positions);
+  // Copies the rows order[begin, begin + count) into the input and label buffers.
+  void Gather(int64_t begin, int64_t count);
 
-  // Backward pass after Forward(training=true): fills grads() for every parameter.
-  void Backward(const TensorList& params, int64_t batch);
+  // Forward pass over the gathered batch, adding the loss totals into the device accumulator;
+  // with training, also writes dLoss/dlogits (of the batch's mean loss) into layer_grad(last).
+  void Forward(int64_t batch, bool training);
+  // Backward pass after Forward(training=true): fills grad(i) for every parameter.
+  void Backward(int64_t batch);
+  // One SGD step on every parameter from grad(i). Momentum buffers are zeroed on first use.
+  Status Step(const kernels::SgdHyper& hyper);
 
-  // One SGD step on every parameter from grads(). Momentum buffers are allocated on first use.
-  void Step(const kernels::SgdHyper& hyper, TensorList* params);
+  // The loss totals accumulated since the last reset (waits for the device).
+  StatusOr<kernels::LossAccumulator> ReadTotals();
+  void ResetTotals();
 
-  // Raw buffers, for trainers that run their own backward pass (DP-SGD). Row-major, batch rows.
-  const float* input() const { return x_.data(); }  // [batch, width(0)]
+  // Raw device buffers, for trainers that run their own backward pass (DP-SGD). Row-major.
+  const float* input() const { return x_.as<float>(); }  // [batch, width(0)]
   // Output of layer l after Forward (post-ReLU for hidden layers, logits for the last).
-  const float* layer_output(size_t l) const { return acts_[l].data(); }  // [batch, width(l + 1)]
-  // dLoss/d layer_output(l) (training only).
-  float* layer_grad(size_t l) { return dacts_[l].data(); }  // [batch, width(l + 1)]
-  // dLoss/d params[i], in MlpLayout order (training only).
-  std::vector<std::vector<float>>& grads() { return grads_; }
+  float* layer_output(size_t l) const { return acts_[l].as<float>(); }  // [batch, width(l + 1)]
+  float* layer_grad(size_t l) const { return dacts_[l].as<float>(); }   // dLoss/d layer_output(l)
+  size_t num_params() const { return sizes_.size(); }
+  int64_t param_size(size_t i) const { return sizes_[i]; }
+  float* param(size_t i) const { return params_[i].as<float>(); }
+  float* grad(size_t i) const { return grads_[i].as<float>(); }  // training only
 
  private:
-  std::vector<int64_t> widths_;               // input_dim, hidden..., num_classes
-  int64_t capacity_ = 0;                      // rows of the batch buffers
-  bool training_ = false;                     // gradient buffers allocated
-  std::vector<float> x_;                      // [batch, input_dim]
-  std::vector<int32_t> labels_;               // [batch]
-  std::vector<std::vector<float>> acts_;      // layer l output [batch, widths_[l + 1]]
-  std::vector<std::vector<float>> dacts_;     // dLoss/d acts_[l]
-  std::vector<std::vector<float>> grads_;     // dLoss/d params[i]
-  std::vector<std::vector<float>> velocity_;  // momentum buffers, allocated on first use
+  MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool training);
+
+  kernels::Backend* backend_;
+  std::vector<int64_t> widths_;  // input_dim, hidden..., num_classes
+  std::vector<int64_t> sizes_;   // elements of each parameter, MlpLayout order
+  bool training_;
+  int64_t capacity_ = 0;
+  kernels::DeviceBuffer x_, labels_;           // [capacity, input_dim], [capacity]
+  std::vector<kernels::DeviceBuffer> acts_;    // layer outputs [capacity, width(l + 1)]
+  std::vector<kernels::DeviceBuffer> dacts_;   // their gradients (training)
+  std::vector<kernels::DeviceBuffer> params_;  // the model
+  std::vector<kernels::DeviceBuffer> grads_;   // dLoss/d params (training)
+  std::vector<kernels::DeviceBuffer> velocity_;  // momentum, allocated on first use
+  kernels::DeviceBuffer totals_;               // one LossAccumulator
+  // Data: features [rows, input_dim] and labels [rows] addressable by the backend; view_rows_
+  // maps a view position to a row there (empty: identity, the rows were uploaded in view order).
+  const float* features_ = nullptr;
+  const int32_t* data_labels_ = nullptr;
+  kernels::DeviceBuffer data_features_buffer_, data_labels_buffer_;
+  std::vector<int64_t> view_rows_;
+  kernels::DeviceBuffer order_;  // int64 rows of the current order
+  int64_t order_capacity_ = 0;
+  std::vector<int64_t> order_host_;
 };
 
 // The TrainOptions checks of TrainMlp (errors name the field).
@@ -78,5 +113,8 @@ Status CheckTrainOptions(const TrainOptions& options);
 // feature_dim == input_dim, labels in [0, num_classes)).
 Status CheckModelAndData(const MlpSpec& spec, const TensorList& params,
                          const data::DatasetView& view);
+
+// options.backend, or a CPU backend created into *owned when it is null.
+kernels::Backend& BackendFor(const TrainOptions& options, std::unique_ptr<kernels::Backend>* owned);
 
 }  // namespace huddle::models::internal

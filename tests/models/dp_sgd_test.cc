@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "common/rng.h"
+#include "kernels/backend.h"
 #include "models/internal/mlp_workspace.h"
 #include "models/mlp.h"
 #include "tests/models/test_data.h"
@@ -23,14 +24,20 @@ using ::testing::HasSubstr;
 // Each example's gradient of its own loss, by the ordinary backward pass on a batch of one.
 std::vector<std::vector<double>> NaiveGradients(const MlpSpec& spec, const TensorList& params,
                                                 const data::DatasetView& view) {
-  internal::MlpWorkspace ws(spec, 1, /*training=*/true);
+  auto backend = kernels::OpenCpuBackend();
+  auto ws = internal::MlpWorkspace::Create(*backend, spec, 1, /*training=*/true).value();
+  EXPECT_TRUE(ws->LoadData(view).ok());
+  ws->UploadParams(params);
   std::vector<std::vector<double>> grads;
   for (int64_t i = 0; i < view.size(); ++i) {
-    ws.Gather(view, {i}, 0, 1);
-    ws.Forward(params, 1, /*training=*/true);
-    ws.Backward(params, 1);
+    EXPECT_TRUE(ws->SetOrder({i}).ok());
+    ws->Gather(0, 1);
+    ws->Forward(1, /*training=*/true);
+    ws->Backward(1);
     std::vector<double> flat;
-    for (const auto& g : ws.grads()) flat.insert(flat.end(), g.begin(), g.end());
+    for (size_t p = 0; p < ws->num_params(); ++p) {
+      flat.insert(flat.end(), ws->grad(p), ws->grad(p) + ws->param_size(p));
+    }
     grads.push_back(std::move(flat));
   }
   return grads;
@@ -78,17 +85,28 @@ TEST(DpSgdTest, WorkspaceGrownByReserveMatchesOneBuiltLarge) {
   const TensorList params = InitMlp(spec, 8);
   std::vector<int64_t> order(9);
   std::iota(order.begin(), order.end(), int64_t{0});
-  internal::MlpWorkspace grown(spec, 2, /*training=*/true), large(spec, 9, /*training=*/true);
-  grown.Gather({&train, {}}, order, 0, 2);
-  grown.Forward(params, 2, /*training=*/true);
-  grown.Reserve(9);
-  EXPECT_EQ(grown.capacity(), 9);
-  for (auto* ws : {&grown, &large}) {
-    ws->Gather({&train, {}}, order, 0, 9);
-    ws->Forward(params, 9, /*training=*/true);
-    ws->Backward(params, 9);
+  auto backend = kernels::OpenCpuBackend();
+  auto grown = internal::MlpWorkspace::Create(*backend, spec, 2, /*training=*/true).value();
+  auto large = internal::MlpWorkspace::Create(*backend, spec, 9, /*training=*/true).value();
+  for (auto* ws : {grown.get(), large.get()}) {
+    ASSERT_TRUE(ws->LoadData({&train, {}}).ok());
+    ws->UploadParams(params);
+    ASSERT_TRUE(ws->SetOrder(order).ok());
   }
-  for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(grown.grads()[i], large.grads()[i]);
+  grown->Gather(0, 2);
+  grown->Forward(2, /*training=*/true);
+  ASSERT_TRUE(grown->Reserve(9).ok());
+  EXPECT_EQ(grown->capacity(), 9);
+  for (auto* ws : {grown.get(), large.get()}) {
+    ws->Gather(0, 9);
+    ws->Forward(9, /*training=*/true);
+    ws->Backward(9);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t size = grown->param_size(i);
+    EXPECT_EQ(std::vector<float>(grown->grad(i), grown->grad(i) + size),
+              std::vector<float>(large->grad(i), large->grad(i) + size));
+  }
 }
 
 TEST(DpSgdTest, WithoutClippingOrNoiseOneStepIsTheFullBatchSgdStep) {

@@ -1,0 +1,171 @@
+// Backend: one compute device (the CPU, or one CUDA GPU) with its memory, its ordered work queue
+// and every kernel the trainers and the update pipeline use. Trainers are written once against
+// this interface; each backend runs the same math (kernels/<op>.h documents it; the CPU reference
+// in kernels/<op>_cpu.cc is the specification, the CUDA version in kernels/cuda/<op>.cu the fast
+// one).
+//
+// Choosing a device: OpenBackend(ParseDeviceRequest("auto" | "cpu" | "cuda" | "cuda:N")). The
+// backends form an ordered list (CUDA, then the CPU, always available); `auto` takes the first
+// whose device is present. Asking for `cuda` where this build has no CUDA support or the machine
+// has no such GPU is an error that says which, never a silent fallback to the CPU.
+//
+// Memory and ordering: pointers passed to a backend's kernels point into DeviceBuffers that the
+// same backend allocated (host memory for the CPU backend, device memory for CUDA). Every kernel
+// and copy is enqueued in order on the backend's one stream and may run after the call returns
+// (the CPU backend runs it at once); results become visible to the host only through CopyToHost,
+// the one call that waits. Kernels never fail: the caller validates shapes and values first (the
+// contracts of kernels/dense.h apply). Asynchronous device faults surface as the Status of the
+// next CopyToHost or Synchronize.
+//
+// Thread-safety: a Backend is used by one thread at a time. Different Backends are independent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "kernels/dense.h"
+#include "kernels/dp.h"
+#include "kernels/loss.h"
+#include "kernels/noise_stream.h"
+#include "kernels/optimizer.h"
+#include "kernels/update.h"
+
+namespace huddle::kernels {
+
+enum class DeviceKind { kCpu, kCuda };
+
+// What a config asks for: `device: auto | cpu | cuda[:N]`.
+struct DeviceRequest {
+  enum class Kind { kAuto, kCpu, kCuda };
+  Kind kind = Kind::kAuto;
+  int index = 0;  // the GPU ordinal, for kCuda
+  std::string ToString() const;  // "auto", "cpu", "cuda:0"
+};
+
+// Parses "auto", "cpu", "cuda" (= "cuda:0") or "cuda:N" (N a decimal ordinal < 1024). The error
+// quotes the text and lists the accepted forms.
+StatusOr<DeviceRequest> ParseDeviceRequest(std::string_view text);
+
+class Backend;
+
+// Memory owned by one Backend: moved, never copied; freed through its backend (which must
+// outlive it). A default-constructed or zero-byte buffer holds nullptr.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* backend, void* data, int64_t bytes)
+      : backend_(backend), data_(data), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      Release();
+      backend_ = other.backend_;
+      data_ = other.data_;
+      bytes_ = other.bytes_;
+      other.backend_ = nullptr;
+      other.data_ = nullptr;
+      other.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Release(); }
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  inline void Release();
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // For logs: "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 79.2 GiB)".
+  virtual std::string name() const = 0;
+
+  // ---- Memory -------------------------------------------------------------------------------
+  // `bytes` >= 0 of uninitialised memory, aligned to 256 bytes. ResourceExhausted names the size
+  // and the device when it has too little free.
+  virtual StatusOr<DeviceBuffer> Allocate(int64_t bytes) = 0;
+  // Enqueues host -> device. `src` (any host memory) may be reused as soon as this returns.
+  virtual void CopyToDevice(void* dst, const void* src, int64_t bytes) = 0;
+  // Device -> host, after all earlier work: waits. The status reports any device fault since the
+  // last wait (then the backend is unusable and every later call fails alike).
+  virtual Status CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
+  // Enqueues device -> device (the ranges must not overlap) and memset-to-zero.
+  virtual void CopyOnDevice(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void Zero(void* dst, int64_t bytes) = 0;
+  // Waits for all enqueued work; status as for CopyToHost.
+  virtual Status Synchronize() = 0;
+  // Returns memory from Allocate (DeviceBuffer calls this; after all enqueued work using it).
+  virtual void Free(void* data) = 0;
+
+  // ---- Training kernels (kernels/dense.h, activation.h, loss.h, optimizer.h) -----------------
+  virtual void DenseForward(const DenseShape& shape, const float* x, const float* w,
+                            const float* bias, float* y) = 0;
+  virtual void DenseBackward(const DenseShape& shape, const float* x, const float* w,
+                             const float* dy, float* dw, float* dbias, float* dx) = 0;
+  virtual void ReluForward(float* y, int64_t n) = 0;
+  virtual void ReluBackward(const float* y, float* dy, int64_t n) = 0;
+  // As kernels::SoftmaxCrossEntropy, with the totals ADDED into *totals (device memory).
+  virtual void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch,
+                                   int64_t classes, float* dlogits, LossAccumulator* totals) = 0;
+  virtual void SgdStep(const SgdHyper& hyper, const float* grad, float* param, float* velocity,
+                       int64_t n) = 0;
+  // x[r, :] = features[rows[r], :] and y[r] = labels[rows[r]] for r in [0, count) (kernels/dp.h).
+  virtual void GatherRows(const float* features, const int32_t* labels, int64_t cols,
+                          const int64_t* rows, int64_t count, float* x, int32_t* y) = 0;
+
+  // ---- DP-SGD kernels (kernels/dp.h) ---------------------------------------------------------
+  virtual void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out,
+                                    int64_t batch, double* squared_norms) = 0;
+  virtual void ClipFactors(const double* squared_norms, int64_t batch, const ClipFactorParams& p,
+                           float* factors) = 0;
+  virtual void ScaleRows(float* m, int64_t rows, int64_t cols, const float* factors) = 0;
+  virtual void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev,
+                                double divisor, float* data, int64_t n) = 0;
+
+  // ---- Update pipeline and aggregation (kernels/update.h) ------------------------------------
+  virtual void UpdatePipeline(const UpdatePipelineParams& p, const float* local,
+                              const float* global, int64_t n, float* out_values,
+                              int32_t* out_units, double* scratch, UpdatePipelineStats* stats) = 0;
+  virtual void AccumulateFixedPoint(const float* x, int64_t n, double scale,
+                                    uint32_t abs_bits_limit, uint64_t* acc,
+                                    uint32_t* rejected) = 0;
+};
+
+inline void DeviceBuffer::Release() {
+  if (backend_ != nullptr && data_ != nullptr) backend_->Free(data_);
+  backend_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+// The device `request` names, opened: CUDA GPUs are probed only where this build includes the
+// CUDA backend. Errors (FailedPrecondition) say what is missing: no CUDA support in this build,
+// no CUDA driver or GPU on this machine (with the CUDA runtime's message), or an ordinal past
+// the GPUs present.
+StatusOr<std::unique_ptr<Backend>> OpenBackend(const DeviceRequest& request);
+
+// The CPU backend (always available).
+std::unique_ptr<Backend> OpenCpuBackend();
+
+// Whether this build includes the CUDA backend, and how many GPUs it sees (0 on error).
+bool BuiltWithCuda();
+int CudaDeviceCount();
+
+}  // namespace huddle::kernels

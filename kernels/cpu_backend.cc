@@ -1,0 +1,107 @@
+// The CPU backend: host memory, and every kernel run at once by its CPU reference
+// (kernels/<op>_cpu.cc). Copies are memcpy; nothing is ever pending, so waits are no-ops.
+#include <absl/strings/str_cat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/activation.h"
+#include "kernels/backend.h"
+#include "kernels/loss.h"
+#include "kernels/noise.h"
+
+namespace huddle::kernels {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string name() const override { return "cpu"; }
+
+  StatusOr<DeviceBuffer> Allocate(int64_t bytes) override {
+    if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("allocate ", bytes, " bytes"));
+    if (bytes == 0) return DeviceBuffer();
+    const auto rounded = static_cast<size_t>((bytes + kAlignment - 1) / kAlignment * kAlignment);
+    void* data = std::aligned_alloc(kAlignment, rounded);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cpu: cannot allocate ", bytes, " bytes of host memory"));
+    }
+    return DeviceBuffer(this, data, bytes);
+  }
+  void Free(void* data) override { std::free(data); }
+  void CopyToDevice(void* dst, const void* src, int64_t bytes) override { Copy(dst, src, bytes); }
+  Status CopyToHost(void* dst, const void* src, int64_t bytes) override {
+    Copy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  void CopyOnDevice(void* dst, const void* src, int64_t bytes) override { Copy(dst, src, bytes); }
+  void Zero(void* dst, int64_t bytes) override {
+    if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
+  }
+  Status Synchronize() override { return absl::OkStatus(); }
+
+  void DenseForward(const DenseShape& shape, const float* x, const float* w, const float* bias,
+                    float* y) override {
+    kernels::DenseForward(shape, x, w, bias, y);
+  }
+  void DenseBackward(const DenseShape& shape, const float* x, const float* w, const float* dy,
+                     float* dw, float* dbias, float* dx) override {
+    kernels::DenseBackward(shape, x, w, dy, dw, dbias, dx);
+  }
+  void ReluForward(float* y, int64_t n) override { kernels::ReluForward(y, n); }
+  void ReluBackward(const float* y, float* dy, int64_t n) override {
+    kernels::ReluBackward(y, dy, n);
+  }
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch,
+                           int64_t classes, float* dlogits, LossAccumulator* totals) override {
+    const LossTotals t = kernels::SoftmaxCrossEntropy(logits, labels, batch, classes, dlogits);
+    totals->loss_sum += t.loss_sum;
+    totals->correct += t.correct;
+  }
+  void SgdStep(const SgdHyper& hyper, const float* grad, float* param, float* velocity,
+               int64_t n) override {
+    kernels::SgdStep(hyper, grad, param, velocity, n);
+  }
+  void GatherRows(const float* features, const int32_t* labels, int64_t cols, const int64_t* rows,
+                  int64_t count, float* x, int32_t* y) override {
+    kernels::GatherRows(features, labels, cols, rows, count, x, y);
+  }
+  void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out,
+                            int64_t batch, double* squared_norms) override {
+    kernels::AddGhostSquaredNorms(a, in, d, out, batch, squared_norms);
+  }
+  void ClipFactors(const double* squared_norms, int64_t batch, const ClipFactorParams& p,
+                   float* factors) override {
+    kernels::ClipFactors(squared_norms, batch, p, factors);
+  }
+  void ScaleRows(float* m, int64_t rows, int64_t cols, const float* factors) override {
+    kernels::ScaleRows(m, rows, cols, factors);
+  }
+  void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev, double divisor,
+                        float* data, int64_t n) override {
+    kernels::AddGaussianNoise(key, offset, stddev, divisor, data, n);
+  }
+  void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
+                      int64_t n, float* out_values, int32_t* out_units, double* scratch,
+                      UpdatePipelineStats* stats) override {
+    kernels::UpdatePipeline(p, local, global, n, out_values, out_units, scratch, stats);
+  }
+  void AccumulateFixedPoint(const float* x, int64_t n, double scale, uint32_t abs_bits_limit,
+                            uint64_t* acc, uint32_t* rejected) override {
+    kernels::AccumulateFixedPoint(x, n, scale, abs_bits_limit, acc, rejected);
+  }
+
+ private:
+  static constexpr int64_t kAlignment = 256;
+  static void Copy(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> OpenCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace huddle::kernels

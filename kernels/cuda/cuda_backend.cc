@@ -1,0 +1,266 @@
+// The CUDA backend: one GPU, one non-blocking stream, one cuBLAS handle. Kernels are enqueued and
+// return at once; the host waits only in CopyToHost and Synchronize.
+//
+// Host -> device copies go through a ring of pinned staging slots: the caller's bytes are copied
+// into a free slot and the DMA is enqueued from there, so the caller may reuse its memory at once
+// and the copy never forces a wait on earlier kernels (a slot is reused only after the event
+// recorded behind its last copy has fired; in steady state that is long past).
+//
+// Errors: launch and cuBLAS failures are recorded (the first one wins) and returned by the next
+// CopyToHost or Synchronize; after one, every later call returns it again.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "kernels/cuda/launch.h"
+
+namespace huddle::kernels::cuda {
+namespace {
+
+constexpr int64_t kStagingSlotBytes = int64_t{4} << 20;
+constexpr int kStagingSlots = 4;
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() = default;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  ~CudaBackend() override {
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    for (Slot& slot : slots_) {
+      if (slot.event != nullptr) cudaEventDestroy(slot.event);
+      if (slot.host != nullptr) cudaFreeHost(slot.host);
+    }
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  // Creates the stream, handle and staging ring on GPU `ordinal`.
+  Status Init(int ordinal) {
+    ordinal_ = ordinal;
+    HUDDLE_RETURN_IF_ERROR(Check(cudaSetDevice(ordinal), "cudaSetDevice"));
+    cudaDeviceProp prop;
+    HUDDLE_RETURN_IF_ERROR(Check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+    name_ = absl::StrFormat("cuda:%d (%s, sm_%d%d, %.1f GiB)", ordinal, prop.name, prop.major,
+                            prop.minor, static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+    std::string why;
+    if (!KernelImageLoadable(&why)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name_, " cannot run this build's kernels (built for sm_80 and sm_90): ", why,
+          "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=", prop.major, prop.minor));
+    }
+    HUDDLE_RETURN_IF_ERROR(
+        Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) {
+      blas_ = nullptr;
+      return absl::FailedPreconditionError(absl::StrCat(name_, ": cublasCreate failed"));
+    }
+    cublasSetStream(blas_, stream_);
+    for (Slot& slot : slots_) {
+      HUDDLE_RETURN_IF_ERROR(
+          Check(cudaMallocHost(&slot.host, static_cast<size_t>(kStagingSlotBytes)),
+                "cudaMallocHost (staging)"));
+      HUDDLE_RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming),
+                                   "cudaEventCreate"));
+    }
+    return absl::OkStatus();
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override { return name_; }
+
+  StatusOr<DeviceBuffer> Allocate(int64_t bytes) override {
+    if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("allocate ", bytes, " bytes"));
+    if (bytes == 0) return DeviceBuffer();
+    void* data = nullptr;
+    const cudaError_t err = cudaMalloc(&data, static_cast<size_t>(bytes));
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // allocation failures are not sticky: clear it
+      return absl::ResourceExhaustedError(absl::StrCat(name_, ": cannot allocate ", bytes,
+                                                       " bytes: ", cudaGetErrorString(err)));
+    }
+    return DeviceBuffer(this, data, bytes);
+  }
+  void Free(void* data) override { cudaFree(data); }
+
+  void CopyToDevice(void* dst, const void* src, int64_t bytes) override {
+    auto* out = static_cast<char*>(dst);
+    const auto* in = static_cast<const char*>(src);
+    for (int64_t done = 0; done < bytes;) {
+      const int64_t chunk = std::min(kStagingSlotBytes, bytes - done);
+      Slot& slot = slots_[next_slot_];
+      next_slot_ = (next_slot_ + 1) % kStagingSlots;
+      Record(cudaEventSynchronize(slot.event), "cudaEventSynchronize");
+      std::memcpy(slot.host, in + done, static_cast<size_t>(chunk));
+      Record(cudaMemcpyAsync(out + done, slot.host, static_cast<size_t>(chunk),
+                             cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync (to device)");
+      Record(cudaEventRecord(slot.event, stream_), "cudaEventRecord");
+      done += chunk;
+    }
+  }
+  Status CopyToHost(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) {
+      Record(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_),
+             "cudaMemcpyAsync (to host)");
+    }
+    return Synchronize();
+  }
+  void CopyOnDevice(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) {
+      Record(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                             stream_),
+             "cudaMemcpyAsync (on device)");
+    }
+  }
+  void Zero(void* dst, int64_t bytes) override {
+    if (bytes > 0) Record(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_), "memset");
+  }
+  Status Synchronize() override {
+    Record(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return error_;
+  }
+
+  // Row-major y[b, o] = x[b, :] · w[o, :] is, column-major, yᵀ (out x batch) = wᵀᵀ · xᵀ: a
+  // transposed-A GEMM on the same buffers (kernels/dense.h's layout, no copies).
+  void DenseForward(const DenseShape& s, const float* x, const float* w, const float* bias,
+                    float* y) override {
+    const float one = 1.0f, zero = 0.0f;
+    Blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, Int(s.out), Int(s.batch), Int(s.in), &one,
+                     w, Int(s.in), x, Int(s.in), &zero, y, Int(s.out)),
+         "cublasSgemm (dense forward)");
+    LaunchAddBias(stream_, bias, s.batch, s.out, y);
+    Launched("AddBias");
+  }
+  // dwᵀ (in x out) = xᵀ · dy and dxᵀ (in x batch) = wᵀ · dyᵀ, column-major.
+  void DenseBackward(const DenseShape& s, const float* x, const float* w, const float* dy,
+                     float* dw, float* dbias, float* dx) override {
+    const float one = 1.0f, zero = 0.0f;
+    Blas(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, Int(s.in), Int(s.out), Int(s.batch), &one,
+                     x, Int(s.in), dy, Int(s.out), &zero, dw, Int(s.in)),
+         "cublasSgemm (weight gradient)");
+    LaunchColumnSums(stream_, dy, s.batch, s.out, dbias);
+    Launched("ColumnSums");
+    if (dx != nullptr) {
+      Blas(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, Int(s.in), Int(s.batch), Int(s.out), &one,
+                       w, Int(s.in), dy, Int(s.out), &zero, dx, Int(s.in)),
+           "cublasSgemm (input gradient)");
+    }
+  }
+  void ReluForward(float* y, int64_t n) override {
+    LaunchReluForward(stream_, y, n);
+    Launched("ReluForward");
+  }
+  void ReluBackward(const float* y, float* dy, int64_t n) override {
+    LaunchReluBackward(stream_, y, dy, n);
+    Launched("ReluBackward");
+  }
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch,
+                           int64_t classes, float* dlogits, LossAccumulator* totals) override {
+    LaunchSoftmaxCrossEntropy(stream_, logits, labels, batch, classes, dlogits, totals);
+    Launched("SoftmaxCrossEntropy");
+  }
+  void SgdStep(const SgdHyper& hyper, const float* grad, float* param, float* velocity,
+               int64_t n) override {
+    LaunchSgdStep(stream_, hyper, grad, param, velocity, n);
+    Launched("SgdStep");
+  }
+  void GatherRows(const float* features, const int32_t* labels, int64_t cols, const int64_t* rows,
+                  int64_t count, float* x, int32_t* y) override {
+    LaunchGatherRows(stream_, features, labels, cols, rows, count, x, y);
+    Launched("GatherRows");
+  }
+  void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out,
+                            int64_t batch, double* squared_norms) override {
+    LaunchAddGhostSquaredNorms(stream_, a, in, d, out, batch, squared_norms);
+    Launched("AddGhostSquaredNorms");
+  }
+  void ClipFactors(const double* squared_norms, int64_t batch, const ClipFactorParams& p,
+                   float* factors) override {
+    LaunchClipFactors(stream_, squared_norms, batch, p, factors);
+    Launched("ClipFactors");
+  }
+  void ScaleRows(float* m, int64_t rows, int64_t cols, const float* factors) override {
+    LaunchScaleRows(stream_, m, rows, cols, factors);
+    Launched("ScaleRows");
+  }
+  void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev, double divisor,
+                        float* data, int64_t n) override {
+    LaunchAddGaussianNoise(stream_, key, offset, stddev, divisor, data, n);
+    Launched("AddGaussianNoise");
+  }
+  void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
+                      int64_t n, float* out_values, int32_t* out_units, double* scratch,
+                      UpdatePipelineStats* stats) override {
+    LaunchUpdatePipeline(stream_, p, local, global, n, out_values, out_units, scratch, stats);
+    Launched("UpdatePipeline");
+  }
+  void AccumulateFixedPoint(const float* x, int64_t n, double scale, uint32_t abs_bits_limit,
+                            uint64_t* acc, uint32_t* rejected) override {
+    LaunchAccumulateFixedPoint(stream_, x, n, scale, abs_bits_limit, acc, rejected);
+    Launched("AccumulateFixedPoint");
+  }
+
+ private:
+  struct Slot {
+    void* host = nullptr;        // pinned, kStagingSlotBytes
+    cudaEvent_t event = nullptr;  // recorded after the slot's last copy
+  };
+
+  // cuBLAS takes int dimensions; the trainers' shapes are validated far below 2^31.
+  static int Int(int64_t v) { return static_cast<int>(v); }
+
+  Status Check(cudaError_t err, const char* what) const {
+    if (err == cudaSuccess) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", ordinal_, ": ", what, ": ", cudaGetErrorString(err)));
+  }
+  void Record(cudaError_t err, const char* what) {
+    if (err != cudaSuccess && error_.ok()) error_ = Check(err, what);
+  }
+  void Launched(const char* kernel) { Record(cudaGetLastError(), kernel); }
+  void Blas(cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS && error_.ok()) {
+      error_ = absl::InternalError(absl::StrCat(name_, ": ", what, " failed: ",
+                                                cublasGetStatusString(status)));
+    }
+  }
+
+  int ordinal_ = 0;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  std::array<Slot, kStagingSlots> slots_{};
+  int next_slot_ = 0;
+  Status error_;  // the first asynchronous failure, sticky
+};
+
+}  // namespace
+
+int DeviceCount(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    *why = cudaGetErrorString(err);
+    cudaGetLastError();
+    return 0;
+  }
+  if (count == 0) *why = "the CUDA runtime reports no GPU";
+  return count;
+}
+
+StatusOr<std::unique_ptr<Backend>> OpenBackend(int ordinal) {
+  auto backend = std::make_unique<CudaBackend>();
+  HUDDLE_RETURN_IF_ERROR(backend->Init(ordinal));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace huddle::kernels::cuda

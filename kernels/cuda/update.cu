@@ -1,0 +1,137 @@
+// CUDA version of kernels/update.h. The arithmetic is kernels/update_math.h's, shared with the
+// CPU reference, so the outputs are the same bits:
+//   1. NormPartialsKernel: block b sums its chunk in update_math's lane order and halving tree;
+//   2. FinishNormKernel (one thread): block totals in order -> norm and clip scale in *stats;
+//   3. ApplyKernel: scale (read from *stats on the device: the host never waits), noise,
+//      stochastic rounding. Two passes over the vectors, the least the math allows: the scale
+//      depends on every element.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launch.h"
+#include "kernels/update_math.h"
+
+namespace huddle::kernels::cuda {
+namespace {
+
+using update_math::kNormThreads;
+
+__global__ void NormPartialsKernel(const float* __restrict__ local,
+                                   const float* __restrict__ global, int64_t n, int64_t length,
+                                   double* __restrict__ partials) {
+  __shared__ double lanes[kNormThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * length;
+  const int64_t end = begin + length < n ? begin + length : n;
+  double acc = 0;
+  for (int64_t i = begin + t; i < end; i += kNormThreads) {
+    const double v = update_math::Delta(local[i], global[i]);
+    acc = hd::Add(acc, hd::Mul(v, v));
+  }
+  lanes[t] = acc;
+  __syncthreads();
+  for (int s = kNormThreads / 2; s >= 1; s /= 2) {
+    if (t < s) lanes[t] = hd::Add(lanes[t], lanes[t + s]);
+    __syncthreads();
+  }
+  if (t == 0) partials[blockIdx.x] = lanes[0];
+}
+
+__global__ void FinishNormKernel(const double* __restrict__ partials, int64_t blocks,
+                                 double clip_norm, UpdatePipelineStats* stats) {
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b) total = hd::Add(total, partials[b]);
+  double norm = 0;
+  stats->scale = update_math::ClipScale(total, clip_norm, &norm);
+  stats->norm = norm;
+  stats->saturated = 0;
+}
+
+// Elements are handled in groups of 48 consecutive stream indices (8 Gaussian blocks, 3
+// rounding blocks), so no ChaCha block is computed twice.
+inline constexpr int64_t kGroup = 48;
+
+__global__ void ApplyKernel(UpdatePipelineParams p, const float* __restrict__ local,
+                            const float* __restrict__ global, int64_t n,
+                            float* __restrict__ out_values, int32_t* __restrict__ out_units,
+                            UpdatePipelineStats* stats) {
+  const double scale = stats->scale;
+  const bool noise = p.noise_stddev > 0, quantize = p.quantum > 0;
+  const uint64_t first_group = p.noise_offset / kGroup;
+  const uint64_t last_group = (p.noise_offset + static_cast<uint64_t>(n) - 1) / kGroup;
+  int64_t saturated = 0;
+  for (uint64_t g = first_group + static_cast<uint64_t>(GlobalThread()); g <= last_group;
+       g += static_cast<uint64_t>(GridThreads())) {
+    double normals[kNormalsPerBlock];
+    uint32_t rounding[16];
+    bool have_normals = false, have_rounding = false;
+    for (uint64_t index = g * kGroup; index < (g + 1) * kGroup; ++index) {
+      if (index < p.noise_offset) continue;
+      const auto i = static_cast<int64_t>(index - p.noise_offset);
+      if (i >= n) break;
+      double z = 0;
+      if (noise) {
+        if (!have_normals || index % kNormalsPerBlock == 0) {
+          StandardNormalBlock(p.key, index / kNormalsPerBlock, normals);
+          have_normals = true;
+        }
+        z = normals[index % kNormalsPerBlock];
+      }
+      const double v = update_math::NoisedValue(update_math::Delta(local[i], global[i]), scale,
+                                                p.noise_stddev, z);
+      if (quantize) {
+        if (!have_rounding || index % 16 == 0) {
+          ChaCha20Block(p.key, kRoundingStream, index / 16, rounding);
+          have_rounding = true;
+        }
+        const int32_t units =
+            update_math::StochasticRound(v, p.quantum, rounding[index % 16], &saturated);
+        out_units[i] = units;
+        if (out_values != nullptr) {
+          out_values[i] = static_cast<float>(hd::Mul(static_cast<double>(units), p.quantum));
+        }
+      } else {
+        out_values[i] = static_cast<float>(v);
+      }
+    }
+  }
+  if (saturated > 0) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&stats->saturated),
+              static_cast<unsigned long long>(saturated));
+  }
+}
+
+__global__ void AccumulateFixedPointKernel(const float* __restrict__ x, int64_t n, double scale,
+                                           uint32_t abs_bits_limit, uint64_t* __restrict__ acc,
+                                           uint32_t* rejected) {
+  bool bad = false;
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    bad |= (hd::FloatBits(x[i]) & 0x7fffffffu) > abs_bits_limit;
+    acc[i] += update_math::FixedPointTerm(x[i], scale);
+  }
+  if (bad) atomicOr(rejected, 1u);
+}
+
+}  // namespace
+
+void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, const float* local,
+                          const float* global, int64_t n, float* out_values, int32_t* out_units,
+                          double* scratch, UpdatePipelineStats* stats) {
+  const int64_t blocks = update_math::NormBlocks(n);
+  NormPartialsKernel<<<static_cast<unsigned int>(blocks), kNormThreads, 0, stream>>>(
+      local, global, n, update_math::ChunkLength(n, blocks), scratch);
+  FinishNormKernel<<<1, 1, 0, stream>>>(scratch, blocks, p.clip_norm, stats);
+  if (n == 0) return;
+  const int64_t groups =
+      static_cast<int64_t>((p.noise_offset + static_cast<uint64_t>(n) - 1) / kGroup -
+                           p.noise_offset / kGroup) + 1;
+  ApplyKernel<<<BlocksFor(groups, 128), 128, 0, stream>>>(p, local, global, n, out_values,
+                                                          out_units, stats);
+}
+
+void LaunchAccumulateFixedPoint(cudaStream_t stream, const float* x, int64_t n, double scale,
+                                uint32_t abs_bits_limit, uint64_t* acc, uint32_t* rejected) {
+  if (n == 0) return;
+  AccumulateFixedPointKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, scale, abs_bits_limit,
+                                                                    acc, rejected);
+}
+
+}  // namespace huddle::kernels::cuda

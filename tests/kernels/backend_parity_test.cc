@@ -1,0 +1,301 @@
+// Every kernel of the CUDA backend against the CPU reference on seeded random inputs, compared by
+// atol + rtol * |ref| (bit for bit where the math is shared: noise, the update pipeline, the
+// fixed-point fold), and one local epoch of training on each. Labelled `gpu`: every test skips
+// itself, saying why, where this build has no CUDA backend or the machine no GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "common/rng.h"
+#include "data/dataset.h"
+#include "kernels/backend.h"
+#include "kernels/activation.h"
+#include "kernels/dense.h"
+#include "kernels/dp.h"
+#include "kernels/loss.h"
+#include "kernels/noise.h"
+#include "kernels/optimizer.h"
+#include "kernels/update.h"
+#include "models/dp_sgd.h"
+#include "models/mlp.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace huddle::kernels {
+namespace {
+
+using test_util::RandomVector;
+
+class ParityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!BuiltWithCuda()) GTEST_SKIP() << "this build has no CUDA backend (nvcc was not found)";
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU is usable on this machine";
+    auto opened = OpenBackend(*ParseDeviceRequest("cuda:0"));
+    ASSERT_TRUE(opened.ok()) << opened.status().message();
+    gpu_ = std::move(opened).value();
+  }
+
+  template <typename T>
+  DeviceBuffer Upload(const std::vector<T>& host) {
+    auto buffer = gpu_->Allocate(static_cast<int64_t>(host.size() * sizeof(T)));
+    EXPECT_TRUE(buffer.ok());
+    gpu_->CopyToDevice(buffer->data(), host.data(), buffer->bytes());
+    return std::move(buffer).value();
+  }
+  template <typename T>
+  DeviceBuffer Zeros(size_t n) {
+    return Upload(std::vector<T>(n, T{}));
+  }
+  template <typename T>
+  std::vector<T> Download(const DeviceBuffer& buffer) {
+    std::vector<T> host(static_cast<size_t>(buffer.bytes()) / sizeof(T));
+    const Status st = gpu_->CopyToHost(host.data(), buffer.data(), buffer.bytes());
+    EXPECT_TRUE(st.ok()) << st.message();
+    return host;
+  }
+
+  static void ExpectNear(const std::vector<float>& gpu, const std::vector<float>& cpu, double atol,
+                         double rtol, const char* what) {
+    std::vector<double> ref(cpu.begin(), cpu.end());
+    test_util::ExpectAllNear(gpu, ref, atol, rtol, what);
+  }
+
+  std::unique_ptr<Backend> gpu_;
+};
+
+TEST_F(ParityTest, DenseForwardAndBackward) {
+  for (const DenseShape s : {DenseShape{1, 1, 1}, DenseShape{7, 13, 5}, DenseShape{33, 128, 10},
+                             DenseShape{256, 784, 128}}) {
+    Rng rng(DeriveSeed(1, s.batch, s.in * 1000 + s.out));
+    const auto x = RandomVector(rng, s.batch * s.in), w = RandomVector(rng, s.out * s.in);
+    const auto bias = RandomVector(rng, s.out), dy = RandomVector(rng, s.batch * s.out);
+    std::vector<float> y(static_cast<size_t>(s.batch * s.out)), dw(w.size()), db(bias.size()),
+        dx(x.size());
+    DenseForward(s, x.data(), w.data(), bias.data(), y.data());
+    DenseBackward(s, x.data(), w.data(), dy.data(), dw.data(), db.data(), dx.data());
+    DeviceBuffer gx = Upload(x), gw = Upload(w), gb = Upload(bias), gdy = Upload(dy);
+    DeviceBuffer gy = Zeros<float>(y.size()), gdw = Zeros<float>(dw.size()),
+                 gdb = Zeros<float>(db.size()), gdx = Zeros<float>(dx.size());
+    gpu_->DenseForward(s, gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+    gpu_->DenseBackward(s, gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdw.as<float>(),
+                        gdb.as<float>(), gdx.as<float>());
+    ExpectNear(Download<float>(gy), y, 1e-4, 1e-4, "y");
+    ExpectNear(Download<float>(gdw), dw, 1e-4, 1e-4, "dw");
+    ExpectNear(Download<float>(gdb), db, 1e-4, 1e-4, "dbias");
+    ExpectNear(Download<float>(gdx), dx, 1e-4, 1e-4, "dx");
+  }
+}
+
+TEST_F(ParityTest, ReluSoftmaxCrossEntropyAndSgd) {
+  Rng rng(2);
+  const int64_t batch = 300, classes = 37, n = batch * classes;
+  auto logits = RandomVector(rng, n, -5, 5);
+  std::vector<int32_t> labels(batch);
+  for (auto& l : labels) l = static_cast<int32_t>(rng.UniformInt(classes));
+  // ReLU forward/backward are exact.
+  std::vector<float> relu = logits, grad = RandomVector(rng, n);
+  DeviceBuffer grelu = Upload(relu), ggrad = Upload(grad);
+  ReluForward(relu.data(), n);
+  ReluBackward(relu.data(), grad.data(), n);
+  gpu_->ReluForward(grelu.as<float>(), n);
+  gpu_->ReluBackward(grelu.as<float>(), ggrad.as<float>(), n);
+  EXPECT_EQ(Download<float>(grelu), relu);
+  EXPECT_EQ(Download<float>(ggrad), grad);
+  // Softmax cross-entropy, in place, totals accumulated across two calls.
+  std::vector<float> dlogits = logits;
+  const LossTotals totals =
+      SoftmaxCrossEntropy(dlogits.data(), labels.data(), batch, classes, dlogits.data());
+  DeviceBuffer glogits = Upload(logits), glabels = Upload(labels);
+  DeviceBuffer gtotals = Zeros<LossAccumulator>(1);
+  gpu_->SoftmaxCrossEntropy(glogits.as<float>(), glabels.as<int32_t>(), batch, classes, nullptr,
+                            gtotals.as<LossAccumulator>());
+  gpu_->SoftmaxCrossEntropy(glogits.as<float>(), glabels.as<int32_t>(), batch, classes,
+                            glogits.as<float>(), gtotals.as<LossAccumulator>());
+  ExpectNear(Download<float>(glogits), dlogits, 1e-6, 1e-4, "dlogits");
+  const LossAccumulator got = Download<LossAccumulator>(gtotals)[0];
+  EXPECT_NEAR(got.loss_sum, 2 * totals.loss_sum, 1e-5 * std::abs(totals.loss_sum));
+  EXPECT_EQ(got.correct, 2 * totals.correct);
+  // SGD with and without momentum, three steps.
+  for (const float momentum : {0.0f, 0.9f}) {
+    const SgdHyper hyper{0.05f, momentum, 1e-3f};
+    auto param = RandomVector(rng, 1001), g = RandomVector(rng, 1001);
+    std::vector<float> velocity(param.size(), 0.0f);
+    DeviceBuffer gp = Upload(param), gg = Upload(g), gv = Upload(velocity);
+    for (int step = 0; step < 3; ++step) {
+      SgdStep(hyper, g.data(), param.data(), velocity.data(), 1001);
+      gpu_->SgdStep(hyper, gg.as<float>(), gp.as<float>(), gv.as<float>(), 1001);
+    }
+    ExpectNear(Download<float>(gp), param, 1e-6, 1e-5, "param");
+  }
+}
+
+TEST_F(ParityTest, GatherAndGhostNormClipping) {
+  Rng rng(3);
+  const int64_t rows = 50, cols = 19, batch = 23, out = 11;
+  const auto features = RandomVector(rng, rows * cols);
+  std::vector<int32_t> labels(rows);
+  std::iota(labels.begin(), labels.end(), 0);
+  std::vector<int64_t> pick(batch);
+  for (auto& r : pick) r = static_cast<int64_t>(rng.UniformInt(rows));
+  std::vector<float> x(static_cast<size_t>(batch * cols));
+  std::vector<int32_t> y(batch);
+  GatherRows(features.data(), labels.data(), cols, pick.data(), batch, x.data(), y.data());
+  DeviceBuffer gf = Upload(features), gl = Upload(labels), gpick = Upload(pick);
+  DeviceBuffer gx = Zeros<float>(x.size()), gy = Zeros<int32_t>(y.size());
+  gpu_->GatherRows(gf.as<float>(), gl.as<int32_t>(), cols, gpick.as<int64_t>(), batch,
+                   gx.as<float>(), gy.as<int32_t>());
+  EXPECT_EQ(Download<float>(gx), x);
+  EXPECT_EQ(Download<int32_t>(gy), y);
+
+  const auto d = RandomVector(rng, batch * out);
+  std::vector<double> squared(batch, 0.5);
+  AddGhostSquaredNorms(x.data(), cols, d.data(), out, batch, squared.data());
+  DeviceBuffer gd = Upload(d), gsq = Upload(std::vector<double>(batch, 0.5));
+  gpu_->AddGhostSquaredNorms(gx.as<float>(), cols, gd.as<float>(), out, batch, gsq.as<double>());
+  const auto gsquared = Download<double>(gsq);
+  for (int64_t i = 0; i < batch; ++i) EXPECT_NEAR(gsquared[i], squared[i], 1e-12 * squared[i]);
+
+  const ClipFactorParams params{2.0, 3.0, 2.0};
+  std::vector<float> factors(batch);
+  ClipFactors(squared.data(), batch, params, factors.data());
+  DeviceBuffer gfactors = Zeros<float>(batch);
+  gpu_->ClipFactors(gsq.as<double>(), batch, params, gfactors.as<float>());
+  ExpectNear(Download<float>(gfactors), factors, 0, 1e-6, "factors");
+  std::vector<float> scaled = d;
+  ScaleRows(scaled.data(), batch, out, factors.data());
+  DeviceBuffer gscaled = Upload(d), gexact = Upload(factors);
+  gpu_->ScaleRows(gscaled.as<float>(), batch, out, gexact.as<float>());
+  EXPECT_EQ(Download<float>(gscaled), scaled);
+}
+
+TEST_F(ParityTest, GaussianNoiseIsTheSameBits) {
+  const NoiseKey key = NoiseKeyFromSeed(4);
+  for (const uint64_t offset : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 40) + 3}) {
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{100003}}) {
+      Rng rng(DeriveSeed(5, offset, static_cast<uint64_t>(n)));
+      std::vector<float> data = RandomVector(rng, n);
+      DeviceBuffer g = Upload(data);
+      AddGaussianNoise(key, offset, 0.75, 3.0, data.data(), n);
+      gpu_->AddGaussianNoise(key, offset, 0.75, 3.0, g.as<float>(), n);
+      EXPECT_EQ(Download<float>(g), data) << "offset " << offset << " n " << n;
+    }
+  }
+}
+
+TEST_F(ParityTest, UpdatePipelineIsTheSameBits) {
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{100003}, int64_t{3000001}}) {
+    Rng rng(DeriveSeed(6, static_cast<uint64_t>(n)));
+    const auto local = RandomVector(rng, n, -2, 2), global = RandomVector(rng, n);
+    UpdatePipelineParams p;
+    p.clip_norm = 1.5;
+    p.noise_stddev = 0.01;
+    p.key = NoiseKeyFromSeed(7);
+    p.noise_offset = 11;
+    p.quantum = 1e-4;
+    std::vector<float> values(static_cast<size_t>(n));
+    std::vector<int32_t> units(static_cast<size_t>(n));
+    std::vector<double> scratch(kUpdatePipelineScratch);
+    UpdatePipelineStats stats;
+    UpdatePipeline(p, local.data(), global.data(), n, values.data(), units.data(),
+                   scratch.data(), &stats);
+    DeviceBuffer gl = Upload(local), gg = Upload(global), gv = Zeros<float>(values.size()),
+                 gu = Zeros<int32_t>(units.size()), gs = Zeros<double>(kUpdatePipelineScratch),
+                 gstats = Zeros<UpdatePipelineStats>(1);
+    gpu_->UpdatePipeline(p, gl.as<float>(), gg.as<float>(), n, gv.as<float>(), gu.as<int32_t>(),
+                         gs.as<double>(), gstats.as<UpdatePipelineStats>());
+    const UpdatePipelineStats got = Download<UpdatePipelineStats>(gstats)[0];
+    EXPECT_EQ(got.norm, stats.norm) << n;
+    EXPECT_EQ(got.scale, stats.scale) << n;
+    EXPECT_EQ(got.saturated, stats.saturated) << n;
+    EXPECT_EQ(Download<float>(gv), values) << n;
+    EXPECT_EQ(Download<int32_t>(gu), units) << n;
+  }
+}
+
+TEST_F(ParityTest, FixedPointAccumulationIsTheSameBits) {
+  Rng rng(8);
+  auto x = RandomVector(rng, 300007, -3, 3);
+  x[5] = std::nanf("");
+  std::vector<uint64_t> acc(x.size(), 7);
+  DeviceBuffer gx = Upload(x), gacc = Upload(acc), grej = Zeros<uint32_t>(1);
+  uint32_t rejected = 0;
+  const double scale = std::ldexp(1.0, 30);
+  AccumulateFixedPoint(x.data(), static_cast<int64_t>(x.size()), scale, 0x40400000u, acc.data(),
+                       &rejected);
+  gpu_->AccumulateFixedPoint(gx.as<float>(), static_cast<int64_t>(x.size()), scale, 0x40400000u,
+                             gacc.as<uint64_t>(), grej.as<uint32_t>());
+  EXPECT_EQ(Download<uint64_t>(gacc), acc);
+  EXPECT_EQ(Download<uint32_t>(grej)[0], rejected);
+}
+
+// Separable blobs: class c centred at c on every feature.
+data::Dataset Blobs(int64_t n, int64_t dim, int64_t classes, uint64_t seed) {
+  data::Dataset d;
+  d.feature_dim = dim;
+  d.num_classes = classes;
+  Rng rng(seed);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto c = static_cast<int32_t>(i % classes);
+    for (int64_t k = 0; k < dim; ++k) {
+      d.features.push_back(static_cast<float>(c + 0.5 * rng.Normal()));
+    }
+    d.labels.push_back(c);
+  }
+  return d;
+}
+
+// One local epoch from the same model and data order: losses agree to 1e-4 relative and every
+// parameter to 1e-3 (float GEMMs sum in different orders; the difference stays at rounding level
+// over an epoch of small steps).
+TEST_F(ParityTest, OneEpochOfTrainingMatchesTheCpu) {
+  const models::MlpSpec spec{64, {128, 32}, 10};
+  const data::Dataset train = Blobs(2048, 64, 10, 9);
+  const TensorList initial = models::InitMlp(spec, 10);
+  models::TrainOptions options;
+  options.batch_size = 256;
+  options.learning_rate = 0.05;
+  options.momentum = 0.9;
+  TensorList on_cpu = initial, on_gpu = initial;
+  auto cpu = models::TrainMlp(spec, options, {&train, {}}, 11, &on_cpu);
+  options.backend = gpu_.get();
+  auto gpu = models::TrainMlp(spec, options, {&train, {}}, 11, &on_gpu);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  EXPECT_NEAR(gpu->loss, cpu->loss, 1e-4 * cpu->loss);
+  EXPECT_EQ(gpu->steps, cpu->steps);
+  for (size_t t = 0; t < on_cpu.size(); ++t) {
+    std::vector<double> ref(on_cpu[t].data.begin(), on_cpu[t].data.end());
+    test_util::ExpectAllNear(on_gpu[t].data, ref, 1e-3, 1e-3, on_cpu[t].spec.name);
+  }
+}
+
+// DP-SGD without noise: the same Poisson draws (same seeded source) and the same clipping.
+TEST_F(ParityTest, DpSgdWithoutNoiseMatchesTheCpu) {
+  const models::MlpSpec spec{64, {32}, 10};
+  const data::Dataset train = Blobs(1024, 64, 10, 12);
+  const TensorList initial = models::InitMlp(spec, 13);
+  models::TrainOptions options;
+  options.learning_rate = 0.1;
+  models::DpSgdOptions dp;
+  dp.noise_multiplier = 0;
+  dp.clip_norm = 0.5;
+  dp.expected_batch_size = 128;
+  TensorList on_cpu = initial, on_gpu = initial;
+  auto cpu_source = privacy::NoiseSource::SeededForTesting(14);
+  auto gpu_source = privacy::NoiseSource::SeededForTesting(14);
+  auto cpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, cpu_source, &on_cpu);
+  options.backend = gpu_.get();
+  auto gpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, gpu_source, &on_gpu);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  EXPECT_EQ(gpu->train.examples, cpu->train.examples);
+  for (size_t t = 0; t < on_cpu.size(); ++t) {
+    std::vector<double> ref(on_cpu[t].data.begin(), on_cpu[t].data.end());
+    test_util::ExpectAllNear(on_gpu[t].data, ref, 1e-3, 1e-3, on_cpu[t].spec.name);
+  }
+}
+
+}  // namespace
+}  // namespace huddle::kernels

@@ -1,0 +1,220 @@
+// The update pipeline's CPU reference (kernels/update.h): clipping guarantee, noise from the
+// counter-based stream, unbiased stochastic rounding, saturation; the fixed-point fold against
+// aggregation's; device-request parsing and the CPU backend.
+#include "kernels/update.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "aggregation/internal/fixed_point.h"
+#include "common/rng.h"
+#include "kernels/backend.h"
+#include "kernels/noise_stream.h"
+#include "privacy/clip.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace huddle::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+using test_util::RandomVector;
+
+struct Pipeline {
+  std::vector<float> values;
+  std::vector<int32_t> units;
+  UpdatePipelineStats stats;
+};
+
+Pipeline RunPipeline(const UpdatePipelineParams& p, const std::vector<float>& local,
+             const std::vector<float>& global) {
+  Pipeline out;
+  out.values.assign(local.size(), -1.0f);
+  out.units.assign(local.size(), -1);
+  std::vector<double> scratch(kUpdatePipelineScratch);
+  UpdatePipeline(p, local.data(), global.data(), static_cast<int64_t>(local.size()),
+                 out.values.data(), out.units.data(), scratch.data(), &out.stats);
+  return out;
+}
+
+TEST(UpdatePipelineTest, WithoutClipNoiseOrQuantumItIsTheDelta) {
+  Rng rng(1);
+  const auto local = RandomVector(rng, 1000), global = RandomVector(rng, 1000);
+  const Pipeline out = RunPipeline({}, local, global);
+  for (size_t i = 0; i < local.size(); ++i) ASSERT_EQ(out.values[i], local[i] - global[i]) << i;
+  EXPECT_EQ(out.stats.scale, 1.0);
+  double squared = 0;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const double d = local[i] - global[i];
+    squared += d * d;
+  }
+  EXPECT_NEAR(out.stats.norm, std::sqrt(squared), 1e-12 * std::sqrt(squared));
+}
+
+TEST(UpdatePipelineTest, ClippedOutputNeverExceedsTheClipNormAsPrivacyMeasuresIt) {
+  for (int64_t n : {1, 7, 4096, 100003}) {
+    Rng rng(DeriveSeed(2, static_cast<uint64_t>(n)));
+    const auto local = RandomVector(rng, n, -3, 3), global = RandomVector(rng, n, -1, 1);
+    UpdatePipelineParams p;
+    p.clip_norm = 0.5;
+    const Pipeline out = RunPipeline(p, local, global);
+    EXPECT_GT(out.stats.norm, p.clip_norm);
+    EXPECT_LT(out.stats.scale, 1.0);
+    const std::span<const float> spans[] = {out.values};
+    const double norm = privacy::L2Norm(spans);
+    EXPECT_LE(norm, p.clip_norm) << n;
+    EXPECT_GT(norm, p.clip_norm * (1 - 1e-5)) << n;
+  }
+}
+
+TEST(UpdatePipelineTest, SmallUpdatesAreNotScaled) {
+  const std::vector<float> local = {0.1f, 0.2f}, global = {0, 0};
+  UpdatePipelineParams p;
+  p.clip_norm = 1.0;
+  const Pipeline out = RunPipeline(p, local, global);
+  EXPECT_EQ(out.stats.scale, 1.0);
+  EXPECT_EQ(out.values, local);
+}
+
+TEST(UpdatePipelineTest, NoiseIsTheStreamsGaussianTimesStddev) {
+  const std::vector<float> zeros(50, 0.0f);
+  UpdatePipelineParams p;
+  p.noise_stddev = 2.5;
+  p.key = NoiseKeyFromSeed(3);
+  p.noise_offset = 17;
+  const Pipeline out = RunPipeline(p, zeros, zeros);
+  for (size_t i = 0; i < zeros.size(); ++i) {
+    ASSERT_EQ(out.values[i], static_cast<float>(2.5 * StandardNormalAt(p.key, 17 + i))) << i;
+  }
+}
+
+TEST(UpdatePipelineTest, NonFiniteDeltaReportsNaNNormAndScaleZero) {
+  std::vector<float> local = {1, 2, std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<float> global = {0, 0, 0};
+  UpdatePipelineParams p;
+  p.clip_norm = 1;
+  const Pipeline out = RunPipeline(p, local, global);
+  EXPECT_TRUE(std::isnan(out.stats.norm));
+  EXPECT_EQ(out.stats.scale, 0.0);
+}
+
+TEST(UpdatePipelineTest, StochasticRoundingIsUnbiasedAndOnTheGrid) {
+  constexpr int64_t n = 200000;
+  const std::vector<float> local(n, 0.3f), global(n, 0.0f);
+  UpdatePipelineParams p;
+  p.quantum = 0.25;  // 0.3 / 0.25 = 1.2: 1 with probability 0.8, 2 with 0.2
+  p.key = NoiseKeyFromSeed(4);
+  const Pipeline out = RunPipeline(p, local, global);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(out.units[i] == 1 || out.units[i] == 2) << out.units[i];
+    ASSERT_EQ(out.values[i], static_cast<float>(out.units[i] * 0.25));
+    sum += out.units[i];
+  }
+  const double expected = static_cast<double>(0.3f) / 0.25;
+  // Standard error of the mean of a Bernoulli(0.2) over n draws: sqrt(0.16 / n).
+  EXPECT_NEAR(sum / n, expected, 5 * std::sqrt(0.16 / n));
+  EXPECT_EQ(out.stats.saturated, 0);
+}
+
+TEST(UpdatePipelineTest, RoundingIsReproducibleAndKeyed) {
+  Rng rng(5);
+  const auto local = RandomVector(rng, 999), global = RandomVector(rng, 999);
+  UpdatePipelineParams p;
+  p.quantum = 1e-3;
+  p.noise_stddev = 0.01;
+  p.key = NoiseKeyFromSeed(6);
+  const Pipeline a = RunPipeline(p, local, global), b = RunPipeline(p, local, global);
+  EXPECT_EQ(a.units, b.units);
+  p.key = NoiseKeyFromSeed(7);
+  EXPECT_NE(RunPipeline(p, local, global).units, a.units);
+}
+
+TEST(UpdatePipelineTest, SaturatesOutsideInt32AndCountsIt) {
+  const std::vector<float> local = {1e6f, -1e6f, 1.0f}, global = {0, 0, 0};
+  UpdatePipelineParams p;
+  p.quantum = 1e-6;  // 1e12 units: outside int32
+  const Pipeline out = RunPipeline(p, local, global);
+  EXPECT_EQ(out.units[0], 2147483647);
+  EXPECT_EQ(out.units[1], -2147483647);
+  EXPECT_EQ(out.stats.saturated, 2);
+}
+
+TEST(UpdatePipelineTest, SquaredNormFollowsTheDocumentedOrderAndIsAccurate) {
+  Rng rng(8);
+  const auto x = RandomVector(rng, 123457);
+  long double exact = 0;
+  for (float v : x) exact += static_cast<long double>(v) * v;
+  EXPECT_NEAR(SquaredNorm(x.data(), static_cast<int64_t>(x.size())), static_cast<double>(exact),
+              1e-12 * static_cast<double>(exact));
+}
+
+TEST(AccumulateFixedPointTest, SameBitsAsAggregationsFold) {
+  Rng rng(9);
+  auto x = RandomVector(rng, 5000, -2, 2);
+  x[17] = std::numeric_limits<float>::infinity();
+  const double scale = std::ldexp(3.0, 20);
+  const uint32_t limit = aggregation::internal::AbsBitsLimit(4.0);
+  std::vector<uint64_t> ours(x.size(), 5), theirs(x.size(), 5);
+  uint32_t rejected = 0;
+  AccumulateFixedPoint(x.data(), static_cast<int64_t>(x.size()), scale, limit, ours.data(),
+                       &rejected);
+  const bool bad =
+      aggregation::internal::AddQuantized(x.data(), x.size(), scale, limit, theirs.data());
+  EXPECT_EQ(ours, theirs);
+  EXPECT_TRUE(bad);
+  EXPECT_EQ(rejected, 1u);
+  x[17] = 0;
+  rejected = 0;
+  AccumulateFixedPoint(x.data(), static_cast<int64_t>(x.size()), scale, limit, ours.data(),
+                       &rejected);
+  EXPECT_EQ(rejected, 0u);
+}
+
+TEST(DeviceRequestTest, ParsesTheDocumentedForms) {
+  EXPECT_EQ(ParseDeviceRequest("auto")->kind, DeviceRequest::Kind::kAuto);
+  EXPECT_EQ(ParseDeviceRequest("cpu")->kind, DeviceRequest::Kind::kCpu);
+  EXPECT_EQ(ParseDeviceRequest("cuda")->ToString(), "cuda:0");
+  EXPECT_EQ(ParseDeviceRequest("cuda:3")->index, 3);
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:1x", "cuda:99999", "CPU"}) {
+    auto parsed = ParseDeviceRequest(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(parsed.status().message(), HasSubstr("auto, cpu, cuda, cuda:N"));
+  }
+}
+
+TEST(DeviceRequestTest, CudaWithoutAGpuIsAnErrorNotAFallback) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU";
+  auto backend = OpenBackend(*ParseDeviceRequest("cuda:0"));
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(backend.status().message(), HasSubstr("cuda:0"));
+  auto automatic = OpenBackend(*ParseDeviceRequest("auto"));
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ((*automatic)->kind(), DeviceKind::kCpu);
+}
+
+TEST(CpuBackendTest, CopiesAndAllocationsBehave) {
+  auto backend = OpenCpuBackend();
+  EXPECT_EQ(backend->name(), "cpu");
+  auto empty = backend->Allocate(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->data(), nullptr);
+  EXPECT_FALSE(backend->Allocate(-1).ok());
+  auto buffer = backend->Allocate(3 * sizeof(float));
+  ASSERT_TRUE(buffer.ok());
+  const float in[3] = {1, 2, 3};
+  float out[3] = {};
+  backend->CopyToDevice(buffer->data(), in, sizeof in);
+  ASSERT_TRUE(backend->CopyToHost(out, buffer->data(), sizeof out).ok());
+  EXPECT_EQ(std::vector<float>(out, out + 3), std::vector<float>(in, in + 3));
+  backend->Zero(buffer->data(), buffer->bytes());
+  ASSERT_TRUE(backend->CopyToHost(out, buffer->data(), sizeof out).ok());
+  EXPECT_EQ(out[2], 0.0f);
+}
+
+}  // namespace
+}  // namespace huddle::kernels
