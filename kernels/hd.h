@@ -29,6 +29,15 @@ HUDDLE_HD inline uint64_t DoubleBits(double v) {
   return bits;
 #endif
 }
+HUDDLE_HD inline double BitsToDouble(uint64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+#endif
+}
 HUDDLE_HD inline uint32_t FloatBits(float v) {
 #if defined(__CUDA_ARCH__)
   return static_cast<uint32_t>(__float_as_uint(v));

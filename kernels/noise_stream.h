@@ -50,9 +50,6 @@
 
 #include "kernels/hd.h"
 
-#if !defined(__CUDA_ARCH__)
-#include <bit>
-#endif
 
 namespace huddle::kernels {
 
@@ -118,22 +115,6 @@ HUDDLE_HD inline void SinCos2Pi(double t, double* sin_out, double* cos_out);
 // The Box-Muller pair p (0, 1 or 2) of a Gaussian block's words: z[2p], z[2p+1] of the layout.
 HUDDLE_HD inline void BoxMullerPair(const uint32_t words[16], int p, double* z0, double* z1);
 
-HUDDLE_HD inline uint64_t DoubleToBits(double x) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(x));
-#else
-  return std::bit_cast<uint64_t>(x);
-#endif
-}
-
-HUDDLE_HD inline double BitsToDouble(uint64_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(bits));
-#else
-  return std::bit_cast<double>(bits);
-#endif
-}
-
 HUDDLE_HD inline uint32_t RotateLeft(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
 
 HUDDLE_HD inline void QuarterRound(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d) {
@@ -164,7 +145,7 @@ HUDDLE_HD inline double Log(double u) {
     u = hd::Mul(u, 0x1p54);
     e = -54;
   }
-  const uint64_t bits = DoubleToBits(u);
+  const uint64_t bits = hd::DoubleBits(u);
   e += static_cast<int>(bits >> 52) - 1023;
   uint64_t m_bits = (bits & kMantissa) | (uint64_t{1023} << 52);  // m in [1, 2)
   if (m_bits >= kSqrt2Bits) {
@@ -172,7 +153,7 @@ HUDDLE_HD inline double Log(double u) {
     m_bits = (bits & kMantissa) | (uint64_t{1022} << 52);
     ++e;
   }
-  const double f = hd::Sub(BitsToDouble(m_bits), 1.0);  // exact (Sterbenz)
+  const double f = hd::Sub(hd::BitsToDouble(m_bits), 1.0);  // exact (Sterbenz)
   const double hfsq = hd::Mul(0.5, hd::Mul(f, f));
   const double s = hd::Div(f, hd::Add(2.0, f));
   const double z = hd::Mul(s, s);

@@ -53,7 +53,7 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
   int64_t saturated = 0;
   double normals[kNormalsPerBlock];
   uint64_t normals_block = UINT64_MAX;
-  uint32_t rounding[16];
+  uint32_t rounding[16] = {};
   uint64_t rounding_block = UINT64_MAX;
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t index = p.noise_offset + static_cast<uint64_t>(i);
@@ -67,20 +67,11 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
     }
     const double v = update_math::NoisedValue(update_math::Delta(local[i], global[i]), scale,
                                               p.noise_stddev, z);
-    if (p.quantum > 0) {
-      if (index / 16 != rounding_block) {
-        rounding_block = index / 16;
-        ChaCha20Block(p.key, kRoundingStream, rounding_block, rounding);
-      }
-      const int32_t units =
-          update_math::StochasticRound(v, p.quantum, rounding[index % 16], &saturated);
-      out_units[i] = units;
-      if (out_values != nullptr) {
-        out_values[i] = static_cast<float>(hd::Mul(static_cast<double>(units), p.quantum));
-      }
-    } else {
-      out_values[i] = static_cast<float>(v);
+    if (p.quantum > 0 && index / 16 != rounding_block) {
+      rounding_block = index / 16;
+      ChaCha20Block(p.key, kRoundingStream, rounding_block, rounding);
     }
+    update_math::StoreOutput(p, v, rounding[index % 16], i, out_values, out_units, &saturated);
   }
   stats->norm = norm;
   stats->scale = scale;

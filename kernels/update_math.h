@@ -78,6 +78,22 @@ HUDDLE_HD inline int32_t StochasticRound(double v, double quantum, uint32_t bits
   return static_cast<int32_t>(t);
 }
 
+// Writes element i's outputs for the pipeline value v; `rounding_bits` is the element's word of
+// the rounding stream (read only when quantizing).
+HUDDLE_HD inline void StoreOutput(const UpdatePipelineParams& p, double v, uint32_t rounding_bits,
+                                  int64_t i, float* out_values, int32_t* out_units,
+                                  int64_t* saturated) {
+  if (!(p.quantum > 0)) {
+    out_values[i] = static_cast<float>(v);
+    return;
+  }
+  const int32_t units = StochasticRound(v, p.quantum, rounding_bits, saturated);
+  out_units[i] = units;
+  if (out_values != nullptr) {
+    out_values[i] = static_cast<float>(hd::Mul(static_cast<double>(units), p.quantum));
+  }
+}
+
 // Aggregation's fixed-point term round_half_even(double(x) * scale) in two's complement.
 HUDDLE_HD inline uint64_t FixedPointTerm(float x, double scale) {
   const double shifted = hd::Add(hd::Mul(static_cast<double>(x), scale), kMagic);

@@ -32,6 +32,13 @@
 // at batch 4096-256, the Poisson draws included) plus the noise, one exact discrete Gaussian draw
 // per parameter per step (~0.12 us each: ~12 ms per step for 784-128-10's 101,770 parameters).
 //
+// On a GPU (TrainOptions::backend) the sampling still happens on the host from `noise` (the rows
+// of each step travel in one small copy), and step 3's noise is the Gaussian of
+// kernels/noise_stream.h, computed on the device from a ChaCha20 key drawn from `noise`, with
+// standard deviation exactly z * C (no grid): a float Gaussian, not the exact discrete one (see
+// docs/privacy.md). Divergence is detected from the running loss about once per pass over the
+// data and from the final parameters.
+//
 // Thread-safety: stateless functions; concurrent calls are safe when they train different
 // TensorLists and use different NoiseSources (a NoiseSource is single-threaded).
 #pragma once

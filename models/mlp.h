@@ -12,9 +12,11 @@
 // Determinism: InitMlp is bitwise reproducible everywhere. TrainMlp is bitwise reproducible for
 // the same inputs and seed with the same build on the same CPU model (the CPU kernels are
 // single-threaded; Eigen sizes its GEMM blocks from the CPU's cache sizes, so the last bits can
-// differ between CPU models).
+// differ between CPU models). On a GPU (TrainOptions::backend) the same steps run in the same
+// order; cuBLAS sums in another order, so results agree with the CPU to float rounding and are
+// reproducible on the same GPU model and toolkit.
 // Thread-safety: stateless functions. Concurrent calls are safe when they train different
-// TensorLists; each call allocates its own buffers.
+// TensorLists on different backends; each call allocates its own buffers.
 #pragma once
 
 #include <cstdint>
@@ -80,8 +82,10 @@ struct TrainStats {
 // flushed to zero during the call (kernels/flush_denormals.h).
 // Errors (InvalidArgument, *params untouched): invalid spec or options, params not matching the
 // spec, an empty view, feature_dim != input_dim, a label outside [0, num_classes).
-// If the loss becomes non-finite training stops with FailedPrecondition ("diverged") and *params
-// hold the diverged values; the caller should discard them.
+// If the loss becomes non-finite training stops at the end of that epoch (the running loss is read
+// once per epoch, so the device never waits inside one) with FailedPrecondition ("diverged") and
+// *params hold the diverged values; the caller should discard them. A device fault is returned as
+// the backend reports it.
 StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
                               const data::DatasetView& data, uint64_t seed, TensorList* params);
 

@@ -61,7 +61,7 @@ __global__ void ApplyKernel(UpdatePipelineParams p, const float* __restrict__ lo
   for (uint64_t g = first_group + static_cast<uint64_t>(GlobalThread()); g <= last_group;
        g += static_cast<uint64_t>(GridThreads())) {
     double normals[kNormalsPerBlock];
-    uint32_t rounding[16];
+    uint32_t rounding[16] = {};
     bool have_normals = false, have_rounding = false;
     for (uint64_t index = g * kGroup; index < (g + 1) * kGroup; ++index) {
       if (index < p.noise_offset) continue;
@@ -77,20 +77,11 @@ __global__ void ApplyKernel(UpdatePipelineParams p, const float* __restrict__ lo
       }
       const double v = update_math::NoisedValue(update_math::Delta(local[i], global[i]), scale,
                                                 p.noise_stddev, z);
-      if (quantize) {
-        if (!have_rounding || index % 16 == 0) {
-          ChaCha20Block(p.key, kRoundingStream, index / 16, rounding);
-          have_rounding = true;
-        }
-        const int32_t units =
-            update_math::StochasticRound(v, p.quantum, rounding[index % 16], &saturated);
-        out_units[i] = units;
-        if (out_values != nullptr) {
-          out_values[i] = static_cast<float>(hd::Mul(static_cast<double>(units), p.quantum));
-        }
-      } else {
-        out_values[i] = static_cast<float>(v);
+      if (quantize && (!have_rounding || index % 16 == 0)) {
+        ChaCha20Block(p.key, kRoundingStream, index / 16, rounding);
+        have_rounding = true;
       }
+      update_math::StoreOutput(p, v, rounding[index % 16], i, out_values, out_units, &saturated);
     }
   }
   if (saturated > 0) {

@@ -23,6 +23,7 @@
 #include "models/dp_sgd.h"
 #include "models/mlp.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/models/test_data.h"
 
 namespace huddle::kernels {
 namespace {
@@ -232,28 +233,12 @@ TEST_F(ParityTest, FixedPointAccumulationIsTheSameBits) {
   EXPECT_EQ(Download<uint32_t>(grej)[0], rejected);
 }
 
-// Separable blobs: class c centred at c on every feature.
-data::Dataset Blobs(int64_t n, int64_t dim, int64_t classes, uint64_t seed) {
-  data::Dataset d;
-  d.feature_dim = dim;
-  d.num_classes = classes;
-  Rng rng(seed);
-  for (int64_t i = 0; i < n; ++i) {
-    const auto c = static_cast<int32_t>(i % classes);
-    for (int64_t k = 0; k < dim; ++k) {
-      d.features.push_back(static_cast<float>(c + 0.5 * rng.Normal()));
-    }
-    d.labels.push_back(c);
-  }
-  return d;
-}
-
 // One local epoch from the same model and data order: losses agree to 1e-4 relative and every
 // parameter to 1e-3 (float GEMMs sum in different orders; the difference stays at rounding level
 // over an epoch of small steps).
 TEST_F(ParityTest, OneEpochOfTrainingMatchesTheCpu) {
   const models::MlpSpec spec{64, {128, 32}, 10};
-  const data::Dataset train = Blobs(2048, 64, 10, 9);
+  const data::Dataset train = models::Blobs(2048, 64, 10, 9);
   const TensorList initial = models::InitMlp(spec, 10);
   models::TrainOptions options;
   options.batch_size = 256;
@@ -275,7 +260,7 @@ TEST_F(ParityTest, OneEpochOfTrainingMatchesTheCpu) {
 // DP-SGD without noise: the same Poisson draws (same seeded source) and the same clipping.
 TEST_F(ParityTest, DpSgdWithoutNoiseMatchesTheCpu) {
   const models::MlpSpec spec{64, {32}, 10};
-  const data::Dataset train = Blobs(1024, 64, 10, 12);
+  const data::Dataset train = models::Blobs(1024, 64, 10, 12);
   const TensorList initial = models::InitMlp(spec, 13);
   models::TrainOptions options;
   options.learning_rate = 0.1;
