@@ -103,10 +103,10 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
   const data::DataSpec& d = job.client_data;
   for (int64_t i = 0; i < job.local_clients; ++i) {
     const std::string& id = ids[static_cast<size_t>(i)];
-    std::vector<std::string> argv = {exe,           "client", "--coordinator",   endpoint,
-                                     "--client-id", id,       "--data",          d.path,
-                                     "--format",    d.format, "--give-up-after", "120",
-                                     "--device",    job.client_device};
+    std::vector<std::string> argv = {
+        exe,        "client",         "--coordinator", endpoint, "--client-id",     id,
+        "--data",   d.path,           "--format",      d.format, "--give-up-after", "120",
+        "--device", job.client_device};
     if (insecure) {
       argv.push_back("--insecure");
     } else {

@@ -87,9 +87,8 @@ StatusOr<std::unique_ptr<Backend>> OpenBackend(const DeviceRequest& request) {
   }
   if (request.index >= gpus) {
     return absl::FailedPreconditionError(absl::StrCat("device ", request.ToString(),
-                                                      " was asked for but this machine has ",
-                                                      gpus, " CUDA GPU(s): cuda:0 .. cuda:",
-                                                      gpus - 1));
+                                                      " was asked for but this machine has ", gpus,
+                                                      " CUDA GPU(s): cuda:0 .. cuda:", gpus - 1));
   }
   return cuda::OpenBackend(request.index);
 #else

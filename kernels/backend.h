@@ -41,7 +41,7 @@ enum class DeviceKind { kCpu, kCuda };
 struct DeviceRequest {
   enum class Kind { kAuto, kCpu, kCuda };
   Kind kind = Kind::kAuto;
-  int index = 0;  // the GPU ordinal, for kCuda
+  int index = 0;                 // the GPU ordinal, for kCuda
   std::string ToString() const;  // "auto", "cpu", "cuda:0"
 };
 
@@ -136,16 +136,15 @@ class Backend {
   virtual void ClipFactors(const double* squared_norms, int64_t batch, const ClipFactorParams& p,
                            float* factors) = 0;
   virtual void ScaleRows(float* m, int64_t rows, int64_t cols, const float* factors) = 0;
-  virtual void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev,
-                                double divisor, float* data, int64_t n) = 0;
+  virtual void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev, double divisor,
+                                float* data, int64_t n) = 0;
 
   // ---- Update pipeline and aggregation (kernels/update.h) ------------------------------------
   virtual void UpdatePipeline(const UpdatePipelineParams& p, const float* local,
-                              const float* global, int64_t n, float* out_values,
-                              int32_t* out_units, double* scratch, UpdatePipelineStats* stats) = 0;
+                              const float* global, int64_t n, float* out_values, int32_t* out_units,
+                              double* scratch, UpdatePipelineStats* stats) = 0;
   virtual void AccumulateFixedPoint(const float* x, int64_t n, double scale,
-                                    uint32_t abs_bits_limit, uint64_t* acc,
-                                    uint32_t* rejected) = 0;
+                                    uint32_t abs_bits_limit, uint64_t* acc, uint32_t* rejected) = 0;
 };
 
 inline void DeviceBuffer::Release() {

@@ -68,8 +68,8 @@ class CpuBackend final : public Backend {
                   int64_t count, float* x, int32_t* y) override {
     kernels::GatherRows(features, labels, cols, rows, count, x, y);
   }
-  void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out,
-                            int64_t batch, double* squared_norms) override {
+  void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out, int64_t batch,
+                            double* squared_norms) override {
     kernels::AddGhostSquaredNorms(a, in, d, out, batch, squared_norms);
   }
   void ClipFactors(const double* squared_norms, int64_t batch, const ClipFactorParams& p,

@@ -48,14 +48,15 @@ class CudaBackend final : public Backend {
     ordinal_ = ordinal;
     HUDDLE_RETURN_IF_ERROR(Check(cudaSetDevice(ordinal), "cudaSetDevice"));
     cudaDeviceProp prop;
-    HUDDLE_RETURN_IF_ERROR(Check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+    HUDDLE_RETURN_IF_ERROR(
+        Check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
     name_ = absl::StrFormat("cuda:%d (%s, sm_%d%d, %.1f GiB)", ordinal, prop.name, prop.major,
                             prop.minor, static_cast<double>(prop.totalGlobalMem) / (1 << 30));
     std::string why;
     if (!KernelImageLoadable(&why)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name_, " cannot run this build's kernels (built for sm_80 and sm_90): ", why,
-          "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=", prop.major, prop.minor));
+      return absl::FailedPreconditionError(
+          absl::StrCat(name_, " cannot run this build's kernels (built for sm_80 and sm_90): ", why,
+                       "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=", prop.major, prop.minor));
     }
     HUDDLE_RETURN_IF_ERROR(
         Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -68,8 +69,8 @@ class CudaBackend final : public Backend {
       HUDDLE_RETURN_IF_ERROR(
           Check(cudaMallocHost(&slot.host, static_cast<size_t>(kStagingSlotBytes)),
                 "cudaMallocHost (staging)"));
-      HUDDLE_RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming),
-                                   "cudaEventCreate"));
+      HUDDLE_RETURN_IF_ERROR(
+          Check(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming), "cudaEventCreate"));
     }
     return absl::OkStatus();
   }
@@ -84,8 +85,8 @@ class CudaBackend final : public Backend {
     const cudaError_t err = cudaMalloc(&data, static_cast<size_t>(bytes));
     if (err != cudaSuccess) {
       cudaGetLastError();  // allocation failures are not sticky: clear it
-      return absl::ResourceExhaustedError(absl::StrCat(name_, ": cannot allocate ", bytes,
-                                                       " bytes: ", cudaGetErrorString(err)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name_, ": cannot allocate ", bytes, " bytes: ", cudaGetErrorString(err)));
     }
     return DeviceBuffer(this, data, bytes);
   }
@@ -116,9 +117,9 @@ class CudaBackend final : public Backend {
   }
   void CopyOnDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) {
-      Record(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
-                             stream_),
-             "cudaMemcpyAsync (on device)");
+      Record(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpyAsync (on device)");
     }
   }
   void Zero(void* dst, int64_t bytes) override {
@@ -134,8 +135,8 @@ class CudaBackend final : public Backend {
   void DenseForward(const DenseShape& s, const float* x, const float* w, const float* bias,
                     float* y) override {
     const float one = 1.0f, zero = 0.0f;
-    Blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, Int(s.out), Int(s.batch), Int(s.in), &one,
-                     w, Int(s.in), x, Int(s.in), &zero, y, Int(s.out)),
+    Blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, Int(s.out), Int(s.batch), Int(s.in), &one, w,
+                     Int(s.in), x, Int(s.in), &zero, y, Int(s.out)),
          "cublasSgemm (dense forward)");
     LaunchAddBias(stream_, bias, s.batch, s.out, y);
     Launched("AddBias");
@@ -144,8 +145,8 @@ class CudaBackend final : public Backend {
   void DenseBackward(const DenseShape& s, const float* x, const float* w, const float* dy,
                      float* dw, float* dbias, float* dx) override {
     const float one = 1.0f, zero = 0.0f;
-    Blas(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, Int(s.in), Int(s.out), Int(s.batch), &one,
-                     x, Int(s.in), dy, Int(s.out), &zero, dw, Int(s.in)),
+    Blas(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, Int(s.in), Int(s.out), Int(s.batch), &one, x,
+                     Int(s.in), dy, Int(s.out), &zero, dw, Int(s.in)),
          "cublasSgemm (weight gradient)");
     LaunchColumnSums(stream_, dy, s.batch, s.out, dbias);
     Launched("ColumnSums");
@@ -178,8 +179,8 @@ class CudaBackend final : public Backend {
     LaunchGatherRows(stream_, features, labels, cols, rows, count, x, y);
     Launched("GatherRows");
   }
-  void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out,
-                            int64_t batch, double* squared_norms) override {
+  void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out, int64_t batch,
+                            double* squared_norms) override {
     LaunchAddGhostSquaredNorms(stream_, a, in, d, out, batch, squared_norms);
     Launched("AddGhostSquaredNorms");
   }
@@ -211,7 +212,7 @@ class CudaBackend final : public Backend {
 
  private:
   struct Slot {
-    void* host = nullptr;        // pinned, kStagingSlotBytes
+    void* host = nullptr;         // pinned, kStagingSlotBytes
     cudaEvent_t event = nullptr;  // recorded after the slot's last copy
   };
 
@@ -229,8 +230,8 @@ class CudaBackend final : public Backend {
   void Launched(const char* kernel) { Record(cudaGetLastError(), kernel); }
   void Blas(cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS && error_.ok()) {
-      error_ = absl::InternalError(absl::StrCat(name_, ": ", what, " failed: ",
-                                                cublasGetStatusString(status)));
+      error_ = absl::InternalError(
+          absl::StrCat(name_, ": ", what, " failed: ", cublasGetStatusString(status)));
     }
   }
 
