@@ -135,18 +135,13 @@ class PrivacyReporter : public bench::RatioReporter {
             "clip", "memcpy", "clip/memcpy ratio") {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      const bool median = run.aggregate_name == "median";
-      if (!median && !run.aggregate_name.empty()) continue;
-      for (const char* counter : {"bytes_per_second", "items_per_second"}) {
-        auto it = run.counters.find(counter);
-        if (it == run.counters.end()) continue;
-        const std::string group = counter[0] == 'b' ? "params " + run.run_name.args : "items";
-        Measurement& m = rates_[group][Variant(run)];
-        if (median || !m.median) m = {it->second.value, median};
-      }
-    }
+    bench::ForEachRate(runs, {"bytes_per_second", "items_per_second"},
+                       [&](const Run& run, const std::string& counter, double rate, bool median) {
+                         const std::string group =
+                             counter[0] == 'b' ? "params " + run.run_name.args : "items";
+                         Measurement& m = rates_[group][Variant(run)];
+                         if (median || !m.median) m = {rate, median};
+                       });
     RatioReporter::ReportRuns(runs);
   }
 

@@ -15,6 +15,23 @@
 
 namespace huddle::bench {
 
+// Calls f(run, counter, rate, median) for every rate counter named in `counters` of every run
+// that is a plain measurement or the median of repetitions (failed runs and other aggregates are
+// skipped). A median should replace a plain measurement of the same benchmark.
+template <typename F>
+void ForEachRate(const std::vector<benchmark::BenchmarkReporter::Run>& runs,
+                 const std::vector<std::string>& counters, F&& f) {
+  for (const auto& run : runs) {
+    if (run.error_occurred) continue;
+    const bool median = run.aggregate_name == "median";
+    if (!median && !run.aggregate_name.empty()) continue;
+    for (const std::string& counter : counters) {
+      auto it = run.counters.find(counter);
+      if (it != run.counters.end()) f(run, counter, it->second.value, median);
+    }
+  }
+}
+
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   // Maps a run to {group, variant}; runs whose variant is neither `numerator` nor `denominator`
@@ -31,18 +48,12 @@ class RatioReporter : public benchmark::ConsoleReporter {
         counters_(std::move(counters)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      const bool median = run.aggregate_name == "median";
-      if (!median && !run.aggregate_name.empty()) continue;
-      auto [group, variant] = classify_(run);
-      for (const std::string& counter : counters_) {
-        auto it = run.counters.find(counter);
-        if (it == run.counters.end()) continue;
-        Measurement& m = rates_[counter][group][variant];
-        if (median || !m.median) m = {it->second.value, median};
-      }
-    }
+    ForEachRate(runs, counters_,
+                [&](const Run& run, const std::string& counter, double rate, bool median) {
+                  auto [group, variant] = classify_(run);
+                  Measurement& m = rates_[counter][group][variant];
+                  if (median || !m.median) m = {rate, median};
+                });
     ConsoleReporter::ReportRuns(runs);
   }
 

@@ -6,8 +6,8 @@
 
 #include "common/rng.h"
 #include "models/dp_sgd.h"
+#include "models/update.h"
 #include "models/wire_spec.h"
-#include "privacy/clip.h"
 
 namespace huddle::client {
 
@@ -77,48 +77,36 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
                      ": global model does not match the job's model: ", params_ok.message()));
   }
   spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
-  TensorList local = global;
   const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
-  StatusOr<models::TrainStats> stats = Train(msg.round, fit.train, seed, &local);
-  if (!stats.ok()) {
-    // Bad training settings or local data: tell the coordinator (it counts the client as failed)
-    // and stay available for the next round.
-    spdlog::error("round {}: local training failed: {}", msg.round, stats.status().message());
+  StatusOr<models::Update> update = TrainAndPrivatize(msg.round, fit, seed, global);
+  if (!update.ok()) {
+    // Bad training settings or local data, or a diverged run: tell the coordinator (it counts
+    // the client as failed) and stay available for the next round.
+    spdlog::error("round {}: local training failed: {}", msg.round, update.status().message());
     return Replies{};
   }
-  auto delta = std::make_shared<TensorList>(std::move(local));
-  for (size_t t = 0; t < delta->size(); ++t) {
-    std::vector<float>& d = (*delta)[t].data;
-    const std::vector<float>& g = global[t].data;
-    for (size_t i = 0; i < d.size(); ++i) d[i] -= g[i];
-  }
-  StatusOr<bool> within_clip = Privatize(fit.privacy, delta.get());
-  if (!within_clip.ok()) {
-    spdlog::error("round {}: cannot privatize the update: {}", msg.round,
-                  within_clip.status().message());
-    return Replies{};
-  }
+  const models::TrainStats& stats = update->train;
   Pending pending;
   pending.round = msg.round;
   pending.result.num_examples = static_cast<uint64_t>(data_->size());  // the FedAvg weight
-  pending.result.train_loss = stats->loss;
-  pending.result.train_accuracy = stats->accuracy;
-  pending.result.within_clip = *within_clip;
+  pending.result.train_loss = stats.loss;
+  pending.result.train_accuracy = stats.accuracy;
+  pending.result.within_clip = !update->clipped;
   if (fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal) {
     // Local DP protects this client even from the coordinator: report nothing else about the data.
     pending.result.num_examples = 1;
     pending.result.train_loss = 0;
     pending.result.train_accuracy = 0;
   }
-  pending.result.train_seconds = stats->seconds;
+  pending.result.train_seconds = stats.seconds;
   pending.result.model_version = fit.model_version;
   pending.result.nonce = fit.nonce;
-  pending.delta = std::move(delta);
+  pending.delta = std::make_shared<const TensorList>(std::move(update->delta));
   pending_ = std::move(pending);
   ++rounds_trained_;
   spdlog::log(routine_level_,
               "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
-              msg.round, stats->examples, stats->loss, stats->accuracy, stats->seconds);
+              msg.round, stats.examples, stats.loss, stats.accuracy, stats.seconds);
   return Replies{
       wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce},
                         msg.round, client_id_)};
@@ -129,49 +117,53 @@ privacy::NoiseSource& ClientAgent::noise() {
   return *noise_;
 }
 
-StatusOr<models::TrainStats> ClientAgent::Train(uint64_t round, const wire::TrainConfig& config,
-                                                uint64_t seed, TensorList* params) {
-  models::TrainOptions train = models::TrainOptionsFromWire(config);
-  train.backend = backend_;
-  if (!config.dp_sgd) return models::TrainMlp(*model_, train, *data_, seed, params);
-  models::DpSgdOptions dp;
-  dp.noise_multiplier = config.dp_sgd->noise_multiplier;
-  dp.clip_norm = config.dp_sgd->clip_norm;
-  dp.expected_batch_size = config.dp_sgd->expected_batch_size;
-  HUDDLE_ASSIGN_OR_RETURN(models::DpSgdStats stats,
-                          models::TrainMlpDpSgd(*model_, train, dp, *data_, noise(), params));
-  dp_sgd_events_.push_back({stats.sampling_rate, dp.noise_multiplier, stats.steps});
-  auto spent =
-      privacy::ComputeEpsilon(dp_sgd_events_, config.dp_sgd->delta, privacy::AccountantKind::kRdp);
+StatusOr<models::Update> ClientAgent::TrainAndPrivatize(uint64_t round,
+                                                        const wire::FitInstruction& fit,
+                                                        uint64_t seed, const TensorList& global) {
+  const wire::TrainConfig& config = fit.train;
+  const wire::UpdatePrivacy& dp_update = fit.privacy;
+  models::UpdateOptions options;
+  options.train = models::TrainOptionsFromWire(config);
+  options.train.backend = backend_;
+  options.seed = seed;
+  if (dp_update.mode != wire::UpdatePrivacy::Mode::kNone) options.clip_norm = dp_update.clip_norm;
+  if (config.dp_sgd) {
+    options.dp_sgd.emplace();
+    options.dp_sgd->noise_multiplier = config.dp_sgd->noise_multiplier;
+    options.dp_sgd->clip_norm = config.dp_sgd->clip_norm;
+    options.dp_sgd->expected_batch_size = config.dp_sgd->expected_batch_size;
+    options.noise = &noise();
+  }
+  // Training, delta and clipping where the model lives (models/update.h).
+  HUDDLE_ASSIGN_OR_RETURN(models::Update update,
+                          models::TrainUpdate(*model_, options, *data_, global));
+  if (update.dp_sgd) LogDpSgd(round, *config.dp_sgd, *update.dp_sgd);
+  if (dp_update.mode == wire::UpdatePrivacy::Mode::kLocal) {
+    // Local DP: the exact discrete Gaussian, added on the host whatever the device.
+    HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
+                            privacy::NoiseGridFor(dp_update.noise_multiplier, dp_update.clip_norm,
+                                                  TotalElements(models::MlpLayout(*model_))));
+    for (Tensor& t : update.delta) {
+      HUDDLE_RETURN_IF_ERROR(privacy::AddDiscreteGaussianNoise(t.data, grid, noise()));
+    }
+  }
+  return update;
+}
+
+void ClientAgent::LogDpSgd(uint64_t round, const wire::DpSgdConfig& config,
+                           const models::DpSgdStats& stats) {
+  dp_sgd_events_.push_back(stats.event());
+  auto spent = privacy::ComputeEpsilon(dp_sgd_events_, config.delta, privacy::AccountantKind::kRdp);
   if (spent.ok()) {
     spdlog::log(routine_level_,
                 "round {}: DP-SGD {} steps (q {:.4g}, z {:g}, C {:g}); this client's examples: "
                 "epsilon {:.4f} at delta {:g} so far ({}){}",
-                round, stats.steps, stats.sampling_rate, dp.noise_multiplier, dp.clip_norm,
-                spent->epsilon, config.dp_sgd->delta, privacy::AccountantName(spent->accountant),
+                round, stats.steps, stats.sampling_rate, config.noise_multiplier, config.clip_norm,
+                spent->epsilon, config.delta, privacy::AccountantName(spent->accountant),
                 noise().is_private() ? "" : " [seeded noise: NOT PRIVATE]");
   } else {
     spdlog::warn("round {}: DP-SGD accounting failed: {}", round, spent.status().message());
   }
-  return stats.train;
-}
-
-StatusOr<bool> ClientAgent::Privatize(const wire::UpdatePrivacy& p, TensorList* delta) {
-  if (p.mode == wire::UpdatePrivacy::Mode::kNone) return true;
-  const privacy::ClipResult clip = privacy::ClipToNorm(delta, p.clip_norm);
-  if (!std::isfinite(clip.norm_before)) {
-    return absl::FailedPreconditionError("the update has non-finite values");
-  }
-  if (p.mode == wire::UpdatePrivacy::Mode::kLocal) {
-    int64_t dim = 0;
-    for (const Tensor& t : *delta) dim += static_cast<int64_t>(t.data.size());
-    HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
-                            privacy::NoiseGridFor(p.noise_multiplier, p.clip_norm, dim));
-    for (Tensor& t : *delta) {
-      HUDDLE_RETURN_IF_ERROR(privacy::AddDiscreteGaussianNoise(t.data, grid, noise()));
-    }
-  }
-  return !clip.clipped;
 }
 
 std::vector<wire::Message> ClientAgent::OnGrant(const wire::Message& msg) {

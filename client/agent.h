@@ -6,8 +6,9 @@
 //   Start()                 -> Join
 //   Welcome                 -> (remember the job's model)
 //   FitInstruction + model  -> train locally from the global model (DP-SGD when the train config
-//                              asks); delta = local - global; clip it to the instruction's clip
-//                              norm and, in local DP mode, add the noise (privacy/noise.h)
+//                              asks); delta = local - global clipped to the instruction's clip
+//                              norm, all on the training device (models/update.h); in local DP
+//                              mode add the noise on the host (privacy/noise.h)
 //                              -> UploadRequest (the delta waits for a grant)
 //   UploadGrant             -> FitResult + delta tensors
 //   Heartbeat               -> (nothing; the coordinator is alive)
@@ -31,7 +32,9 @@
 
 #include "common/status.h"
 #include "data/dataset.h"
+#include "models/dp_sgd.h"
 #include "models/mlp.h"
+#include "models/update.h"
 #include "privacy/accountant.h"
 #include "privacy/noise.h"
 #include "proto/messages.h"
@@ -70,10 +73,11 @@ class ClientAgent {
   StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
                                              const wire::FitInstruction& fit);
   std::vector<wire::Message> OnGrant(const wire::Message& msg);
-  StatusOr<models::TrainStats> Train(uint64_t round, const wire::TrainConfig& config, uint64_t seed,
-                                     TensorList* params);
-  // Clips (and in local mode noises) the update as the instruction says; returns within_clip.
-  StatusOr<bool> Privatize(const wire::UpdatePrivacy& privacy, TensorList* delta);
+  // Trains from `global` and returns the update, clipped (and in local mode noised) as the
+  // instruction says.
+  StatusOr<models::Update> TrainAndPrivatize(uint64_t round, const wire::FitInstruction& fit,
+                                             uint64_t seed, const TensorList& global);
+  void LogDpSgd(uint64_t round, const wire::DpSgdConfig& config, const models::DpSgdStats& stats);
   privacy::NoiseSource& noise();
   StatusOr<std::vector<wire::Message>> OnError(const wire::Message& msg, const wire::Error& err);
 

@@ -12,6 +12,7 @@
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
 #include "models/internal/mlp_workspace.h"
+#include "models/internal/train_loops.h"
 
 namespace huddle::models {
 namespace {
@@ -38,8 +39,7 @@ void BackwardToLayerGrads(MlpWorkspace& ws, int64_t batch, double* squared) {
   backend.Zero(squared, batch * static_cast<int64_t>(sizeof(double)));
   for (size_t l = 0; l < layers; ++l) {
     const float* a = l == 0 ? ws.input() : ws.layer_output(l - 1);
-    backend.AddGhostSquaredNorms(a, ws.width(l), ws.layer_grad(l), ws.width(l + 1), batch,
-                                 squared);
+    backend.AddGhostSquaredNorms(a, ws.width(l), ws.layer_grad(l), ws.width(l + 1), batch, squared);
   }
 }
 
@@ -100,55 +100,70 @@ Status CheckDpOptions(const DpSgdOptions& dp, int64_t n) {
 void SamplePoissonBatch(int64_t n, int64_t expected, privacy::NoiseSource& noise,
                         std::vector<int64_t>* rows) {
   rows->clear();
-  if (n > int64_t{UINT32_MAX}) {
-    const auto un = static_cast<uint64_t>(n), ue = static_cast<uint64_t>(expected);
-    for (int64_t i = 0; i < n; ++i) {
-      if (noise.UniformBelow(un) < ue) rows->push_back(i);
-    }
+  if (expected <= 0) return;
+  if (expected >= n) {
+    for (int64_t i = 0; i < n; ++i) rows->push_back(i);
     return;
   }
-  // Same draws on 32 bits, two per NextU64 (half the keystream): Lemire's multiply-shift
-  // x * n / 2^32 is exactly uniform on [0, n) once the low words below 2^32 mod n are rejected.
-  const auto n32 = static_cast<uint32_t>(n), e32 = static_cast<uint32_t>(expected);
-  const uint32_t reject_below = (0u - n32) % n32;  // 2^32 mod n
-  uint64_t word = 0;
-  bool have_half = false;
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t product;
-    do {
-      uint32_t bits;
-      if (have_half) {
-        bits = static_cast<uint32_t>(word >> 32);
-      } else {
-        word = noise.NextU64();
-        bits = static_cast<uint32_t>(word);
+  // Each trial compares a uniform U in [0, 1), revealed one random byte at a time, with
+  // p = expected / n written in base 256: U < p iff at the first byte where they differ U's is
+  // smaller. p's first byte is floor(256 p); after a tie its next byte comes from the long
+  // division's remainder. A trial almost always ends at its first byte (a tie has probability
+  // 1/256), so the sample costs ~1 keystream byte per example instead of a 32-bit draw.
+  using u128 = unsigned __int128;
+  const auto un = static_cast<u128>(n);
+  const auto first_digit = static_cast<uint32_t>(u128{256} * static_cast<u128>(expected) / un);
+  const u128 first_rest = u128{256} * static_cast<u128>(expected) - u128{first_digit} * un;
+  // A tie's further bytes come from their own words (they are as random as any others).
+  uint64_t tie_word = 0;
+  int tie_bytes = 0;
+  auto tie_byte = [&] {
+    if (tie_bytes == 0) {
+      tie_word = noise.NextU64();
+      tie_bytes = 8;
+    }
+    const auto byte = static_cast<uint32_t>(tie_word & 0xff);
+    tie_word >>= 8;
+    --tie_bytes;
+    return byte;
+  };
+  for (int64_t begin = 0; begin < n; begin += 8) {
+    uint64_t word = noise.NextU64();
+    const int64_t end = std::min(n, begin + 8);
+    for (int64_t i = begin; i < end; ++i, word >>= 8) {
+      uint32_t byte = static_cast<uint32_t>(word & 0xff);
+      if (byte != first_digit) {
+        if (byte < first_digit) rows->push_back(i);
+        continue;
       }
-      have_half = !have_half;
-      product = uint64_t{bits} * n32;
-    } while (static_cast<uint32_t>(product) < reject_below);
-    if (static_cast<uint32_t>(product >> 32) < e32) rows->push_back(i);
+      uint32_t digit = first_digit;
+      u128 rest = first_rest;  // p's remaining fraction is rest / n, in units of this byte
+      while (byte == digit && rest != 0) {
+        digit = static_cast<uint32_t>(u128{256} * rest / un);
+        rest = u128{256} * rest - u128{digit} * un;
+        byte = tie_byte();
+      }
+      // A tie with nothing left of p (rest == 0) means U >= p: no success.
+      if (byte < digit) rows->push_back(i);
+    }
   }
 }
 
-StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& options,
-                                   const DpSgdOptions& dp, const data::DatasetView& data,
-                                   privacy::NoiseSource& noise, TensorList* params) {
-  const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
-  const int64_t start_ms = clock->NowMs();
-  if (params == nullptr) return absl::InvalidArgumentError("TrainMlpDpSgd: params is null");
+namespace internal {
+
+StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
+                              const DpSgdOptions& dp, int64_t n) {
   TrainOptions checked = options;
   checked.batch_size = 1;  // unused here: the batch is Poisson-sampled
-  HUDDLE_RETURN_IF_ERROR(internal::CheckTrainOptions(checked));
-  HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, *params, data));
-  const int64_t n = data.size();
+  HUDDLE_RETURN_IF_ERROR(CheckTrainOptions(checked));
   HUDDLE_RETURN_IF_ERROR(CheckDpOptions(dp, n));
   const int64_t m = dp.expected_batch_size;
-  const int64_t num_params = TotalElements(MlpLayout(spec));
-  const bool add_noise = dp.noise_multiplier > 0.0;
-  privacy::NoiseGrid grid;
-  if (add_noise) {
-    HUDDLE_ASSIGN_OR_RETURN(grid,
-                            privacy::NoiseGridFor(dp.noise_multiplier, dp.clip_norm, num_params));
+  DpSgdPlan plan;
+  plan.add_noise = dp.noise_multiplier > 0.0;
+  if (plan.add_noise) {
+    // Also on a GPU, which adds its own Gaussian: the same settings are accepted on every device.
+    HUDDLE_ASSIGN_OR_RETURN(plan.grid, privacy::NoiseGridFor(dp.noise_multiplier, dp.clip_norm,
+                                                             TotalElements(MlpLayout(spec))));
   }
   // round(epochs * n / m), half up; 128-bit so that no epochs * n overflows.
   const __int128 scaled = static_cast<__int128>(options.epochs) * n;
@@ -157,104 +172,151 @@ StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& opti
     return absl::InvalidArgumentError(
         absl::StrCat("epochs is ", options.epochs, "; the number of steps overflows"));
   }
-  const int64_t steps = std::max<int64_t>(1, static_cast<int64_t>(rounded));
-
-  kernels::FlushDenormalsScope flush_denormals;
-  std::unique_ptr<kernels::Backend> owned;
-  kernels::Backend& backend = internal::BackendFor(options, &owned);
-  // The CPU adds the exact discrete Gaussian of privacy/noise.h to the gradients in host memory; a
-  // GPU adds kernels/noise_stream.h's Gaussian (ChaCha20 keyed from `noise`) in device memory.
-  const bool host_noise = backend.kind() == kernels::DeviceKind::kCpu;
+  plan.steps = std::max<int64_t>(1, static_cast<int64_t>(rounded));
   // Room for the sampled batch in all but ~1e-9 of steps (6 standard deviations and slack); a
   // larger sample grows the buffers: a sample is never truncated, which would void the guarantee.
   const auto cap =
       static_cast<int64_t>(static_cast<double>(m) + 6.0 * std::sqrt(static_cast<double>(m)) + 16.0);
-  int64_t capacity = std::min(cap, n);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
-                          MlpWorkspace::Create(backend, spec, capacity, /*training=*/true));
-  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
-  ws->UploadParams(*params);
-  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer squared,
-                          backend.Allocate(n * static_cast<int64_t>(sizeof(double))));
-  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer factors,
-                          backend.Allocate(n * static_cast<int64_t>(sizeof(float))));
-  const kernels::NoiseKey key = add_noise && !host_noise ? DrawNoiseKey(noise) : kernels::NoiseKey{};
-  uint64_t noise_offset = 0;
-  const double stddev = dp.noise_multiplier * dp.clip_norm;
-  const kernels::SgdHyper hyper{static_cast<float>(options.learning_rate),
-                                static_cast<float>(options.momentum),
-                                static_cast<float>(options.weight_decay)};
+  plan.capacity = std::min(cap, n);
+  return plan;
+}
+
+DpSgdStepper::DpSgdStepper(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
+                           const DpSgdOptions& dp, privacy::NoiseSource& noise)
+    : ws_(&ws),
+      plan_(plan),
+      noise_(&noise),
+      host_noise_(ws.backend().kind() == kernels::DeviceKind::kCpu),
+      stddev_(dp.noise_multiplier * dp.clip_norm),
+      clip_norm_(dp.clip_norm),
+      divisor_(static_cast<double>(dp.expected_batch_size)),
+      learning_rate_(options.learning_rate),
+      hyper_{static_cast<float>(options.learning_rate), static_cast<float>(options.momentum),
+             static_cast<float>(options.weight_decay)} {
+  if (plan.add_noise && !host_noise_) key_ = DrawNoiseKey(noise);
+}
+
+Status DpSgdStepper::Reserve(int64_t rows) {
+  if (rows <= capacity_) return absl::OkStatus();
+  kernels::Backend& backend = ws_->backend();
+  HUDDLE_RETURN_IF_ERROR(ws_->Reserve(rows));
+  HUDDLE_ASSIGN_OR_RETURN(squared_, backend.Allocate(rows * static_cast<int64_t>(sizeof(double))));
+  HUDDLE_ASSIGN_OR_RETURN(factors_, backend.Allocate(rows * static_cast<int64_t>(sizeof(float))));
+  capacity_ = rows;
+  return absl::OkStatus();
+}
+
+Status DpSgdStepper::Step(int64_t batch, int64_t step) {
+  MlpWorkspace& ws = *ws_;
+  kernels::Backend& backend = ws.backend();
+  if (batch > capacity_) {
+    return absl::InternalError(
+        absl::StrCat("DP-SGD step of ", batch, " rows with room for ", capacity_));
+  }
+  if (batch == 0) {
+    for (size_t i = 0; i < ws.num_params(); ++i) {
+      backend.Zero(ws.grad(i), ws.param_size(i) * static_cast<int64_t>(sizeof(float)));
+    }
+  } else {
+    ws.Forward(batch, /*training=*/true);
+    BackwardToLayerGrads(ws, batch, squared_.as<double>());
+    ClippedGradientSum(ws, batch, squared_.as<double>(), clip_norm_, factors_.as<float>());
+  }
+  // Noise, then the division by the expected batch size (the realized size is secret).
+  for (size_t i = 0; i < ws.num_params(); ++i) {
+    const int64_t size = ws.param_size(i);
+    if (!host_noise_) {
+      backend.AddGaussianNoise(key_, noise_offset_, plan_.add_noise ? stddev_ : 0.0, divisor_,
+                               ws.grad(i), size);
+      noise_offset_ += static_cast<uint64_t>(size);
+      continue;
+    }
+    const std::span<float> g(ws.grad(i), static_cast<size_t>(size));
+    if (FirstNonFinite(g) >= 0) {
+      return Diverged(step, learning_rate_, "non-finite clipped gradient sum");
+    }
+    if (plan_.add_noise) {
+      const Status noised = privacy::AddDiscreteGaussianNoise(g, plan_.grid, *noise_);
+      if (!noised.ok()) return Diverged(step, learning_rate_, std::string(noised.message()));
+    }
+    for (float& v : g) v = static_cast<float>(static_cast<double>(v) / divisor_);
+  }
+  return ws.Step(hyper_);
+}
+
+Status RunDpSgdSteps(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
+                     const DpSgdOptions& dp, int64_t n, privacy::NoiseSource& noise,
+                     DpSgdStats* stats) {
+  const int64_t m = dp.expected_batch_size;
+  DpSgdStepper stepper(ws, plan, options, dp, noise);
+  HUDDLE_RETURN_IF_ERROR(stepper.Reserve(plan.capacity));
   // Divergence shows in the running loss; it is read (one wait) about once per pass over the data.
   const int64_t check_every = std::max<int64_t>(1, n / m);
   std::vector<int64_t> rows;
-  rows.reserve(static_cast<size_t>(capacity));
-  DpSgdStats stats;
+  rows.reserve(static_cast<size_t>(plan.capacity));
   kernels::LossAccumulator totals;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = 0; step < plan.steps; ++step) {
     SamplePoissonBatch(n, m, noise, &rows);
     const auto batch = static_cast<int64_t>(rows.size());
-    if (batch > capacity) {
-      HUDDLE_RETURN_IF_ERROR(ws->Reserve(batch));
-      capacity = batch;
+    if (batch > 0) {
+      HUDDLE_RETURN_IF_ERROR(stepper.Reserve(batch));
+      HUDDLE_RETURN_IF_ERROR(ws.SetOrder(rows));
+      ws.Gather(0, batch);
+      stats->train.examples += batch;
     }
-    if (batch == 0) {
-      for (size_t i = 0; i < ws->num_params(); ++i) {
-        backend.Zero(ws->grad(i), ws->param_size(i) * static_cast<int64_t>(sizeof(float)));
-      }
-    } else {
-      HUDDLE_RETURN_IF_ERROR(ws->SetOrder(rows));
-      ws->Gather(0, batch);
-      ws->Forward(batch, /*training=*/true);
-      BackwardToLayerGrads(*ws, batch, squared.as<double>());
-      ClippedGradientSum(*ws, batch, squared.as<double>(), dp.clip_norm, factors.as<float>());
-      stats.train.examples += batch;
-    }
-    // Noise, then the division by the expected batch size (the realized size is secret).
-    const auto divisor = static_cast<double>(m);
-    for (size_t i = 0; i < ws->num_params(); ++i) {
-      const int64_t size = ws->param_size(i);
-      if (!host_noise) {
-        backend.AddGaussianNoise(key, noise_offset, add_noise ? stddev : 0.0, divisor, ws->grad(i),
-                                 size);
-        noise_offset += static_cast<uint64_t>(size);
-        continue;
-      }
-      const std::span<float> g(ws->grad(i), static_cast<size_t>(size));
-      if (FirstNonFinite(g) >= 0) {
-        return Diverged(step, options.learning_rate, "non-finite clipped gradient sum");
-      }
-      if (add_noise) {
-        const Status noised = privacy::AddDiscreteGaussianNoise(g, grid, noise);
-        if (!noised.ok()) return Diverged(step, options.learning_rate, std::string(noised.message()));
-      }
-      for (float& v : g) v = static_cast<float>(static_cast<double>(v) / divisor);
-    }
-    HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
-    ++stats.train.steps;
-    if ((step + 1) % check_every == 0 || step + 1 == steps) {
-      HUDDLE_ASSIGN_OR_RETURN(totals, ws->ReadTotals());
+    HUDDLE_RETURN_IF_ERROR(stepper.Step(batch, step));
+    ++stats->train.steps;
+    if ((step + 1) % check_every == 0 || step + 1 == plan.steps) {
+      HUDDLE_ASSIGN_OR_RETURN(totals, ws.ReadTotals());
       if (!std::isfinite(totals.loss_sum)) {
-        HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
         return Diverged(step, options.learning_rate, "non-finite loss");
       }
     }
   }
+  if (stats->train.examples > 0) {
+    stats->train.loss = totals.loss_sum / static_cast<double>(stats->train.examples);
+    stats->train.accuracy =
+        static_cast<double>(totals.correct) / static_cast<double>(stats->train.examples);
+  }
+  stats->steps = stats->train.steps;
+  stats->sampling_rate = static_cast<double>(m) / static_cast<double>(n);
+  stats->noise_multiplier = dp.noise_multiplier;
+  stats->private_noise = plan.add_noise && noise.is_private();
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& options,
+                                   const DpSgdOptions& dp, const data::DatasetView& data,
+                                   privacy::NoiseSource& noise, TensorList* params) {
+  const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
+  const int64_t start_ms = clock->NowMs();
+  if (params == nullptr) return absl::InvalidArgumentError("TrainMlpDpSgd: params is null");
+  HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, *params, data));
+  const int64_t n = data.size();
+  HUDDLE_ASSIGN_OR_RETURN(const internal::DpSgdPlan plan,
+                          internal::PlanDpSgd(spec, options, dp, n));
+
+  kernels::FlushDenormalsScope flush_denormals;
+  std::unique_ptr<kernels::Backend> owned;
+  kernels::Backend& backend = internal::BackendFor(options, &owned);
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
+                          MlpWorkspace::Create(backend, spec, plan.capacity, /*training=*/true));
+  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  ws->UploadParams(*params);
+  DpSgdStats stats;
+  const Status run = internal::RunDpSgdSteps(*ws, plan, options, dp, n, noise, &stats);
+  if (!run.ok() && !internal::IsDiverged(run)) return run;
+  // The diverged values are handed back too, as documented.
   HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
+  HUDDLE_RETURN_IF_ERROR(run);
   for (const Tensor& t : *params) {
     if (FirstNonFinite(t.data) >= 0) {
-      return Diverged(steps - 1, options.learning_rate, "non-finite parameters");
+      return Diverged(plan.steps - 1, options.learning_rate, "non-finite parameters");
     }
   }
-  if (stats.train.examples > 0) {
-    stats.train.loss = totals.loss_sum / static_cast<double>(stats.train.examples);
-    stats.train.accuracy =
-        static_cast<double>(totals.correct) / static_cast<double>(stats.train.examples);
-  }
   stats.train.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
-  stats.steps = stats.train.steps;
-  stats.sampling_rate = static_cast<double>(m) / static_cast<double>(n);
-  stats.noise_multiplier = dp.noise_multiplier;
-  stats.private_noise = add_noise && noise.is_private();
   return stats;
 }
 

@@ -97,8 +97,9 @@ StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& opti
                                    privacy::NoiseSource& noise, TensorList* params);
 
 // One Poisson sample: *rows (cleared first) receives, in increasing order, every i in [0, n) for
-// which an independent trial with probability exactly expected / n succeeded (an exactly uniform
-// draw from [0, n), by rejection, fell below expected). Requires 0 <= expected <= n; n >= 1.
+// which an independent trial with probability exactly expected / n succeeded (a uniform variate
+// compared with expected / n digit by digit in base 256, so exact; ~1 keystream byte per row).
+// Requires 0 <= expected <= n; n >= 1.
 void SamplePoissonBatch(int64_t n, int64_t expected, privacy::NoiseSource& noise,
                         std::vector<int64_t>* rows);
 

@@ -9,6 +9,7 @@
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "models/internal/mlp_workspace.h"
+#include "models/internal/train_loops.h"
 #include "models/mlp.h"
 
 namespace huddle::models {
@@ -20,12 +21,47 @@ using internal::MlpWorkspace;
 namespace {
 
 Status Diverged(int64_t epoch, double learning_rate) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("training diverged: non-finite loss in epoch ", epoch, " (learning_rate ",
-                   learning_rate, " is probably too high)"));
+  return absl::FailedPreconditionError(absl::StrCat("training diverged: non-finite loss in epoch ",
+                                                    epoch, " (learning_rate ", learning_rate,
+                                                    " is probably too high)"));
 }
 
 }  // namespace
+
+namespace internal {
+
+Status RunSgdEpochs(MlpWorkspace& ws, const TrainOptions& options, int64_t n, uint64_t seed,
+                    TrainStats* stats) {
+  const int64_t max_batch = std::min(options.batch_size, n);
+  const kernels::SgdHyper hyper{static_cast<float>(options.learning_rate),
+                                static_cast<float>(options.momentum),
+                                static_cast<float>(options.weight_decay)};
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  kernels::LossAccumulator totals;
+  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
+    std::iota(order.begin(), order.end(), int64_t{0});
+    Rng rng(DeriveSeed(seed, static_cast<uint64_t>(epoch)));
+    rng.Shuffle(order);
+    HUDDLE_RETURN_IF_ERROR(ws.SetOrder(order));
+    for (int64_t begin = 0; begin < n; begin += max_batch) {
+      const int64_t batch = std::min(max_batch, n - begin);
+      ws.Gather(begin, batch);
+      ws.Forward(batch, /*training=*/true);
+      ws.Backward(batch);
+      HUDDLE_RETURN_IF_ERROR(ws.Step(hyper));
+      ++stats->steps;
+    }
+    // One wait per epoch: a non-finite loss stays non-finite in the running sum.
+    HUDDLE_ASSIGN_OR_RETURN(totals, ws.ReadTotals());
+    if (!std::isfinite(totals.loss_sum)) return Diverged(epoch, options.learning_rate);
+  }
+  stats->examples = n * options.epochs;
+  stats->loss = totals.loss_sum / static_cast<double>(stats->examples);
+  stats->accuracy = static_cast<double>(totals.correct) / static_cast<double>(stats->examples);
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
                               const data::DatasetView& data, uint64_t seed, TensorList* params) {
@@ -39,42 +75,17 @@ StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
   std::unique_ptr<kernels::Backend> owned;
   kernels::Backend& backend = internal::BackendFor(options, &owned);
   const int64_t n = data.size();
-  const int64_t max_batch = std::min(options.batch_size, n);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
-                          MlpWorkspace::Create(backend, spec, max_batch, /*training=*/true));
+  HUDDLE_ASSIGN_OR_RETURN(
+      std::unique_ptr<MlpWorkspace> ws,
+      MlpWorkspace::Create(backend, spec, std::min(options.batch_size, n), /*training=*/true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   ws->UploadParams(*params);
-  const kernels::SgdHyper hyper{static_cast<float>(options.learning_rate),
-                                static_cast<float>(options.momentum),
-                                static_cast<float>(options.weight_decay)};
-  std::vector<int64_t> order(static_cast<size_t>(n));
   TrainStats stats;
-  kernels::LossAccumulator totals;
-  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
-    std::iota(order.begin(), order.end(), int64_t{0});
-    Rng rng(DeriveSeed(seed, static_cast<uint64_t>(epoch)));
-    rng.Shuffle(order);
-    HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
-    for (int64_t begin = 0; begin < n; begin += max_batch) {
-      const int64_t batch = std::min(max_batch, n - begin);
-      ws->Gather(begin, batch);
-      ws->Forward(batch, /*training=*/true);
-      ws->Backward(batch);
-      HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
-      ++stats.steps;
-    }
-    // One wait per epoch: a non-finite loss stays non-finite in the running sum.
-    HUDDLE_ASSIGN_OR_RETURN(totals, ws->ReadTotals());
-    if (!std::isfinite(totals.loss_sum)) {
-      // The diverged values are still handed back, as documented.
-      HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
-      return Diverged(epoch, options.learning_rate);
-    }
-  }
+  const Status run = internal::RunSgdEpochs(*ws, options, n, seed, &stats);
+  if (!run.ok() && !internal::IsDiverged(run)) return run;
+  // The diverged values are handed back too, as documented.
   HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
-  stats.examples = n * options.epochs;
-  stats.loss = totals.loss_sum / static_cast<double>(stats.examples);
-  stats.accuracy = static_cast<double>(totals.correct) / static_cast<double>(stats.examples);
+  HUDDLE_RETURN_IF_ERROR(run);
   stats.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
   return stats;
 }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace huddle::models::internal {
 
 MlpWorkspace::MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool training)
@@ -16,16 +15,19 @@ MlpWorkspace::MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool 
     sizes_.push_back(widths_[l + 1] * widths_[l]);
     sizes_.push_back(widths_[l + 1]);
   }
+  for (int64_t size : sizes_) {
+    offsets_.push_back(params_span_);
+    params_span_ += (size + kParamAlign - 1) / kParamAlign * kParamAlign;
+  }
 }
 
 StatusOr<std::unique_ptr<MlpWorkspace>> MlpWorkspace::Create(kernels::Backend& backend,
-                                                             const MlpSpec& spec,
-                                                             int64_t max_batch, bool training) {
+                                                             const MlpSpec& spec, int64_t max_batch,
+                                                             bool training) {
   std::unique_ptr<MlpWorkspace> ws(new MlpWorkspace(backend, spec, training));
+  HUDDLE_ASSIGN_OR_RETURN(ws->params_,
+                          backend.Allocate(ws->params_span_ * static_cast<int64_t>(sizeof(float))));
   for (int64_t size : ws->sizes_) {
-    HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer p,
-                            backend.Allocate(size * static_cast<int64_t>(sizeof(float))));
-    ws->params_.push_back(std::move(p));
     if (training) {
       HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer g,
                               backend.Allocate(size * static_cast<int64_t>(sizeof(float))));
@@ -56,18 +58,30 @@ Status MlpWorkspace::Reserve(int64_t max_batch) {
   return absl::OkStatus();
 }
 
-void MlpWorkspace::UploadParams(const TensorList& params) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    backend_->CopyToDevice(param(i), params[i].data.data(),
-                           sizes_[i] * static_cast<int64_t>(sizeof(float)));
+void MlpWorkspace::PackParams(const TensorList& params, std::vector<float>* packed) const {
+  packed->assign(static_cast<size_t>(params_span_), 0.0f);
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    std::copy(params[i].data.begin(), params[i].data.end(), packed->begin() + offsets_[i]);
   }
 }
 
-Status MlpWorkspace::DownloadParams(TensorList* params) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    HUDDLE_RETURN_IF_ERROR(backend_->CopyToHost((*params)[i].data.data(), param(i),
-                                                sizes_[i] * static_cast<int64_t>(sizeof(float))));
+void MlpWorkspace::UnpackParams(const std::vector<float>& packed, TensorList* params) const {
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    const auto begin = packed.begin() + offsets_[i];
+    std::copy(begin, begin + sizes_[i], (*params)[i].data.begin());
   }
+}
+
+void MlpWorkspace::UploadParams(const TensorList& params) {
+  // One copy of the whole model (CopyToDevice stages it, so packed_ is free again on return).
+  PackParams(params, &packed_);
+  backend_->CopyToDevice(params_base(), packed_.data(), params_.bytes());
+}
+
+Status MlpWorkspace::DownloadParams(TensorList* params) {
+  packed_.resize(static_cast<size_t>(params_span_));
+  HUDDLE_RETURN_IF_ERROR(backend_->CopyToHost(packed_.data(), params_base(), params_.bytes()));
+  UnpackParams(packed_, params);
   return absl::OkStatus();
 }
 
@@ -101,8 +115,7 @@ Status MlpWorkspace::LoadData(const data::DatasetView& view) {
       labels.resize(static_cast<size_t>(count));
       for (int64_t k = 0; k < count; ++k) {
         const int64_t row = view.row(begin + k);
-        std::copy(base.row_features(row), base.row_features(row) + dim,
-                  features.begin() + k * dim);
+        std::copy(base.row_features(row), base.row_features(row) + dim, features.begin() + k * dim);
         labels[static_cast<size_t>(k)] = base.labels[static_cast<size_t>(row)];
       }
       backend_->CopyToDevice(data_features_buffer_.as<float>() + begin * dim, features.data(),
@@ -151,8 +164,7 @@ void MlpWorkspace::Forward(int64_t batch, bool training) {
     input = out;
   }
   backend_->SoftmaxCrossEntropy(layer_output(num_layers() - 1), labels_.as<int32_t>(), batch,
-                                widths_.back(),
-                                training ? layer_grad(num_layers() - 1) : nullptr,
+                                widths_.back(), training ? layer_grad(num_layers() - 1) : nullptr,
                                 totals_.as<kernels::LossAccumulator>());
 }
 
@@ -161,8 +173,8 @@ void MlpWorkspace::Backward(int64_t batch) {
     const kernels::DenseShape shape{batch, widths_[l], widths_[l + 1]};
     const float* input = l == 0 ? x_.as<float>() : layer_output(l - 1);
     float* dinput = l == 0 ? nullptr : layer_grad(l - 1);
-    backend_->DenseBackward(shape, input, param(2 * l), layer_grad(l), grad(2 * l),
-                            grad(2 * l + 1), dinput);
+    backend_->DenseBackward(shape, input, param(2 * l), layer_grad(l), grad(2 * l), grad(2 * l + 1),
+                            dinput);
     if (dinput != nullptr) backend_->ReluBackward(layer_output(l - 1), dinput, batch * widths_[l]);
   }
 }
@@ -176,7 +188,7 @@ Status MlpWorkspace::Step(const kernels::SgdHyper& hyper) {
       velocity_.push_back(std::move(v));
     }
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < sizes_.size(); ++i) {
     float* velocity = velocity_.empty() ? nullptr : velocity_[i].as<float>();
     backend_->SgdStep(hyper, grad(i), param(i), velocity, sizes_[i]);
   }

@@ -48,6 +48,17 @@ class MlpWorkspace {
   // Precondition: CheckParams(spec, params).ok().
   void UploadParams(const TensorList& params);
   Status DownloadParams(TensorList* params);
+  // The parameters live in one device buffer of params_span() floats: parameter i at
+  // params_base() + param_offset(i), each offset a multiple of kParamAlign floats (256 bytes, for
+  // the GEMMs); the gaps are zero and stay zero. A packed host copy has the same layout
+  // (PackParams / UnpackParams).
+  static constexpr int64_t kParamAlign = 64;
+  float* params_base() const { return params_.as<float>(); }
+  int64_t params_span() const { return params_span_; }
+  int64_t param_offset(size_t i) const { return offsets_[i]; }
+  // *packed = the host tensors in the device layout, gaps zero; and back.
+  void PackParams(const TensorList& params, std::vector<float>* packed) const;
+  void UnpackParams(const std::vector<float>& packed, TensorList* params) const;
 
   // Makes the rows of `view` addressable by Gather (for a GPU: one upload of the view's rows; the
   // CPU reads the caller's dataset in place, which must then outlive the workspace). Precondition:
@@ -77,24 +88,27 @@ class MlpWorkspace {
   float* layer_grad(size_t l) const { return dacts_[l].as<float>(); }   // dLoss/d layer_output(l)
   size_t num_params() const { return sizes_.size(); }
   int64_t param_size(size_t i) const { return sizes_[i]; }
-  float* param(size_t i) const { return params_[i].as<float>(); }
+  float* param(size_t i) const { return params_base() + offsets_[i]; }
   float* grad(size_t i) const { return grads_[i].as<float>(); }  // training only
 
  private:
   MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool training);
 
   kernels::Backend* backend_;
-  std::vector<int64_t> widths_;  // input_dim, hidden..., num_classes
-  std::vector<int64_t> sizes_;   // elements of each parameter, MlpLayout order
+  std::vector<int64_t> widths_;   // input_dim, hidden..., num_classes
+  std::vector<int64_t> sizes_;    // elements of each parameter, MlpLayout order
+  std::vector<int64_t> offsets_;  // where each starts in params_, in floats
+  int64_t params_span_ = 0;       // floats in params_
   bool training_;
   int64_t capacity_ = 0;
-  kernels::DeviceBuffer x_, labels_;           // [capacity, input_dim], [capacity]
-  std::vector<kernels::DeviceBuffer> acts_;    // layer outputs [capacity, width(l + 1)]
-  std::vector<kernels::DeviceBuffer> dacts_;   // their gradients (training)
-  std::vector<kernels::DeviceBuffer> params_;  // the model
-  std::vector<kernels::DeviceBuffer> grads_;   // dLoss/d params (training)
+  kernels::DeviceBuffer x_, labels_;             // [capacity, input_dim], [capacity]
+  std::vector<kernels::DeviceBuffer> acts_;      // layer outputs [capacity, width(l + 1)]
+  std::vector<kernels::DeviceBuffer> dacts_;     // their gradients (training)
+  kernels::DeviceBuffer params_;                 // the model, one buffer (see params_base)
+  std::vector<float> packed_;                    // host staging of UploadParams / DownloadParams
+  std::vector<kernels::DeviceBuffer> grads_;     // dLoss/d params (training)
   std::vector<kernels::DeviceBuffer> velocity_;  // momentum, allocated on first use
-  kernels::DeviceBuffer totals_;               // one LossAccumulator
+  kernels::DeviceBuffer totals_;                 // one LossAccumulator
   // Data: features [rows, input_dim] and labels [rows] addressable by the backend; view_rows_
   // maps a view position to a row there (empty: identity, the rows were uploaded in view order).
   const float* features_ = nullptr;

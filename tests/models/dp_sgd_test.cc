@@ -254,6 +254,25 @@ TEST(DpSgdTest, PoissonBatchSizesHaveBinomialMeanAndVariance) {
   EXPECT_TRUE(rows.empty());
 }
 
+// Rates whose base-256 expansion ties often or ends: 1/256 (one digit, then zeros), 255/256 and
+// 1/3 (0x55 repeating: the comparison goes past the first byte 1 time in 256).
+TEST(DpSgdTest, PoissonSamplingRateIsExactAtAwkwardRates) {
+  auto source = privacy::NoiseSource::SeededForTesting(8);
+  std::vector<int64_t> rows;
+  for (const auto& [n, expected] :
+       {std::pair<int64_t, int64_t>{256, 1}, {256, 255}, {3, 1}, {1'000'003, 333'334}}) {
+    const int64_t draws = std::max<int64_t>(1, 2'000'000 / n);
+    double hits = 0;
+    for (int64_t d = 0; d < draws; ++d) {
+      SamplePoissonBatch(n, expected, source, &rows);
+      hits += static_cast<double>(rows.size());
+    }
+    const double trials = static_cast<double>(n) * static_cast<double>(draws);
+    const double p = static_cast<double>(expected) / static_cast<double>(n);
+    EXPECT_NEAR(hits / trials, p, 5 * std::sqrt(p * (1 - p) / trials)) << expected << "/" << n;
+  }
+}
+
 TEST(DpSgdTest, TinySamplingRateTakesEveryStepIncludingEmptyBatches) {
   const data::Dataset train = Blobs(200, 8, 4, 1);
   TensorList params = InitMlp(kSpec, 5);

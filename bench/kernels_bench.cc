@@ -1,0 +1,310 @@
+// Training and update-pipeline kernels on every device of this machine, as ratios to a baseline
+// measured in the same run (issue 5's figures):
+//
+//   BM_Pipeline/<dev>/N     the fused update pipeline on N floats: delta, norm, clip, noise and
+//                           stochastic-rounding quantization to int32 (kernels/update.h). Bytes
+//                           counted: the minimum traffic of any implementation, 12 per element
+//                           (read local and global, write the int32)
+//   BM_DeviceCopy/<dev>/N   a device-to-device copy of N floats (memcpy on the CPU); bytes counted:
+//                           8 per element (read and write)
+//   BM_SgdStep/<dev>        one minibatch SGD step (momentum 0.9) of the MLP 784-128-10, batch 256:
+//                           gather, forward, backward, step; items = examples
+//   BM_DpSgdStep/<dev>      one DP-SGD step of the same model and batch (models/dp_sgd.h):
+//   ghost-norm
+//                           per-example clipping, noise (z = 1, C = 1; on the CPU the exact
+//                           discrete Gaussian, on a GPU the device stream), the same step
+//   BM_PoissonSample/n      the host's Poisson draw of a DP-SGD batch from n examples (q = 256 /
+//   n),
+//                           which happens once per step besides the kernels
+// <dev> is 0 for the CPU and 1 for cuda:0 (registered only when a GPU is usable). A GPU
+// iteration enqueues its work and then waits for the device (the training steps: 16 steps, then
+// one wait). After the run main prints, per device, the pipeline's bandwidth over the copy's and
+// the DP-SGD step's time over the SGD step's.
+//
+//   build/bench/kernels_bench [--benchmark_repetitions=3 --benchmark_filter=...]
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <ostream>  // bench/ratio_reporter.h streams without including it
+#include <string>
+#include <vector>
+
+#include "bench/ratio_reporter.h"
+#include "benchmark/benchmark.h"
+#include "common/rng.h"
+#include "kernels/backend.h"
+#include "kernels/flush_denormals.h"
+#include "models/dp_sgd.h"
+#include "models/internal/mlp_workspace.h"
+#include "models/internal/train_loops.h"
+#include "models/mlp.h"
+#include "privacy/noise.h"
+
+namespace huddle {
+namespace {
+
+constexpr int64_t kBatch = 256;
+constexpr int64_t kStepsPerWait = 16;
+const models::MlpSpec kMlp{784, {128}, 10};
+
+// The backends, opened once: [0] the CPU, [1] cuda:0 when usable.
+std::vector<std::unique_ptr<kernels::Backend>>& Devices() {
+  static auto* devices = [] {
+    auto* list = new std::vector<std::unique_ptr<kernels::Backend>>;
+    list->push_back(kernels::OpenCpuBackend());
+    if (kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0) {
+      auto gpu = kernels::OpenBackend(*kernels::ParseDeviceRequest("cuda:0"));
+      if (gpu.ok()) {
+        list->push_back(std::move(gpu).value());
+      } else {
+        std::fprintf(stderr, "cuda:0 not benchmarked: %s\n",
+                     std::string(gpu.status().message()).c_str());
+      }
+    }
+    return list;
+  }();
+  return *devices;
+}
+
+kernels::Backend& DeviceOf(const benchmark::State& state) {
+  return *Devices()[static_cast<size_t>(state.range(0))];
+}
+
+kernels::DeviceBuffer Filled(kernels::Backend& device, int64_t n, uint64_t seed, double stddev) {
+  std::vector<float> host(static_cast<size_t>(n));
+  Rng rng(seed);
+  for (float& x : host) x = static_cast<float>(stddev * rng.Normal());
+  kernels::DeviceBuffer buffer = device.Allocate(n * 4).value();
+  device.CopyToDevice(buffer.data(), host.data(), n * 4);
+  return buffer;
+}
+
+void Wait(benchmark::State& state, kernels::Backend& device) {
+  const Status st = device.Synchronize();
+  if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+}
+
+void BM_Pipeline(benchmark::State& state) {
+  kernels::Backend& device = DeviceOf(state);
+  const int64_t n = state.range(1);
+  const kernels::DeviceBuffer local = Filled(device, n, 1, 1.0);
+  const kernels::DeviceBuffer global = Filled(device, n, 2, 1.0);
+  kernels::DeviceBuffer units = device.Allocate(n * 4).value();
+  kernels::DeviceBuffer scratch = device.Allocate(kernels::kUpdatePipelineScratch * 8).value();
+  kernels::DeviceBuffer stats = device.Allocate(sizeof(kernels::UpdatePipelineStats)).value();
+  kernels::UpdatePipelineParams p;
+  p.clip_norm = 1.0;  // the norm is ~sqrt(2n): always clipped
+  p.noise_stddev = 0.5;
+  p.key = kernels::NoiseKeyFromSeed(3);
+  p.quantum = 1.0 / 1024;
+  for (auto _ : state) {
+    device.UpdatePipeline(p, local.as<float>(), global.as<float>(), n, nullptr, units.as<int32_t>(),
+                          scratch.as<double>(), stats.as<kernels::UpdatePipelineStats>());
+    p.noise_offset += static_cast<uint64_t>(n);  // fresh noise every time, as in a real run
+    Wait(state, device);
+  }
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+
+void BM_DeviceCopy(benchmark::State& state) {
+  kernels::Backend& device = DeviceOf(state);
+  const int64_t n = state.range(1);
+  const kernels::DeviceBuffer src = Filled(device, n, 1, 1.0);
+  kernels::DeviceBuffer dst = device.Allocate(n * 4).value();
+  for (auto _ : state) {
+    device.CopyOnDevice(dst.data(), src.data(), n * 4);
+    Wait(state, device);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 8);
+}
+
+// A workspace for the MLP with a data set of 8192 examples loaded and a shuffled order set.
+struct StepFixture {
+  explicit StepFixture(kernels::Backend& device)
+      : data(MakeData()),
+        params(models::InitMlp(kMlp, 5)),
+        ws(models::internal::MlpWorkspace::Create(device, kMlp, kBatch, true).value()) {
+    (void)ws->LoadData({&data, {}});
+    ws->UploadParams(params);
+    std::vector<int64_t> order(static_cast<size_t>(data.size()));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    Rng(6).Shuffle(order);
+    (void)ws->SetOrder(order);
+  }
+  static data::Dataset MakeData() {
+    data::Dataset d;
+    d.feature_dim = kMlp.input_dim;
+    d.num_classes = kMlp.num_classes;
+    Rng rng(4);
+    for (int64_t i = 0; i < 8192; ++i) {
+      d.labels.push_back(static_cast<int32_t>(i % 10));
+      for (int64_t j = 0; j < d.feature_dim; ++j) {
+        d.features.push_back(static_cast<float>(rng.Uniform()));
+      }
+    }
+    return d;
+  }
+  // The first row of the k-th batch of the order (cycling).
+  int64_t BatchStart(int64_t k) const { return (k * kBatch) % (data.size() - kBatch + 1); }
+
+  data::Dataset data;
+  TensorList params;
+  std::unique_ptr<models::internal::MlpWorkspace> ws;
+};
+
+void BM_SgdStep(benchmark::State& state) {
+  kernels::FlushDenormalsScope flush_denormals;
+  kernels::Backend& device = DeviceOf(state);
+  StepFixture f(device);
+  const kernels::SgdHyper hyper{0.05f, 0.9f, 0.0f};
+  int64_t k = 0;
+  for (auto _ : state) {
+    for (int64_t s = 0; s < kStepsPerWait; ++s, ++k) {
+      f.ws->Gather(f.BatchStart(k), kBatch);
+      f.ws->Forward(kBatch, /*training=*/true);
+      f.ws->Backward(kBatch);
+      (void)f.ws->Step(hyper);
+    }
+    Wait(state, device);
+  }
+  state.SetItemsProcessed(state.iterations() * kStepsPerWait * kBatch);
+}
+
+void BM_DpSgdStep(benchmark::State& state) {
+  kernels::FlushDenormalsScope flush_denormals;
+  kernels::Backend& device = DeviceOf(state);
+  StepFixture f(device);
+  models::TrainOptions options;
+  options.learning_rate = 0.05;
+  options.momentum = 0.9;
+  models::DpSgdOptions dp;
+  dp.noise_multiplier = 1.0;
+  dp.clip_norm = 1.0;
+  dp.expected_batch_size = kBatch;
+  auto plan = models::internal::PlanDpSgd(kMlp, options, dp, f.data.size());
+  if (!plan.ok()) {
+    state.SkipWithError(std::string(plan.status().message()).c_str());
+    return;
+  }
+  privacy::NoiseSource noise = privacy::NoiseSource::Secure();
+  models::internal::DpSgdStepper stepper(*f.ws, *plan, options, dp, noise);
+  (void)stepper.Reserve(kBatch);
+  int64_t k = 0;
+  for (auto _ : state) {
+    for (int64_t s = 0; s < kStepsPerWait; ++s, ++k) {
+      f.ws->Gather(f.BatchStart(k), kBatch);
+      const Status st = stepper.Step(kBatch, k);
+      if (!st.ok()) {
+        state.SkipWithError(std::string(st.message()).c_str());
+        return;
+      }
+    }
+    Wait(state, device);
+  }
+  state.SetItemsProcessed(state.iterations() * kStepsPerWait * kBatch);
+}
+
+void BM_PoissonSample(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  privacy::NoiseSource noise = privacy::NoiseSource::Secure();
+  std::vector<int64_t> rows;
+  for (auto _ : state) {
+    models::SamplePoissonBatch(n, kBatch, noise, &rows);
+    benchmark::DoNotOptimize(rows.data());
+  }
+  state.counters["sec_per_step"] =
+      benchmark::Counter(static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// Prints the two ratios per device from the runs' rates (medians with repetitions).
+class KernelsReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    bench::ForEachRate(runs, {"bytes_per_second", "items_per_second"},
+                       [&](const Run& run, const std::string&, double rate, bool median) {
+                         const std::string key =
+                             run.run_name.function_name + "/" + run.run_name.args;
+                         if (median || !rates_.count(key)) rates_[key] = rate;
+                       });
+    ConsoleReporter::ReportRuns(runs);
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::ostream& out = GetOutputStream();
+    for (size_t d = 0; d < Devices().size(); ++d) {
+      const std::string name = Devices()[d]->name();
+      for (int64_t n : PipelineSizes(d)) {
+        const std::string args = std::to_string(d) + "/" + std::to_string(n);
+        const double* fused = Find("BM_Pipeline/" + args);
+        const double* copy = Find("BM_DeviceCopy/" + args);
+        if (fused == nullptr || copy == nullptr) continue;
+        out << name << ", " << n << " floats: fused pipeline " << *fused / 1e9
+            << " GB/s, device copy " << *copy / 1e9
+            << " GB/s, pipeline/copy bandwidth ratio = " << *fused / *copy << "\n";
+      }
+      const double* sgd = Find("BM_SgdStep/" + std::to_string(d));
+      const double* dp = Find("BM_DpSgdStep/" + std::to_string(d));
+      if (sgd != nullptr && dp != nullptr) {
+        out << name << ", MLP 784-128-10 batch " << kBatch << ": SGD step " << *sgd
+            << " examples/s, DP-SGD step " << *dp
+            << " examples/s, DP-SGD/SGD step time ratio = " << *sgd / *dp << "\n";
+      }
+    }
+  }
+
+  static std::vector<int64_t> PipelineSizes(size_t device) {
+    if (device == 0) return {101'770, 10'000'000};
+    return {101'770, 16'777'216, 134'217'728};
+  }
+
+ private:
+  const double* Find(const std::string& key) const {
+    auto it = rates_.find(key);
+    return it == rates_.end() ? nullptr : &it->second;
+  }
+  std::map<std::string, double> rates_;
+};
+
+void Register() {
+  for (size_t d = 0; d < Devices().size(); ++d) {
+    const auto dev = static_cast<int64_t>(d);
+    for (int64_t n : KernelsReporter::PipelineSizes(d)) {
+      benchmark::RegisterBenchmark("BM_Pipeline", BM_Pipeline)
+          ->Args({dev, n})
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark("BM_DeviceCopy", BM_DeviceCopy)
+          ->Args({dev, n})
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+    benchmark::RegisterBenchmark("BM_SgdStep", BM_SgdStep)
+        ->Arg(dev)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark("BM_DpSgdStep", BM_DpSgdStep)
+        ->Arg(dev)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  benchmark::RegisterBenchmark("BM_PoissonSample", BM_PoissonSample)
+      ->Arg(60'000)
+      ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+}  // namespace huddle
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  huddle::Register();
+  huddle::KernelsReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,102 @@
+// TrainUpdate: training and the update pipeline on one workspace.
+#include "models/update.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "kernels/backend.h"
+#include "kernels/flush_denormals.h"
+#include "kernels/update.h"
+#include "models/internal/mlp_workspace.h"
+#include "models/internal/train_loops.h"
+#include "privacy/clip.h"
+
+namespace huddle::models {
+
+using internal::MlpWorkspace;
+
+StatusOr<Update> TrainUpdate(const MlpSpec& spec, const UpdateOptions& options,
+                             const data::DatasetView& data, const TensorList& global) {
+  const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
+  const int64_t start_ms = clock->NowMs();
+  if (!(options.clip_norm >= 0.0 && std::isfinite(options.clip_norm))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_norm is ", options.clip_norm, "; it must be finite and >= 0"));
+  }
+  if (options.dp_sgd && options.noise == nullptr) {
+    return absl::InvalidArgumentError("DP-SGD needs a NoiseSource (UpdateOptions::noise)");
+  }
+  HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, global, data));
+  const int64_t n = data.size();
+  internal::DpSgdPlan plan;
+  int64_t capacity = 0;
+  if (options.dp_sgd) {
+    HUDDLE_ASSIGN_OR_RETURN(plan, internal::PlanDpSgd(spec, options.train, *options.dp_sgd, n));
+    capacity = plan.capacity;
+  } else {
+    HUDDLE_RETURN_IF_ERROR(internal::CheckTrainOptions(options.train));
+    capacity = std::min(options.train.batch_size, n);
+  }
+
+  kernels::FlushDenormalsScope flush_denormals;
+  std::unique_ptr<kernels::Backend> owned;
+  kernels::Backend& backend = internal::BackendFor(options.train, &owned);
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
+                          MlpWorkspace::Create(backend, spec, capacity, /*training=*/true));
+  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  // The model's one trip up; the global copy the delta is taken against stays on the device.
+  ws->UploadParams(global);
+  const int64_t span = ws->params_span();
+  const int64_t bytes = span * static_cast<int64_t>(sizeof(float));
+  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer global_copy, backend.Allocate(bytes));
+  backend.CopyOnDevice(global_copy.data(), ws->params_base(), bytes);
+
+  Update update;
+  if (options.dp_sgd) {
+    update.dp_sgd.emplace();
+    HUDDLE_RETURN_IF_ERROR(internal::RunDpSgdSteps(*ws, plan, options.train, *options.dp_sgd, n,
+                                                   *options.noise, &*update.dp_sgd));
+  } else {
+    HUDDLE_RETURN_IF_ERROR(
+        internal::RunSgdEpochs(*ws, options.train, n, options.seed, &update.train));
+  }
+
+  // The pipeline over the whole parameter buffer: its gaps are zero in both copies, so they add
+  // nothing to the norm and come back as zeros.
+  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer out, backend.Allocate(bytes));
+  HUDDLE_ASSIGN_OR_RETURN(
+      kernels::DeviceBuffer scratch,
+      backend.Allocate(kernels::kUpdatePipelineScratch * static_cast<int64_t>(sizeof(double))));
+  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer stats_buffer,
+                          backend.Allocate(sizeof(kernels::UpdatePipelineStats)));
+  kernels::UpdatePipelineParams params;
+  params.clip_norm = options.clip_norm;
+  backend.UpdatePipeline(params, ws->params_base(), global_copy.as<float>(), span, out.as<float>(),
+                         nullptr, scratch.as<double>(),
+                         stats_buffer.as<kernels::UpdatePipelineStats>());
+  // The model's one trip down, as the delta.
+  std::vector<float> packed(static_cast<size_t>(span));
+  HUDDLE_RETURN_IF_ERROR(backend.CopyToHost(packed.data(), out.data(), bytes));
+  kernels::UpdatePipelineStats stats;
+  HUDDLE_RETURN_IF_ERROR(backend.CopyToHost(&stats, stats_buffer.data(), sizeof stats));
+  if (!std::isfinite(stats.norm)) {
+    return absl::FailedPreconditionError(
+        "training diverged: the update (local - global) has non-finite values");
+  }
+  update.delta = global;
+  ws->UnpackParams(packed, &update.delta);
+  update.norm = stats.norm;
+  update.clipped = stats.scale != 1.0;
+  if (options.clip_norm > 0) {
+    // The pipeline's bound holds in its summation order; a receiver checks with privacy::L2Norm,
+    // whose order differs. A delta within an ulp of the bound is nudged below it here.
+    privacy::ClipToNorm(&update.delta, options.clip_norm);
+  }
+  if (update.dp_sgd) update.train = update.dp_sgd->train;
+  update.train.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
+  if (update.dp_sgd) update.dp_sgd->train.seconds = update.train.seconds;
+  return update;
+}
+
+}  // namespace huddle::models
