@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   ~CudaBackend() override {
+    Bind();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     for (Slot& slot : slots_) {
       if (slot.event != nullptr) cudaEventDestroy(slot.event);
@@ -79,6 +80,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
 
   StatusOr<DeviceBuffer> Allocate(int64_t bytes) override {
+    Bind();
     if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("allocate ", bytes, " bytes"));
     if (bytes == 0) return DeviceBuffer();
     void* data = nullptr;
@@ -90,9 +92,13 @@ class CudaBackend final : public Backend {
     }
     return DeviceBuffer(this, data, bytes);
   }
-  void Free(void* data) override { cudaFree(data); }
+  void Free(void* data) override {
+    Bind();
+    cudaFree(data);
+  }
 
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override {
+    Bind();
     auto* out = static_cast<char*>(dst);
     const auto* in = static_cast<const char*>(src);
     for (int64_t done = 0; done < bytes;) {
@@ -109,6 +115,7 @@ class CudaBackend final : public Backend {
     }
   }
   Status CopyToHost(void* dst, const void* src, int64_t bytes) override {
+    Bind();
     if (bytes > 0) {
       Record(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_),
              "cudaMemcpyAsync (to host)");
@@ -116,6 +123,7 @@ class CudaBackend final : public Backend {
     return Synchronize();
   }
   void CopyOnDevice(void* dst, const void* src, int64_t bytes) override {
+    Bind();
     if (bytes > 0) {
       Record(
           cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_),
@@ -123,9 +131,11 @@ class CudaBackend final : public Backend {
     }
   }
   void Zero(void* dst, int64_t bytes) override {
+    Bind();
     if (bytes > 0) Record(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_), "memset");
   }
   Status Synchronize() override {
+    Bind();
     Record(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return error_;
   }
@@ -134,6 +144,7 @@ class CudaBackend final : public Backend {
   // transposed-A GEMM on the same buffers (kernels/dense.h's layout, no copies).
   void DenseForward(const DenseShape& s, const float* x, const float* w, const float* bias,
                     float* y) override {
+    Bind();
     const float one = 1.0f, zero = 0.0f;
     Blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, Int(s.out), Int(s.batch), Int(s.in), &one, w,
                      Int(s.in), x, Int(s.in), &zero, y, Int(s.out)),
@@ -144,6 +155,7 @@ class CudaBackend final : public Backend {
   // dwᵀ (in x out) = xᵀ · dy and dxᵀ (in x batch) = wᵀ · dyᵀ, column-major.
   void DenseBackward(const DenseShape& s, const float* x, const float* w, const float* dy,
                      float* dw, float* dbias, float* dx) override {
+    Bind();
     const float one = 1.0f, zero = 0.0f;
     Blas(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, Int(s.in), Int(s.out), Int(s.batch), &one, x,
                      Int(s.in), dy, Int(s.out), &zero, dw, Int(s.in)),
@@ -157,55 +169,66 @@ class CudaBackend final : public Backend {
     }
   }
   void ReluForward(float* y, int64_t n) override {
+    Bind();
     LaunchReluForward(stream_, y, n);
     Launched("ReluForward");
   }
   void ReluBackward(const float* y, float* dy, int64_t n) override {
+    Bind();
     LaunchReluBackward(stream_, y, dy, n);
     Launched("ReluBackward");
   }
   void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch,
                            int64_t classes, float* dlogits, LossAccumulator* totals) override {
+    Bind();
     LaunchSoftmaxCrossEntropy(stream_, logits, labels, batch, classes, dlogits, totals);
     Launched("SoftmaxCrossEntropy");
   }
   void SgdStep(const SgdHyper& hyper, const float* grad, float* param, float* velocity,
                int64_t n) override {
+    Bind();
     LaunchSgdStep(stream_, hyper, grad, param, velocity, n);
     Launched("SgdStep");
   }
   void GatherRows(const float* features, const int32_t* labels, int64_t cols, const int64_t* rows,
                   int64_t count, float* x, int32_t* y) override {
+    Bind();
     LaunchGatherRows(stream_, features, labels, cols, rows, count, x, y);
     Launched("GatherRows");
   }
   void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out, int64_t batch,
                             double* squared_norms) override {
+    Bind();
     LaunchAddGhostSquaredNorms(stream_, a, in, d, out, batch, squared_norms);
     Launched("AddGhostSquaredNorms");
   }
   void ClipFactors(const double* squared_norms, int64_t batch, const ClipFactorParams& p,
                    float* factors) override {
+    Bind();
     LaunchClipFactors(stream_, squared_norms, batch, p, factors);
     Launched("ClipFactors");
   }
   void ScaleRows(float* m, int64_t rows, int64_t cols, const float* factors) override {
+    Bind();
     LaunchScaleRows(stream_, m, rows, cols, factors);
     Launched("ScaleRows");
   }
   void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev, double divisor,
                         float* data, int64_t n) override {
+    Bind();
     LaunchAddGaussianNoise(stream_, key, offset, stddev, divisor, data, n);
     Launched("AddGaussianNoise");
   }
   void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
                       int64_t n, float* out_values, int32_t* out_units, double* scratch,
                       UpdatePipelineStats* stats) override {
+    Bind();
     LaunchUpdatePipeline(stream_, p, local, global, n, out_values, out_units, scratch, stats);
     Launched("UpdatePipeline");
   }
   void AccumulateFixedPoint(const float* x, int64_t n, double scale, uint32_t abs_bits_limit,
                             uint64_t* acc, uint32_t* rejected) override {
+    Bind();
     LaunchAccumulateFixedPoint(stream_, x, n, scale, abs_bits_limit, acc, rejected);
     Launched("AccumulateFixedPoint");
   }
@@ -228,6 +251,15 @@ class CudaBackend final : public Backend {
     if (err != cudaSuccess && error_.ok()) error_ = Check(err, what);
   }
   void Launched(const char* kernel) { Record(cudaGetLastError(), kernel); }
+  // Makes this GPU the calling thread's current device: a backend may be opened on one thread
+  // and used on another (the client's agent thread), where cudaMalloc, cuBLAS and launches would
+  // otherwise go to that thread's device (0 by default). cudaGetDevice is a host-side read.
+  void Bind() {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != ordinal_) {
+      Record(cudaSetDevice(ordinal_), "cudaSetDevice");
+    }
+  }
   void Blas(cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS && error_.ok()) {
       error_ = absl::InternalError(

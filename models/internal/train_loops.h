@@ -40,10 +40,9 @@ class DpSgdStepper {
   // Room for batches of up to `rows` rows (grows the workspace too, dropping its batch: reserve
   // before Gather).
   Status Reserve(int64_t rows);
-  // One step on the batch of `batch` <= reserved rows ws has gathered (0: an empty sample, only
-  // noise):
-  // ghost-norm clipping, the clipped sum, noise, division by the expected batch size, the SGD
-  // step. `step` names the step in a divergence error (CPU: a non-finite clipped sum).
+  // One step on the batch of `batch` <= reserved rows that ws has gathered (0: an empty sample,
+  // noise only): ghost-norm clipping, the clipped sum, noise, division by the expected batch
+  // size, the SGD step. `step` names the step in a divergence error (CPU: a non-finite sum).
   Status Step(int64_t batch, int64_t step);
 
  private:
