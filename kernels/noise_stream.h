@@ -50,7 +50,6 @@
 
 #include "kernels/hd.h"
 
-
 namespace huddle::kernels {
 
 // A 256-bit ChaCha20 key, as eight little-endian 32-bit words: words[i] holds key bytes

@@ -30,8 +30,7 @@ __global__ void ReluForwardKernel(float* y, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
 }
 
-__global__ void ReluBackwardKernel(const float* __restrict__ y, float* __restrict__ dy,
-                                   int64_t n) {
+__global__ void ReluBackwardKernel(const float* __restrict__ y, float* __restrict__ dy, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 

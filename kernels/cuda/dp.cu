@@ -60,21 +60,21 @@ void LaunchGatherRows(cudaStream_t stream, const float* features, const int32_t*
                       int64_t cols, const int64_t* rows, int64_t count, float* x, int32_t* y) {
   if (count == 0) return;
   GatherRowsKernel<<<BlocksFor(count * cols), kThreads, 0, stream>>>(features, labels, cols, rows,
-                                                                    count, x, y);
+                                                                     count, x, y);
 }
 
 void LaunchAddGhostSquaredNorms(cudaStream_t stream, const float* a, int64_t in, const float* d,
                                 int64_t out, int64_t batch, double* squared_norms) {
   if (batch == 0) return;
   GhostNormsKernel<<<BlocksFor(batch * 32), kThreads, 0, stream>>>(a, in, d, out, batch,
-                                                                  squared_norms);
+                                                                   squared_norms);
 }
 
 void LaunchClipFactors(cudaStream_t stream, const double* squared_norms, int64_t batch,
                        const ClipFactorParams& params, float* factors) {
   if (batch == 0) return;
   ClipFactorsKernel<<<BlocksFor(batch), kThreads, 0, stream>>>(squared_norms, batch, params,
-                                                              factors);
+                                                               factors);
 }
 
 void LaunchScaleRows(cudaStream_t stream, float* m, int64_t rows, int64_t cols,

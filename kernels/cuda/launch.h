@@ -25,8 +25,7 @@ bool KernelImageLoadable(std::string* why);
 
 // kernels/dense.h's bias broadcast and column sums (the GEMMs themselves go through cuBLAS).
 void LaunchAddBias(cudaStream_t stream, const float* bias, int64_t rows, int64_t cols, float* y);
-void LaunchColumnSums(cudaStream_t stream, const float* m, int64_t rows, int64_t cols,
-                      float* sums);
+void LaunchColumnSums(cudaStream_t stream, const float* m, int64_t rows, int64_t cols, float* sums);
 // kernels/activation.h
 void LaunchReluForward(cudaStream_t stream, float* y, int64_t n);
 void LaunchReluBackward(cudaStream_t stream, const float* y, float* dy, int64_t n);

@@ -113,7 +113,8 @@ void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, co
   if (n == 0) return;
   const int64_t groups =
       static_cast<int64_t>((p.noise_offset + static_cast<uint64_t>(n) - 1) / kGroup -
-                           p.noise_offset / kGroup) + 1;
+                           p.noise_offset / kGroup) +
+      1;
   ApplyKernel<<<BlocksFor(groups, 128), 128, 0, stream>>>(p, local, global, n, out_values,
                                                           out_units, stats);
 }
