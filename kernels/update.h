@@ -23,11 +23,11 @@
 namespace huddle::kernels {
 
 struct UpdatePipelineParams {
-  double clip_norm = 0;      // C >= 0; 0 disables clipping
-  double noise_stddev = 0;   // >= 0; 0 adds no noise
-  NoiseKey key;              // noise and rounding streams
-  uint64_t noise_offset = 0; // first index of both streams this update uses
-  double quantum = 0;        // >= 0; 0 writes floats only
+  double clip_norm = 0;       // C >= 0; 0 disables clipping
+  double noise_stddev = 0;    // >= 0; 0 adds no noise
+  NoiseKey key;               // noise and rounding streams
+  uint64_t noise_offset = 0;  // first index of both streams this update uses
+  double quantum = 0;         // >= 0; 0 writes floats only
 };
 
 // Written by the pipeline in device memory (read back with the outputs).

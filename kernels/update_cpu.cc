@@ -45,8 +45,8 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
                     int64_t n, float* out_values, int32_t* out_units, double* /*scratch*/,
                     UpdatePipelineStats* stats) {
   // Pass 1: the norm of delta, and the clip factor.
-  const double squared = OrderedSquaredSum(
-      n, [&](int64_t i) { return update_math::Delta(local[i], global[i]); });
+  const double squared =
+      OrderedSquaredSum(n, [&](int64_t i) { return update_math::Delta(local[i], global[i]); });
   double norm = 0;
   const double scale = update_math::ClipScale(squared, p.clip_norm, &norm);
   // Pass 2: scale, noise, (quantize). The streams are read a ChaCha block at a time.
@@ -65,8 +65,8 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
       }
       z = normals[index % kNormalsPerBlock];
     }
-    const double v = update_math::NoisedValue(update_math::Delta(local[i], global[i]), scale,
-                                              p.noise_stddev, z);
+    const double v =
+        update_math::NoisedValue(update_math::Delta(local[i], global[i]), scale, p.noise_stddev, z);
     if (p.quantum > 0 && index / 16 != rounding_block) {
       rounding_block = index / 16;
       ChaCha20Block(p.key, kRoundingStream, rounding_block, rounding);

@@ -33,7 +33,9 @@ HUDDLE_HD inline int64_t NormBlocks(int64_t n) {
   return blocks;
 }
 
-HUDDLE_HD inline int64_t ChunkLength(int64_t n, int64_t blocks) { return (n + blocks - 1) / blocks; }
+HUDDLE_HD inline int64_t ChunkLength(int64_t n, int64_t blocks) {
+  return (n + blocks - 1) / blocks;
+}
 
 // double(local - global), the float difference the CPU client computes.
 HUDDLE_HD inline double Delta(float local, float global) {

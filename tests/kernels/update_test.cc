@@ -20,8 +20,8 @@
 namespace huddle::kernels {
 namespace {
 
-using ::testing::HasSubstr;
 using test_util::RandomVector;
+using ::testing::HasSubstr;
 
 struct Pipeline {
   std::vector<float> values;
@@ -30,7 +30,7 @@ struct Pipeline {
 };
 
 Pipeline RunPipeline(const UpdatePipelineParams& p, const std::vector<float>& local,
-             const std::vector<float>& global) {
+                     const std::vector<float>& global) {
   Pipeline out;
   out.values.assign(local.size(), -1.0f);
   out.units.assign(local.size(), -1);
