@@ -11,6 +11,7 @@ PACKAGES=(
   libeigen3-dev libabsl-dev
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   zlib1g-dev
+  libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
 )
