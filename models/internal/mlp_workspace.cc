@@ -27,12 +27,11 @@ StatusOr<std::unique_ptr<MlpWorkspace>> MlpWorkspace::Create(kernels::Backend& b
   std::unique_ptr<MlpWorkspace> ws(new MlpWorkspace(backend, spec, training));
   HUDDLE_ASSIGN_OR_RETURN(ws->params_,
                           backend.Allocate(ws->params_span_ * static_cast<int64_t>(sizeof(float))));
-  for (int64_t size : ws->sizes_) {
-    if (training) {
-      HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer g,
-                              backend.Allocate(size * static_cast<int64_t>(sizeof(float))));
-      ws->grads_.push_back(std::move(g));
-    }
+  if (training) {
+    // Gradients in the parameters' layout, gaps zero (a collective may reduce a whole range).
+    HUDDLE_ASSIGN_OR_RETURN(
+        ws->grads_, backend.Allocate(ws->params_span_ * static_cast<int64_t>(sizeof(float))));
+    backend.Zero(ws->grads_.data(), ws->grads_.bytes());
   }
   HUDDLE_ASSIGN_OR_RETURN(ws->totals_, backend.Allocate(sizeof(kernels::LossAccumulator)));
   ws->ResetTotals();
@@ -168,13 +167,14 @@ void MlpWorkspace::Forward(int64_t batch, bool training) {
                                 totals_.as<kernels::LossAccumulator>());
 }
 
-void MlpWorkspace::Backward(int64_t batch) {
+void MlpWorkspace::Backward(int64_t batch, const LayerDone& layer_done) {
   for (size_t l = num_layers(); l-- > 0;) {
     const kernels::DenseShape shape{batch, widths_[l], widths_[l + 1]};
     const float* input = l == 0 ? x_.as<float>() : layer_output(l - 1);
     float* dinput = l == 0 ? nullptr : layer_grad(l - 1);
     backend_->DenseBackward(shape, input, param(2 * l), layer_grad(l), grad(2 * l), grad(2 * l + 1),
                             dinput);
+    if (layer_done) layer_done(l);
     if (dinput != nullptr) backend_->ReluBackward(layer_output(l - 1), dinput, batch * widths_[l]);
   }
 }

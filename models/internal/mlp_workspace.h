@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -72,8 +73,12 @@ class MlpWorkspace {
   // Forward pass over the gathered batch, adding the loss totals into the device accumulator;
   // with training, also writes dLoss/dlogits (of the batch's mean loss) into layer_grad(last).
   void Forward(int64_t batch, bool training);
-  // Backward pass after Forward(training=true): fills grad(i) for every parameter.
-  void Backward(int64_t batch);
+  // Backward pass after Forward(training=true): fills grad(i) for every parameter, last layer
+  // first. `layer_done(l)`, when given, is called as soon as layer l's gradients (grad(2l) and
+  // grad(2l + 1)) have been enqueued on the backend: a data-parallel trainer starts reducing them
+  // while the earlier layers are still being differentiated.
+  using LayerDone = std::function<void(size_t layer)>;
+  void Backward(int64_t batch, const LayerDone& layer_done = {});
   // One SGD step on every parameter from grad(i). Momentum buffers are zeroed on first use.
   Status Step(const kernels::SgdHyper& hyper);
 
@@ -89,7 +94,9 @@ class MlpWorkspace {
   size_t num_params() const { return sizes_.size(); }
   int64_t param_size(size_t i) const { return sizes_[i]; }
   float* param(size_t i) const { return params_base() + offsets_[i]; }
-  float* grad(size_t i) const { return grads_[i].as<float>(); }  // training only
+  // Gradients (training only), in the parameters' layout: grad(i) = grads_base() + param_offset(i).
+  float* grads_base() const { return grads_.as<float>(); }
+  float* grad(size_t i) const { return grads_base() + offsets_[i]; }
 
  private:
   MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool training);
@@ -106,7 +113,7 @@ class MlpWorkspace {
   std::vector<kernels::DeviceBuffer> dacts_;     // their gradients (training)
   kernels::DeviceBuffer params_;                 // the model, one buffer (see params_base)
   std::vector<float> packed_;                    // host staging of UploadParams / DownloadParams
-  std::vector<kernels::DeviceBuffer> grads_;     // dLoss/d params (training)
+  kernels::DeviceBuffer grads_;                  // dLoss/d params (training), params_ layout
   std::vector<kernels::DeviceBuffer> velocity_;  // momentum, allocated on first use
   kernels::DeviceBuffer totals_;                 // one LossAccumulator
   // Data: features [rows, input_dim] and labels [rows] addressable by the backend; view_rows_

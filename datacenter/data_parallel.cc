@@ -1,0 +1,357 @@
+#include "datacenter/data_parallel.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "common/rng.h"
+#include "kernels/backend.h"
+#include "kernels/flush_denormals.h"
+// The workspace and the input checks are the client trainer's own (models/internal): the
+// datacenter trainer runs the same forward, backward and SGD kernels, step by step.
+#include "models/internal/mlp_workspace.h"
+
+namespace huddle::datacenter {
+namespace {
+
+using models::internal::MlpWorkspace;
+using SteadyTime = std::chrono::steady_clock;
+
+double SecondsSince(SteadyTime::time_point start) {
+  return std::chrono::duration<double>(SteadyTime::now() - start).count();
+}
+
+// A contiguous range of the packed gradient buffer holding parameters [lowest_param, ...).
+struct Bucket {
+  int64_t begin = 0;  // floats from grads_base()
+  int64_t count = 0;
+  size_t lowest_param = 0;
+};
+
+// Parameters from the last to the first, cut into buckets of at least `first_bytes` (the first)
+// and `bytes` (the others); a bucket always holds whole parameters.
+std::vector<Bucket> PlanBuckets(const MlpWorkspace& ws, int64_t first_bytes, int64_t bytes) {
+  std::vector<Bucket> buckets;
+  const auto kFloat = static_cast<int64_t>(sizeof(float));
+  int64_t end = ws.params_span();
+  int64_t filled = 0;
+  for (size_t i = ws.num_params(); i-- > 0;) {
+    filled += ws.param_size(i) * kFloat;
+    const int64_t cap = buckets.empty() ? first_bytes : bytes;
+    if (filled >= cap || i == 0) {
+      const int64_t begin = ws.param_offset(i);
+      buckets.push_back(Bucket{begin, end - begin, i});
+      end = begin;
+      filled = 0;
+    }
+  }
+  return buckets;
+}
+
+// All-reduces gradient buckets on its own thread, in the order they are handed over (the same on
+// every rank), while the step's backward pass goes on.
+class BucketReducer {
+ public:
+  BucketReducer(Collective& collective, MlpWorkspace& ws, std::vector<Bucket> buckets)
+      : collective_(collective), ws_(ws), buckets_(std::move(buckets)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~BucketReducer() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+  void StartStep() { next_ = 0; }
+
+  // Layer l's gradients are enqueued: hand over every bucket whose parameters are all done.
+  void LayerDone(size_t layer) {
+    size_t first_ready = next_;
+    while (next_ < buckets_.size() && buckets_[next_].lowest_param >= 2 * layer) ++next_;
+    if (next_ == first_ready) return;
+    // A GPU computes asynchronously: the gradients must be there before another stream reads them.
+    if (ws_.backend().kind() != kernels::DeviceKind::kCpu) {
+      if (Status s = ws_.backend().Synchronize(); !s.ok()) {
+        std::lock_guard lock(mu_);
+        if (error_.ok()) error_ = s;
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      for (size_t b = first_ready; b < next_; ++b) queue_.push_back(b);
+    }
+    cv_.notify_all();
+  }
+
+  // Waits for every bucket of the step; the first error of any reduction.
+  Status FinishStep(double* wait_seconds) {
+    auto start = SteadyTime::now();
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    *wait_seconds += SecondsSince(start);
+    return error_;
+  }
+
+  double reduce_seconds() const { return reduce_seconds_; }
+  int64_t bytes_reduced() const { return bytes_reduced_; }
+
+ private:
+  void Loop() {
+    for (;;) {
+      size_t b;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        b = queue_.front();
+        queue_.pop_front();
+        busy_ = true;
+        if (!error_.ok()) {  // a broken collective: drain without reducing
+          busy_ = false;
+          done_cv_.notify_all();
+          continue;
+        }
+      }
+      const Bucket& bucket = buckets_[b];
+      auto start = SteadyTime::now();
+      Status s = collective_.AllReduceSum(
+          std::span<float>(ws_.grads_base() + bucket.begin, static_cast<size_t>(bucket.count)));
+      {
+        std::lock_guard lock(mu_);
+        reduce_seconds_ += SecondsSince(start);
+        bytes_reduced_ += bucket.count * static_cast<int64_t>(sizeof(float));
+        if (!s.ok() && error_.ok()) error_ = s;
+        busy_ = false;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  Collective& collective_;
+  MlpWorkspace& ws_;
+  std::vector<Bucket> buckets_;
+  size_t next_ = 0;  // main thread only
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<size_t> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  Status error_;
+  double reduce_seconds_ = 0;
+  int64_t bytes_reduced_ = 0;
+  std::thread thread_;
+};
+
+// Small host-side collectives (loss totals, digests) through a scratch buffer on the training
+// device, which is where the collective's buffers live.
+class Scratch {
+ public:
+  static StatusOr<Scratch> Create(kernels::Backend& backend, int world_size) {
+    Scratch s(backend);
+    HUDDLE_ASSIGN_OR_RETURN(s.buffer_, backend.Allocate(64 * (world_size + 1)));
+    return s;
+  }
+
+  Status AllReduceSum(Collective& c, std::span<double> values) {
+    const int64_t bytes = static_cast<int64_t>(values.size_bytes());
+    backend_->CopyToDevice(buffer_.data(), values.data(), bytes);
+    HUDDLE_RETURN_IF_ERROR(backend_->Synchronize());
+    HUDDLE_RETURN_IF_ERROR(c.AllReduceSum(std::span<double>(buffer_.as<double>(), values.size())));
+    return backend_->CopyToHost(values.data(), buffer_.data(), bytes);
+  }
+
+  // in: at most 64 bytes.
+  Status AllGather(Collective& c, std::span<const std::byte> in, std::span<std::byte> out) {
+    const auto bytes = static_cast<int64_t>(in.size());
+    auto* device = buffer_.as<std::byte>();
+    backend_->CopyToDevice(device, in.data(), bytes);
+    HUDDLE_RETURN_IF_ERROR(backend_->Synchronize());
+    HUDDLE_RETURN_IF_ERROR(c.AllGather(std::span<const std::byte>(device, in.size()),
+                                       std::span<std::byte>(device + 64, out.size())));
+    return backend_->CopyToHost(out.data(), device + 64, static_cast<int64_t>(out.size()));
+  }
+
+ private:
+  explicit Scratch(kernels::Backend& backend) : backend_(&backend) {}
+  kernels::Backend* backend_;
+  kernels::DeviceBuffer buffer_;
+};
+
+constexpr size_t kDigestBytes = 16;
+
+// Compares a BLAKE2b digest of every rank's parameters; DataLoss naming the ranks that differ
+// from rank 0.
+Status CheckReplicas(Collective& c, MlpWorkspace& ws, Scratch& scratch, int64_t step) {
+  std::vector<float> host(static_cast<size_t>(ws.params_span()));
+  HUDDLE_RETURN_IF_ERROR(ws.backend().CopyToHost(
+      host.data(), ws.params_base(), ws.params_span() * static_cast<int64_t>(sizeof(float))));
+  std::array<std::byte, kDigestBytes> digest;
+  crypto_generichash(reinterpret_cast<unsigned char*>(digest.data()), digest.size(),
+                     reinterpret_cast<const unsigned char*>(host.data()),
+                     host.size() * sizeof(float), nullptr, 0);
+  std::vector<std::byte> all(kDigestBytes * static_cast<size_t>(c.world_size()));
+  HUDDLE_RETURN_IF_ERROR(scratch.AllGather(c, digest, all));
+  std::vector<int> differ;
+  for (int r = 1; r < c.world_size(); ++r) {
+    if (std::memcmp(all.data() + r * kDigestBytes, all.data(), kDigestBytes) != 0) {
+      differ.push_back(r);
+    }
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::DataLossError(fmt::format(
+      "replicas diverged at step {}: the parameters of rank(s) {} differ from rank 0's (checked "
+      "on rank {}); stopping rather than train inconsistent models",
+      step, fmt::join(differ, ", "), c.rank()));
+}
+
+}  // namespace
+
+Status ValidateDataParallelOptions(const DataParallelOptions& options) {
+  if (options.bucket_bytes < 4) {
+    return absl::InvalidArgumentError(
+        fmt::format("bucket_bytes is {}; it must be at least 4", options.bucket_bytes));
+  }
+  if (options.first_bucket_bytes < 4) {
+    return absl::InvalidArgumentError(
+        fmt::format("first_bucket_bytes is {}; it must be at least 4", options.first_bucket_bytes));
+  }
+  if (options.checksum_every < 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("checksum_every is {}; it must be >= 0", options.checksum_every));
+  }
+  return models::internal::CheckTrainOptions(options.train);
+}
+
+StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::MlpSpec& spec,
+                                              const DataParallelOptions& options,
+                                              const data::DatasetView& data, TensorList* params) {
+  const auto start = SteadyTime::now();
+  if (params == nullptr) return absl::InvalidArgumentError("TrainDataParallel: params is null");
+  HUDDLE_RETURN_IF_ERROR(ValidateDataParallelOptions(options));
+  HUDDLE_RETURN_IF_ERROR(models::internal::CheckModelAndData(spec, *params, data));
+
+  kernels::FlushDenormalsScope flush_denormals;
+  std::unique_ptr<kernels::Backend> owned;
+  kernels::Backend& backend = models::internal::BackendFor(options.train, &owned);
+  const int world = collective.world_size();
+  const int rank = collective.rank();
+  const int64_t n = data.size();
+  const int64_t batch = options.train.batch_size;
+  const int64_t global_batch = batch * world;
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
+                          MlpWorkspace::Create(backend, spec, std::min(batch, n), true));
+  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  ws->UploadParams(*params);
+  HUDDLE_ASSIGN_OR_RETURN(Scratch scratch, Scratch::Create(backend, world));
+  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer factor, backend.Allocate(sizeof(float)));
+  HUDDLE_RETURN_IF_ERROR(backend.Synchronize());
+
+  // Rank 0's parameters, everywhere (the gaps between parameters are zero on every rank).
+  HUDDLE_RETURN_IF_ERROR(collective.Broadcast(
+      std::span<std::byte>(reinterpret_cast<std::byte*>(ws->params_base()),
+                           static_cast<size_t>(ws->params_span()) * sizeof(float)),
+      0));
+
+  const kernels::SgdHyper hyper{static_cast<float>(options.train.learning_rate),
+                                static_cast<float>(options.train.momentum),
+                                static_cast<float>(options.train.weight_decay)};
+  DataParallelStats stats;
+  BucketReducer reducer(collective, *ws,
+                        PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes));
+  stats.buckets = static_cast<int64_t>(reducer.buckets().size());
+  const MlpWorkspace::LayerDone on_layer = [&](size_t l) { reducer.LayerDone(l); };
+  const MlpWorkspace::LayerDone no_hook;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  float last_factor = std::nanf("");
+
+  for (int64_t epoch = 0; epoch < options.train.epochs; ++epoch) {
+    std::iota(order.begin(), order.end(), int64_t{0});
+    Rng rng(DeriveSeed(options.seed, static_cast<uint64_t>(epoch)));
+    rng.Shuffle(order);
+    HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
+    ws->ResetTotals();
+    for (int64_t begin = 0; begin < n; begin += global_batch) {
+      // This rank's slice of the global batch [begin, begin + m).
+      const int64_t m = std::min(global_batch, n - begin);
+      const int64_t lo = m * rank / world, hi = m * (rank + 1) / world;
+      const int64_t rows = hi - lo;
+      // Local gradients are of the slice's mean loss; rows / m turns their sum over ranks into
+      // the mean over the global batch (exactly 1/world, a power of two for 2 or 4 ranks, when
+      // the slices are equal).
+      const float f = static_cast<float>(static_cast<double>(rows) / static_cast<double>(m));
+      if (f != last_factor) {
+        backend.CopyToDevice(factor.data(), &f, sizeof f);
+        last_factor = f;
+      }
+      reducer.StartStep();
+      if (rows > 0) {
+        ws->Gather(begin + lo, rows);
+        ws->Forward(rows, /*training=*/true);
+        // Scale each layer's gradients as it completes, then hand its buckets over.
+        ws->Backward(rows, options.overlap ? MlpWorkspace::LayerDone([&](size_t l) {
+                       backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l),
+                                         factor.as<float>());
+                       backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1),
+                                         factor.as<float>());
+                       on_layer(l);
+                     })
+                                           : no_hook);
+        if (!options.overlap) {
+          for (size_t l = ws->num_layers(); l-- > 0;) {
+            backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l), factor.as<float>());
+            backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1),
+                              factor.as<float>());
+            on_layer(l);
+          }
+        }
+      } else {
+        // Fewer rows than ranks in the last batch: this rank contributes zeros.
+        backend.Zero(ws->grads_base(), ws->params_span() * static_cast<int64_t>(sizeof(float)));
+        for (size_t l = ws->num_layers(); l-- > 0;) on_layer(l);
+      }
+      HUDDLE_RETURN_IF_ERROR(reducer.FinishStep(&stats.wait_seconds));
+      HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
+      ++stats.steps;
+      stats.examples += rows;
+      if (options.checksum_every > 0 && stats.steps % options.checksum_every == 0) {
+        HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
+        ++stats.checksums;
+      }
+    }
+    HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
+    std::array<double, 2> global{totals.loss_sum, static_cast<double>(totals.correct)};
+    HUDDLE_RETURN_IF_ERROR(scratch.AllReduceSum(collective, global));
+    stats.loss = global[0] / static_cast<double>(n);
+    stats.accuracy = global[1] / static_cast<double>(n);
+    if (!std::isfinite(stats.loss)) {
+      return absl::FailedPreconditionError(fmt::format(
+          "training diverged: non-finite loss in epoch {} (learning_rate {} is probably too high)",
+          epoch, options.train.learning_rate));
+    }
+    if (options.on_epoch) {
+      HUDDLE_RETURN_IF_ERROR(options.on_epoch(
+          EpochReport{epoch, stats.steps, stats.loss, stats.accuracy, SecondsSince(start)}));
+    }
+  }
+  HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
+  ++stats.checksums;
+  HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
+  stats.reduce_seconds = reducer.reduce_seconds();
+  stats.bytes_reduced = reducer.bytes_reduced();
+  stats.seconds = SecondsSince(start);
+  return stats;
+}
+
+}  // namespace huddle::datacenter

@@ -1,0 +1,73 @@
+// Synchronous data-parallel training of the built-in MLP across the ranks of a Collective: the
+// datacenter mode's trainer, and a silo's local training.
+//
+// Every rank holds the whole dataset and draws the same shuffled order each epoch (from `seed`);
+// each global batch of world_size x batch_size rows is split into contiguous per-rank slices
+// (rank r takes the r-th), so N ranks with batch b follow the same trajectory as one rank with
+// batch N*b, up to the order of floating-point sums. A step:
+//   1. forward and backward on the rank's slice, with the same kernels as a federated client;
+//   2. as each layer's gradients are ready, its bucket (buckets of about bucket_bytes, a small
+//      first one, in reverse layer order) is scaled by slice / global batch and handed to a
+//      communication thread that all-reduces it while backward goes on;
+//   3. once every bucket is reduced, the identical SGD step on every rank.
+// Parameters are broadcast from rank 0 before the first step. Every checksum_every steps, and at
+// the end, the ranks compare a BLAKE2b digest of their parameters: replicas that differ stop the
+// job with DataLoss naming the step and the ranks. A collective error (a rank died or hung) ends
+// training on every rank with that error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "data/dataset.h"
+#include "datacenter/collective.h"
+#include "models/mlp.h"
+
+namespace huddle::datacenter {
+
+struct EpochReport {
+  int64_t epoch = 0;    // 0-based, just finished
+  int64_t steps = 0;    // global steps so far
+  double loss = 0;      // mean training loss of the epoch, over all ranks
+  double accuracy = 0;  // fraction correct in the epoch, over all ranks
+  double seconds = 0;   // since training started
+};
+
+struct DataParallelOptions {
+  // epochs, per-rank batch_size, learning_rate, momentum, weight_decay and the backend (nullptr:
+  // the CPU). The backend must suit the collective: host memory for Gloo, the GPU for NCCL.
+  models::TrainOptions train;
+  uint64_t seed = 0;                     // data order; the same on every rank
+  int64_t bucket_bytes = 25 << 20;       // gradient bucket size
+  int64_t first_bucket_bytes = 1 << 20;  // the first (last layers') bucket, to start early
+  int64_t checksum_every = 0;            // steps between replica checks; 0: at the end only
+  bool overlap = true;                   // false: reduce every bucket after backward
+  // Called on every rank after each epoch; an error stops training and is returned.
+  std::function<Status(const EpochReport&)> on_epoch;
+};
+
+struct DataParallelStats {
+  int64_t steps = 0;
+  int64_t examples = 0;  // rows this rank trained on
+  double loss = 0;       // of the last epoch, over all ranks
+  double accuracy = 0;
+  double seconds = 0;
+  double reduce_seconds = 0;  // inside AllReduceSum calls on the communication thread
+  double wait_seconds = 0;    // the step waiting for reductions after its backward
+  int64_t bytes_reduced = 0;  // gradient bytes all-reduced
+  int64_t buckets = 0;        // per step
+  int64_t checksums = 0;      // replica checks passed
+};
+
+// Checks the options (errors name the field).
+Status ValidateDataParallelOptions(const DataParallelOptions& options);
+
+// Trains *params in place on every rank (rank 0's initial values win) and leaves every rank with
+// identical parameters. `data` must be the same on every rank.
+StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::MlpSpec& spec,
+                                              const DataParallelOptions& options,
+                                              const data::DatasetView& data, TensorList* params);
+
+}  // namespace huddle::datacenter
