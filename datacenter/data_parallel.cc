@@ -245,6 +245,13 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   kernels::FlushDenormalsScope flush_denormals;
   std::unique_ptr<kernels::Backend> owned;
   kernels::Backend& backend = models::internal::BackendFor(options.train, &owned);
+  // Gloo reduces host memory, NCCL device memory: the training device must be where they look.
+  const bool on_cpu = backend.kind() == kernels::DeviceKind::kCpu;
+  if ((collective.backend() == "gloo") != on_cpu) {
+    return absl::InvalidArgumentError(fmt::format(
+        "a {} collective cannot reduce buffers of the {} backend (Gloo needs the CPU, NCCL a GPU)",
+        collective.backend(), backend.name()));
+  }
   const int world = collective.world_size();
   const int rank = collective.rank();
   const int64_t n = data.size();
@@ -271,8 +278,12 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   BucketReducer reducer(collective, *ws,
                         PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes));
   stats.buckets = static_cast<int64_t>(reducer.buckets().size());
-  const MlpWorkspace::LayerDone on_layer = [&](size_t l) { reducer.LayerDone(l); };
-  const MlpWorkspace::LayerDone no_hook;
+  // Layer l's gradients are done: scale them by rows / m (below), then hand its buckets over.
+  const MlpWorkspace::LayerDone scale_and_reduce = [&](size_t l) {
+    backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l), factor.as<float>());
+    backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1), factor.as<float>());
+    reducer.LayerDone(l);
+  };
   std::vector<int64_t> order(static_cast<size_t>(n));
   float last_factor = std::nanf("");
 
@@ -299,27 +310,16 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       if (rows > 0) {
         ws->Gather(begin + lo, rows);
         ws->Forward(rows, /*training=*/true);
-        // Scale each layer's gradients as it completes, then hand its buckets over.
-        ws->Backward(rows, options.overlap ? MlpWorkspace::LayerDone([&](size_t l) {
-                       backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l),
-                                         factor.as<float>());
-                       backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1),
-                                         factor.as<float>());
-                       on_layer(l);
-                     })
-                                           : no_hook);
-        if (!options.overlap) {
-          for (size_t l = ws->num_layers(); l-- > 0;) {
-            backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l), factor.as<float>());
-            backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1),
-                              factor.as<float>());
-            on_layer(l);
-          }
+        if (options.overlap) {
+          ws->Backward(rows, scale_and_reduce);
+        } else {
+          ws->Backward(rows);
+          for (size_t l = ws->num_layers(); l-- > 0;) scale_and_reduce(l);
         }
       } else {
         // Fewer rows than ranks in the last batch: this rank contributes zeros.
         backend.Zero(ws->grads_base(), ws->params_span() * static_cast<int64_t>(sizeof(float)));
-        for (size_t l = ws->num_layers(); l-- > 0;) on_layer(l);
+        for (size_t l = ws->num_layers(); l-- > 0;) reducer.LayerDone(l);
       }
       HUDDLE_RETURN_IF_ERROR(reducer.FinishStep(&stats.wait_seconds));
       HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));

@@ -118,6 +118,21 @@ TEST(DataParallel, ReplicasAreBitwiseIdenticalAndMatchOneRankWithTheGlobalBatch)
   }
 }
 
+TEST(DataParallel, RanksWithoutRowsInTheLastBatchContributeZeros) {
+  // 66 rows, 4 ranks x 16: the last global batch has 2 rows, so ranks 0 and 2 get none.
+  const data::Dataset data = models::Blobs(66, kSpec.input_dim, kSpec.num_classes, 8);
+  auto ranks = Train(4, data, [](int) { return BaseOptions(16); });
+  auto one = Train(1, data, [](int) { return BaseOptions(64); });
+  ASSERT_TRUE(one[0].status.ok()) << one[0].status;
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
+    EXPECT_TRUE(SameBits(ranks[r].params, ranks[0].params)) << "rank " << r;
+  }
+  EXPECT_EQ(ranks[0].stats.examples, 2 * 16);  // two epochs of one full slice and one empty one
+  EXPECT_EQ(ranks[1].stats.examples, 2 * 17);
+  EXPECT_LT(MaxAbsDiff(ranks[0].params, one[0].params), 5e-5);
+}
+
 TEST(DataParallel, BucketingAndOverlapDoNotChangeTheResult) {
   const data::Dataset data = models::Blobs(300, kSpec.input_dim, kSpec.num_classes, 4);
   auto reference = Train(2, data, [](int) { return BaseOptions(8); });
