@@ -144,62 +144,51 @@ TEST(GlooCollective, MissingRankIsNamedWithinTheTimeout) {
   }
 }
 
+// One all-reduce of `data` on c, timed into *took_ms.
+Status TimedAllReduce(Collective& c, std::vector<float>& data, milliseconds::rep* took_ms) {
+  auto start = std::chrono::steady_clock::now();
+  Status s = c.AllReduceSum(std::span<float>(data));
+  *took_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
 TEST(GlooCollective, DeadPeerEndsTheOthersOperationsWithAnError) {
-  auto server = StartServer();
   Status survivor;
   milliseconds::rep took_ms = 0;
-  std::thread r0([&] {
-    auto store = transport::OpenKvStore(server->url());
-    auto c = ConnectGloo(**store, Options(0, 2, milliseconds(10000)));
-    ASSERT_TRUE(c.ok()) << c.status();
-    std::vector<float> data(100000, 1.0f);
-    ASSERT_TRUE((*c)->AllReduceSum(std::span<float>(data)).ok());
-    auto start = std::chrono::steady_clock::now();
-    survivor = (*c)->AllReduceSum(std::span<float>(data));  // rank 1 is gone by now
-    took_ms =
-        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
-    // Broken stays broken.
-    EXPECT_EQ((*c)->Barrier().code(), survivor.code());
-  });
-  std::thread r1([&] {
-    auto store = transport::OpenKvStore(server->url());
-    auto c = ConnectGloo(**store, Options(1, 2, milliseconds(10000)));
-    ASSERT_TRUE(c.ok()) << c.status();
-    std::vector<float> data(100000, 1.0f);
-    ASSERT_TRUE((*c)->AllReduceSum(std::span<float>(data)).ok());
-    // Dies: the collective (and its connections) go away without another operation.
-  });
-  r1.join();
-  r0.join();
+  RunRanks(
+      2,
+      [&](int r, Collective& c) {
+        std::vector<float> data(100000, 1.0f);
+        ASSERT_TRUE(c.AllReduceSum(std::span<float>(data)).ok());
+        // Rank 1 dies: its collective (and connections) go away without another operation.
+        if (r == 1) return;
+        survivor = TimedAllReduce(c, data, &took_ms);  // rank 1 is gone by now
+        // Broken stays broken.
+        EXPECT_EQ(c.Barrier().code(), survivor.code());
+      },
+      milliseconds(10000));
   EXPECT_FALSE(survivor.ok());
   EXPECT_NE(survivor.message().find("rank 0 of 2"), std::string::npos) << survivor;
   EXPECT_LT(took_ms, 10000) << survivor;
 }
 
 TEST(GlooCollective, HungPeerEndsTheOthersOperationsAtTheTimeout) {
-  auto server = StartServer();
   Status survivor;
   std::atomic<bool> done{false};
   milliseconds::rep took_ms = 0;
-  std::thread r0([&] {
-    auto store = transport::OpenKvStore(server->url());
-    auto c = ConnectGloo(**store, Options(0, 2, milliseconds(3000)));
-    ASSERT_TRUE(c.ok()) << c.status();
-    std::vector<float> data(1000, 1.0f);
-    auto start = std::chrono::steady_clock::now();
-    survivor = (*c)->AllReduceSum(std::span<float>(data));
-    took_ms =
-        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
-    done = true;
-  });
-  std::thread r1([&] {
-    auto store = transport::OpenKvStore(server->url());
-    auto c = ConnectGloo(**store, Options(1, 2, milliseconds(3000)));
-    ASSERT_TRUE(c.ok()) << c.status();
-    while (!done) std::this_thread::sleep_for(milliseconds(10));  // hangs: never reduces
-  });
-  r0.join();
-  r1.join();
+  RunRanks(
+      2,
+      [&](int r, Collective& c) {
+        if (r == 1) {
+          while (!done) std::this_thread::sleep_for(milliseconds(10));  // hangs: never reduces
+          return;
+        }
+        std::vector<float> data(1000, 1.0f);
+        survivor = TimedAllReduce(c, data, &took_ms);
+        done = true;
+      },
+      milliseconds(3000));
   EXPECT_TRUE(absl::IsDeadlineExceeded(survivor)) << survivor;
   EXPECT_GE(took_ms, 2900);
   EXPECT_LT(took_ms, 8000);
