@@ -172,6 +172,16 @@ class Scratch {
     return backend_->CopyToHost(values.data(), buffer_.data(), bytes);
   }
 
+  // At most 64 bytes, from `root`.
+  Status Broadcast(Collective& c, std::span<std::byte> data, int root) {
+    const auto bytes = static_cast<int64_t>(data.size());
+    backend_->CopyToDevice(buffer_.data(), data.data(), bytes);
+    HUDDLE_RETURN_IF_ERROR(backend_->Synchronize());
+    HUDDLE_RETURN_IF_ERROR(
+        c.Broadcast(std::span<std::byte>(buffer_.as<std::byte>(), data.size()), root));
+    return backend_->CopyToHost(data.data(), buffer_.data(), bytes);
+  }
+
   // in: at most 64 bytes.
   Status AllGather(Collective& c, std::span<const std::byte> in, std::span<std::byte> out) {
     const auto bytes = static_cast<int64_t>(in.size());
@@ -190,17 +200,10 @@ class Scratch {
 };
 
 constexpr size_t kDigestBytes = 16;
+using Digest = std::array<std::byte, kDigestBytes>;
 
-// Compares a BLAKE2b digest of every rank's parameters; DataLoss naming the ranks that differ
-// from rank 0.
-Status CheckReplicas(Collective& c, MlpWorkspace& ws, Scratch& scratch, int64_t step) {
-  std::vector<float> host(static_cast<size_t>(ws.params_span()));
-  HUDDLE_RETURN_IF_ERROR(ws.backend().CopyToHost(
-      host.data(), ws.params_base(), ws.params_span() * static_cast<int64_t>(sizeof(float))));
-  std::array<std::byte, kDigestBytes> digest;
-  crypto_generichash(reinterpret_cast<unsigned char*>(digest.data()), digest.size(),
-                     reinterpret_cast<const unsigned char*>(host.data()),
-                     host.size() * sizeof(float), nullptr, 0);
+// The ranks whose digest differs from rank 0's (all-gathered).
+StatusOr<std::vector<int>> RanksDiffering(Collective& c, Scratch& scratch, const Digest& digest) {
   std::vector<std::byte> all(kDigestBytes * static_cast<size_t>(c.world_size()));
   HUDDLE_RETURN_IF_ERROR(scratch.AllGather(c, digest, all));
   std::vector<int> differ;
@@ -209,11 +212,111 @@ Status CheckReplicas(Collective& c, MlpWorkspace& ws, Scratch& scratch, int64_t 
       differ.push_back(r);
     }
   }
+  return differ;
+}
+
+// What every rank must agree on before the first step: the model, the options that shape the
+// trajectory or the order of collectives, and the data (size and labels).
+Digest AgreementDigest(const models::MlpSpec& spec, const DataParallelOptions& o,
+                       const data::DatasetView& data) {
+  crypto_generichash_state h;
+  crypto_generichash_init(&h, nullptr, 0, kDigestBytes);
+  auto add = [&](const auto& v) {
+    crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(&v), sizeof v);
+  };
+  add(spec.input_dim);
+  add(spec.num_classes);
+  for (int64_t w : spec.hidden) add(w);
+  add(spec.hidden.size());
+  add(o.train.epochs);
+  add(o.train.batch_size);
+  add(o.train.learning_rate);
+  add(o.train.momentum);
+  add(o.train.weight_decay);
+  add(o.seed);
+  add(o.bucket_bytes);
+  add(o.first_bucket_bytes);
+  add(o.checksum_every);
+  const int64_t n = data.size();
+  add(n);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = data.base->labels[data.row(i)];
+  crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(labels.data()),
+                            labels.size() * sizeof(int32_t));
+  Digest d;
+  crypto_generichash_final(&h, reinterpret_cast<unsigned char*>(d.data()), d.size());
+  return d;
+}
+
+// Compares a BLAKE2b digest of every rank's parameters; DataLoss naming the ranks that differ
+// from rank 0.
+Status CheckReplicas(Collective& c, MlpWorkspace& ws, Scratch& scratch, int64_t step) {
+  std::vector<float> host(static_cast<size_t>(ws.params_span()));
+  HUDDLE_RETURN_IF_ERROR(ws.backend().CopyToHost(
+      host.data(), ws.params_base(), ws.params_span() * static_cast<int64_t>(sizeof(float))));
+  Digest digest;
+  crypto_generichash(reinterpret_cast<unsigned char*>(digest.data()), digest.size(),
+                     reinterpret_cast<const unsigned char*>(host.data()),
+                     host.size() * sizeof(float), nullptr, 0);
+  HUDDLE_ASSIGN_OR_RETURN(const std::vector<int> differ, RanksDiffering(c, scratch, digest));
   if (differ.empty()) return absl::OkStatus();
   return absl::DataLossError(fmt::format(
       "replicas diverged at step {}: the parameters of rank(s) {} differ from rank 0's (checked "
       "on rank {}); stopping rather than train inconsistent models",
       step, fmt::join(differ, ", "), c.rank()));
+}
+
+// Rank 0's resume state (or a fresh start), on every rank: the parameters are already uploaded on
+// rank 0; this broadcasts the position and the momentum. Rank 0 checks the state first and, if it
+// does not fit, every rank stops with the reason (on rank 0) or a pointer to rank 0's log.
+struct ResumeHeader {
+  int64_t refused = 0;
+  int64_t epochs_done = 0;
+  int64_t steps = 0;
+  int64_t has_velocity = 0;
+  double seconds = 0;
+};
+
+StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace& ws,
+                                   const DataParallelOptions& options, Status* refusal) {
+  ResumeHeader h;
+  if (c.rank() == 0 && options.resume != nullptr) {
+    const TrainingState& state = *options.resume;
+    if (state.seed != options.seed) {
+      *refusal = absl::FailedPreconditionError(
+          fmt::format("the checkpoint was written with seed {}, this run has seed {}: resuming "
+                      "would not continue the same run",
+                      state.seed, options.seed));
+    } else if (state.epochs_done < 0 || state.steps < 0) {
+      *refusal = absl::DataLossError("the checkpoint's position is negative");
+    } else {
+      *refusal = ws.UploadVelocity(state.velocity);
+    }
+    h.refused = refusal->ok() ? 0 : 1;
+    h.epochs_done = state.epochs_done;
+    h.steps = state.steps;
+    h.has_velocity = state.velocity.empty() ? 0 : 1;
+    h.seconds = state.seconds;
+  }
+  HUDDLE_RETURN_IF_ERROR(
+      scratch.Broadcast(c, std::as_writable_bytes(std::span<ResumeHeader>(&h, 1)), /*root=*/0));
+  if (h.refused != 0) {
+    if (c.rank() == 0) return *refusal;
+    return absl::FailedPreconditionError(
+        "rank 0 refused to resume from its checkpoint (its log "
+        "says why)");
+  }
+  if (h.has_velocity != 0) {
+    HUDDLE_RETURN_IF_ERROR(ws.EnsureVelocity());
+    HUDDLE_RETURN_IF_ERROR(ws.backend().Synchronize());
+    for (size_t i = 0; i < ws.num_params(); ++i) {
+      HUDDLE_RETURN_IF_ERROR(
+          c.Broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(ws.velocity(i)),
+                                           static_cast<size_t>(ws.param_size(i)) * sizeof(float)),
+                      0));
+    }
+  }
+  return h;
 }
 
 }  // namespace
@@ -260,21 +363,43 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
                           MlpWorkspace::Create(backend, spec, std::min(batch, n), true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
-  ws->UploadParams(*params);
+  const bool resuming = rank == 0 && options.resume != nullptr;
+  if (resuming) {
+    if (Status st = models::internal::CheckModelAndData(spec, options.resume->params, data);
+        !st.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the checkpoint does not fit this model: ", st.message()));
+    }
+  }
+  ws->UploadParams(resuming ? options.resume->params : *params);
   HUDDLE_ASSIGN_OR_RETURN(Scratch scratch, Scratch::Create(backend, world));
   HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer factor, backend.Allocate(sizeof(float)));
   HUDDLE_RETURN_IF_ERROR(backend.Synchronize());
 
+  // Same model, options and data everywhere, or no step at all.
+  HUDDLE_ASSIGN_OR_RETURN(
+      const std::vector<int> disagree,
+      RanksDiffering(collective, scratch, AgreementDigest(spec, options, data)));
+  if (!disagree.empty()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "rank(s) {} have a different model, training options, seed or data (size or labels) "
+        "than rank 0; every rank must run the same configuration on the same data",
+        fmt::join(disagree, ", ")));
+  }
   // Rank 0's parameters, everywhere (the gaps between parameters are zero on every rank).
   HUDDLE_RETURN_IF_ERROR(collective.Broadcast(
       std::span<std::byte>(reinterpret_cast<std::byte*>(ws->params_base()),
                            static_cast<size_t>(ws->params_span()) * sizeof(float)),
       0));
+  Status refusal;
+  HUDDLE_ASSIGN_OR_RETURN(const ResumeHeader resume,
+                          ShareResume(collective, scratch, *ws, options, &refusal));
 
   const kernels::SgdHyper hyper{static_cast<float>(options.train.learning_rate),
                                 static_cast<float>(options.train.momentum),
                                 static_cast<float>(options.train.weight_decay)};
   DataParallelStats stats;
+  stats.steps = resume.steps;
   BucketReducer reducer(collective, *ws,
                         PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes));
   stats.buckets = static_cast<int64_t>(reducer.buckets().size());
@@ -287,7 +412,9 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   std::vector<int64_t> order(static_cast<size_t>(n));
   float last_factor = std::nanf("");
 
-  for (int64_t epoch = 0; epoch < options.train.epochs; ++epoch) {
+  TrainingState state;  // rank 0's EpochReport::state
+  for (int64_t epoch = resume.epochs_done; epoch < options.train.epochs; ++epoch) {
+    const auto epoch_start = SteadyTime::now();
     std::iota(order.begin(), order.end(), int64_t{0});
     Rng rng(DeriveSeed(options.seed, static_cast<uint64_t>(epoch)));
     rng.Shuffle(order);
@@ -325,6 +452,9 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
       ++stats.steps;
       stats.examples += rows;
+      if (options.after_step_for_testing) {
+        options.after_step_for_testing(stats.steps, ws->params_base(), ws->params_span());
+      }
       if (options.checksum_every > 0 && stats.steps % options.checksum_every == 0) {
         HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
         ++stats.checksums;
@@ -341,8 +471,26 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
           epoch, options.train.learning_rate));
     }
     if (options.on_epoch) {
-      HUDDLE_RETURN_IF_ERROR(options.on_epoch(
-          EpochReport{epoch, stats.steps, stats.loss, stats.accuracy, SecondsSince(start)}));
+      EpochReport report{epoch,
+                         stats.steps,
+                         stats.loss,
+                         stats.accuracy,
+                         resume.seconds + SecondsSince(start),
+                         SecondsSince(epoch_start),
+                         nullptr};
+      if (options.state_on_rank0 && rank == 0) {
+        state.epochs_done = epoch + 1;
+        state.steps = stats.steps;
+        state.seed = options.seed;
+        state.world_size = world;
+        state.batch_size = batch;
+        state.seconds = report.seconds;
+        if (state.params.empty()) state.params = *params;  // names and shapes
+        HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(&state.params));
+        HUDDLE_RETURN_IF_ERROR(ws->DownloadVelocity(&state.velocity));
+        report.state = &state;
+      }
+      HUDDLE_RETURN_IF_ERROR(options.on_epoch(report));
     }
   }
   HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));

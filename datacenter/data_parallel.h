@@ -27,12 +27,30 @@
 
 namespace huddle::datacenter {
 
+// Everything a resume needs, taken at the end of an epoch: resuming from it gives the same bits
+// as the run that wrote it would have produced (the data order of epoch e depends only on the
+// seed and e).
+struct TrainingState {
+  int64_t epochs_done = 0;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  int64_t world_size = 0;  // of the run that wrote it (for the record)
+  int64_t batch_size = 0;  // per rank, ditto
+  double seconds = 0;      // training time so far, over all sessions
+  TensorList params;
+  TensorList velocity;  // momentum, one per parameter; empty without momentum
+};
+
 struct EpochReport {
   int64_t epoch = 0;    // 0-based, just finished
   int64_t steps = 0;    // global steps so far
   double loss = 0;      // mean training loss of the epoch, over all ranks
   double accuracy = 0;  // fraction correct in the epoch, over all ranks
-  double seconds = 0;   // since training started
+  double seconds = 0;   // training time so far (with the sessions before a resume)
+  double epoch_seconds = 0;
+  // Rank 0 with DataParallelOptions::state_on_rank0: the state after this epoch (for checkpoints
+  // and evaluation). Null otherwise.
+  const TrainingState* state = nullptr;
 };
 
 struct DataParallelOptions {
@@ -46,6 +64,13 @@ struct DataParallelOptions {
   bool overlap = true;                   // false: reduce every bucket after backward
   // Called on every rank after each epoch; an error stops training and is returned.
   std::function<Status(const EpochReport&)> on_epoch;
+  bool state_on_rank0 = false;  // fill EpochReport::state on rank 0 (one download per epoch)
+  // Resume: read on rank 0 only and broadcast (the other ranks need no copy of the checkpoint).
+  // Its seed must equal `seed` and its tensors the model; training continues at epochs_done.
+  const TrainingState* resume = nullptr;
+  // Fault injection for tests: called after every step with the packed parameters (on the
+  // training device) and their count, to corrupt a replica the way failing hardware would.
+  std::function<void(int64_t step, float* params, int64_t count)> after_step_for_testing;
 };
 
 struct DataParallelStats {
@@ -64,8 +89,11 @@ struct DataParallelStats {
 // Checks the options (errors name the field).
 Status ValidateDataParallelOptions(const DataParallelOptions& options);
 
-// Trains *params in place on every rank (rank 0's initial values win) and leaves every rank with
-// identical parameters. `data` must be the same on every rank.
+// Trains *params in place on every rank (rank 0's initial values, or its resume state, win) and
+// leaves every rank with identical parameters. `data` must be the same on every rank: before the
+// first step the ranks compare a digest of the model, the options that shape the trajectory, the
+// seed and the data's size and labels, and refuse to start (FailedPrecondition naming the ranks)
+// when they differ.
 StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::MlpSpec& spec,
                                               const DataParallelOptions& options,
                                               const data::DatasetView& data, TensorList* params);

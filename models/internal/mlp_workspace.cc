@@ -179,15 +179,57 @@ void MlpWorkspace::Backward(int64_t batch, const LayerDone& layer_done) {
   }
 }
 
-Status MlpWorkspace::Step(const kernels::SgdHyper& hyper) {
-  if (hyper.momentum != 0.0f && velocity_.empty()) {
-    for (int64_t size : sizes_) {
-      HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer v,
-                              backend_->Allocate(size * static_cast<int64_t>(sizeof(float))));
-      backend_->Zero(v.data(), v.bytes());
-      velocity_.push_back(std::move(v));
+Status MlpWorkspace::EnsureVelocity() {
+  if (!velocity_.empty()) return absl::OkStatus();
+  for (int64_t size : sizes_) {
+    HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer v,
+                            backend_->Allocate(size * static_cast<int64_t>(sizeof(float))));
+    backend_->Zero(v.data(), v.bytes());
+    velocity_.push_back(std::move(v));
+  }
+  return absl::OkStatus();
+}
+
+Status MlpWorkspace::DownloadVelocity(TensorList* velocity) {
+  velocity->clear();
+  for (size_t i = 0; i < velocity_.size(); ++i) {
+    Tensor t;
+    t.spec.name = absl::StrCat("velocity.", i);
+    t.spec.shape = {sizes_[i]};
+    t.data.resize(static_cast<size_t>(sizes_[i]));
+    HUDDLE_RETURN_IF_ERROR(
+        backend_->CopyToHost(t.data.data(), velocity_[i].data(), velocity_[i].bytes()));
+    velocity->push_back(std::move(t));
+  }
+  return absl::OkStatus();
+}
+
+Status MlpWorkspace::UploadVelocity(const TensorList& velocity) {
+  if (velocity.empty()) {
+    velocity_.clear();
+    return absl::OkStatus();
+  }
+  if (velocity.size() != sizes_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("momentum state has ", velocity.size(),
+                                                   " tensors; the model has ", sizes_.size(),
+                                                   " parameters"));
+  }
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    if (static_cast<int64_t>(velocity[i].data.size()) != sizes_[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("momentum tensor ", i, " has ",
+                                                     velocity[i].data.size(), " values; parameter ",
+                                                     i, " has ", sizes_[i]));
     }
   }
+  HUDDLE_RETURN_IF_ERROR(EnsureVelocity());
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    backend_->CopyToDevice(velocity_[i].data(), velocity[i].data.data(), velocity_[i].bytes());
+  }
+  return absl::OkStatus();
+}
+
+Status MlpWorkspace::Step(const kernels::SgdHyper& hyper) {
+  if (hyper.momentum != 0.0f) HUDDLE_RETURN_IF_ERROR(EnsureVelocity());
   for (size_t i = 0; i < sizes_.size(); ++i) {
     float* velocity = velocity_.empty() ? nullptr : velocity_[i].as<float>();
     backend_->SgdStep(hyper, grad(i), param(i), velocity, sizes_[i]);

@@ -81,6 +81,14 @@ class MlpWorkspace {
   void Backward(int64_t batch, const LayerDone& layer_done = {});
   // One SGD step on every parameter from grad(i). Momentum buffers are zeroed on first use.
   Status Step(const kernels::SgdHyper& hyper);
+  // The momentum buffers, one per parameter (empty before a step with momentum): for checkpoints.
+  // UploadVelocity allocates them; `velocity` must be empty or match the parameters' sizes.
+  Status DownloadVelocity(TensorList* velocity);
+  Status UploadVelocity(const TensorList& velocity);
+  // Allocates zeroed momentum buffers unless they exist; velocity(i) is parameter i's (nullptr
+  // before they exist).
+  Status EnsureVelocity();
+  float* velocity(size_t i) const { return velocity_.empty() ? nullptr : velocity_[i].as<float>(); }
 
   // The loss totals accumulated since the last reset (waits for the device).
   StatusOr<kernels::LossAccumulator> ReadTotals();

@@ -3,10 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <thread>
 
+#include "common/file_util.h"
+#include "datacenter/checkpoint.h"
 #include "tests/models/test_data.h"
 
 namespace huddle::datacenter {
@@ -34,11 +37,12 @@ DataParallelOptions BaseOptions(int64_t batch) {
   return o;
 }
 
-// Trains on `world` threads; rank r's options come from options(r). Every rank starts from a
-// different initialisation: rank 0's must win.
+// Trains on `world` threads; rank r's options come from options(r), its data from data_of(r) when
+// given. Every rank starts from a different initialisation: rank 0's must win.
 std::vector<RankResult> Train(int world, const data::Dataset& data,
                               const std::function<DataParallelOptions(int)>& options,
-                              milliseconds timeout = milliseconds(30000)) {
+                              milliseconds timeout = milliseconds(30000),
+                              const std::function<const data::Dataset*(int)>& data_of = {}) {
   auto server = transport::KvServer::Start("tcp://127.0.0.1:0");
   EXPECT_TRUE(server.ok());
   std::vector<RankResult> results(world);
@@ -56,7 +60,8 @@ std::vector<RankResult> Train(int world, const data::Dataset& data,
         return;
       }
       results[r].params = models::InitMlp(kSpec, 100 + r);
-      auto stats = TrainDataParallel(**collective, kSpec, options(r), data::DatasetView{&data, {}},
+      const data::Dataset* mine = data_of ? data_of(r) : &data;
+      auto stats = TrainDataParallel(**collective, kSpec, options(r), data::DatasetView{mine, {}},
                                      &results[r].params);
       results[r].status = stats.status();
       if (stats.ok()) results[r].stats = *stats;
@@ -161,10 +166,15 @@ TEST(DataParallel, BucketingAndOverlapDoNotChangeTheResult) {
 
 TEST(DataParallel, DivergedReplicasStopTheJobNamingStepAndRank) {
   const data::Dataset data = models::Blobs(200, kSpec.input_dim, kSpec.num_classes, 5);
+  // Rank 2's memory flips one bit of a weight after step 2, as failing hardware would.
   auto ranks = Train(3, data, [](int r) {
     DataParallelOptions o = BaseOptions(8);
-    if (r == 2) o.train.learning_rate = 0.06;  // a replica that steps differently
     o.checksum_every = 3;
+    if (r == 2) {
+      o.after_step_for_testing = [](int64_t step, float* params, int64_t) {
+        if (step == 2) params[5] = std::nextafter(params[5], 1.0f);
+      };
+    }
     return o;
   });
   for (int r = 0; r < 3; ++r) {
@@ -195,6 +205,123 @@ TEST(DataParallel, ARankThatStopsEndsTheOthersWithAnError) {
     EXPECT_TRUE(absl::IsUnavailable(ranks[r].status) || absl::IsDeadlineExceeded(ranks[r].status))
         << "rank " << r << ": " << ranks[r].status;
   }
+}
+
+TEST(DataParallel, RanksWithADifferentConfigurationOrDataRefuseToStart) {
+  const data::Dataset data = models::Blobs(200, kSpec.input_dim, kSpec.num_classes, 5);
+  auto ranks = Train(3, data, [](int r) {
+    DataParallelOptions o = BaseOptions(8);
+    if (r == 2) o.train.learning_rate = 0.06;
+    return o;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(ranks[r].status)) << "rank " << r << ranks[r].status;
+    EXPECT_NE(ranks[r].status.message().find("rank(s) 2 have a different"), std::string::npos)
+        << ranks[r].status;
+    EXPECT_EQ(ranks[r].stats.steps, 0);
+  }
+  data::Dataset relabelled = data;
+  relabelled.labels[17] = (relabelled.labels[17] + 1) % 4;
+  ranks = Train(
+      2, data, [](int) { return BaseOptions(8); }, milliseconds(30000),
+      [&](int r) { return r == 1 ? &relabelled : &data; });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(ranks[r].status.message().find("rank(s) 1 have a different"), std::string::npos)
+        << ranks[r].status;
+  }
+}
+
+// A job stopped after its first epoch and resumed from rank 0's checkpoint ends with the same
+// bits as one that ran straight through; the other ranks need no copy of the checkpoint.
+TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
+  const data::Dataset data = models::Blobs(300, kSpec.input_dim, kSpec.num_classes, 8);
+  auto options = [](int) {
+    DataParallelOptions o = BaseOptions(8);
+    o.train.epochs = 3;
+    return o;
+  };
+  auto straight = Train(2, data, options);
+  ASSERT_TRUE(straight[0].status.ok()) << straight[0].status;
+
+  const std::string path = testing::TempDir() + "/dc_resume_checkpoint.bin";
+  auto stopped = Train(2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    o.state_on_rank0 = true;
+    o.on_epoch = [path, r](const EpochReport& report) -> Status {
+      if (r == 0) {
+        EXPECT_NE(report.state, nullptr);
+        HUDDLE_RETURN_IF_ERROR(WriteTrainingState(path, *report.state));
+      } else {
+        EXPECT_EQ(report.state, nullptr);
+      }
+      return absl::AbortedError("killed after the first epoch");
+    };
+    return o;
+  });
+  ASSERT_TRUE(absl::IsAborted(stopped[0].status)) << stopped[0].status;
+
+  auto saved = ReadTrainingState(path);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->epochs_done, 1);
+  EXPECT_EQ(saved->steps, (300 + 15) / 16);
+  EXPECT_EQ(saved->seed, 7u);
+  EXPECT_EQ(saved->world_size, 2);
+  EXPECT_EQ(saved->velocity.size(), saved->params.size());  // momentum 0.9
+  auto resumed = Train(2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    if (r == 0) o.resume = &saved.value();
+    return o;
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
+    EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
+    EXPECT_EQ(resumed[r].stats.steps, straight[0].stats.steps);
+    EXPECT_EQ(resumed[r].stats.loss, straight[0].stats.loss);
+  }
+
+  // A checkpoint of another run (another seed) is refused on every rank.
+  TrainingState other = *saved;
+  other.seed = 8;
+  auto refused = Train(2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    if (r == 0) o.resume = &other;
+    return o;
+  });
+  EXPECT_NE(refused[0].status.message().find("seed 8"), std::string::npos) << refused[0].status;
+  EXPECT_NE(refused[1].status.message().find("rank 0 refused"), std::string::npos)
+      << refused[1].status;
+}
+
+TEST(DataParallel, DamagedCheckpointsAreRefused) {
+  TrainingState s;
+  s.epochs_done = 2;
+  s.steps = 40;
+  s.seed = 3;
+  s.world_size = 4;
+  s.batch_size = 16;
+  s.seconds = 1.5;
+  s.params = models::InitMlp(kSpec, 1);
+  const std::string path = testing::TempDir() + "/dc_checkpoint.bin";
+  ASSERT_TRUE(WriteTrainingState(path, s).ok());
+  auto back = ReadTrainingState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->steps, 40);
+  EXPECT_EQ(back->seconds, 1.5);
+  EXPECT_TRUE(SameBits(back->params, s.params));
+  EXPECT_TRUE(back->velocity.empty());
+
+  auto bytes = ReadFile(path);
+  ASSERT_TRUE(bytes.ok());
+  std::string flipped = *bytes;
+  flipped[flipped.size() / 2] ^= 0x01;
+  ASSERT_TRUE(WriteFileAtomic(path, flipped).ok());
+  auto bad = ReadTrainingState(path);
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_NE(bad.status().message().find("damaged"), std::string::npos) << bad.status();
+  ASSERT_TRUE(WriteFileAtomic(path, bytes->substr(0, 20)).ok());
+  EXPECT_TRUE(absl::IsDataLoss(ReadTrainingState(path).status()));
+  ASSERT_TRUE(WriteFileAtomic(path, "HUDDLEM1" + bytes->substr(8)).ok());
+  EXPECT_NE(ReadTrainingState(path).status().message().find("bad magic"), std::string::npos);
 }
 
 TEST(DataParallel, RefusesBadOptions) {
