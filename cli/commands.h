@@ -67,6 +67,24 @@ int RunKeygenCommand(const KeygenFlags& flags);
 // `huddle run`: the whole federation on this machine (processes, or in-process simulation).
 int RunLocalCommand(const RunFlags& flags, const std::string& self_exe);
 
+// `huddle datacenter` (cli/datacenter_cmd.cc): `--nproc N` launches N ranks on this host; with
+// --rank/--world-size/--rendezvous this process is one rank of a (multi-host) job.
+struct DatacenterFlags {
+  std::string config;
+  std::string out_dir;  // overrides output.dir
+  std::string device;   // cpu | cuda | auto (overrides datacenter.device)
+  bool resume = false;  // continue from OUT/checkpoint.bin
+  int64_t nproc = 0;    // 0: datacenter.nproc
+  int rank = -1;
+  int world_size = 0;
+  int local_rank = -1;             // the GPU of this rank (default: rank modulo the GPUs present)
+  std::string rendezvous;          // tcp://HOST:PORT or file:///DIR
+  std::string run_id = "default";  // separates jobs sharing a rendezvous
+  std::string host = "127.0.0.1";  // the address the other ranks reach this one at
+  bool serve_rendezvous = true;    // rank 0 serves a tcp:// rendezvous itself
+};
+int RunDatacenterCommand(const DatacenterFlags& flags, const std::string& self_exe);
+
 // `huddle privacy epsilon|rdp|noise` (cli/privacy_cmd.cc). Values stay strings until the command
 // parses them, so that every bad or missing value exits 2 with a message naming its flag. Empty
 // means "not given".

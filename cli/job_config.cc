@@ -266,6 +266,71 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   return job;
 }
 
+StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
+  DatacenterConfig c;
+  HUDDLE_RETURN_IF_ERROR(top.Optional("name", &c.job_name));
+  int64_t seed = 0;
+  HUDDLE_RETURN_IF_ERROR(top.Optional("seed", &seed, 0, INT64_MAX));
+  c.seed = static_cast<uint64_t>(seed);
+  HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
+                                            {"trace", "debug", "info", "warn", "error", "off"}));
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
+  std::string kind = "mlp";
+  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp"}));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &c.model.input_dim, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &c.model.hidden, 1, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &c.model.num_classes, 2, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(model.Finish());
+  if (c.model.hidden.empty()) c.model.hidden = {128};
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &c.train.epochs, 1, 100000));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("batch_size", &c.train.batch_size, 1, 65536));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &c.train.learning_rate, 1e-9, 100.0));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &c.train.momentum, 0.0, 0.999));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("weight_decay", &c.train.weight_decay, 0.0, 1.0));
+  HUDDLE_RETURN_IF_ERROR(train.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
+  HUDDLE_RETURN_IF_ERROR(data.Optional("path", &c.data.path));
+  HUDDLE_RETURN_IF_ERROR(data.OptionalChoice("format", &c.data.format, {"idx", "csv"}));
+  HUDDLE_RETURN_IF_ERROR(data.Optional("num_classes", &c.data.num_classes, 2, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(data.Optional("scale_255", &c.data.csv_scale_255));
+  HUDDLE_RETURN_IF_ERROR(data.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap eval, top.Child("evaluation"));
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("every", &c.eval_every, 0, 1000000));
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("data", &c.eval_data));
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("target_accuracy", &c.target_accuracy, 0.0, 1.0));
+  HUDDLE_RETURN_IF_ERROR(eval.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap dc, top.Child("datacenter"));
+  HUDDLE_RETURN_IF_ERROR(dc.Optional("nproc", &c.nproc, 1, 1024));
+  HUDDLE_RETURN_IF_ERROR(dc.OptionalChoice("device", &c.device, {"cpu", "cuda", "auto"}));
+  double mib = static_cast<double>(c.bucket_bytes) / (1 << 20);
+  HUDDLE_RETURN_IF_ERROR(dc.Optional("bucket_mb", &mib, 1e-3, 4096.0));
+  c.bucket_bytes = static_cast<int64_t>(mib * (1 << 20));
+  mib = static_cast<double>(c.first_bucket_bytes) / (1 << 20);
+  HUDDLE_RETURN_IF_ERROR(dc.Optional("first_bucket_mb", &mib, 1e-3, 4096.0));
+  c.first_bucket_bytes = static_cast<int64_t>(mib * (1 << 20));
+  HUDDLE_RETURN_IF_ERROR(dc.Optional("checksum_every", &c.checksum_every, 0, int64_t{1} << 40));
+  HUDDLE_RETURN_IF_ERROR(dc.Optional("overlap", &c.overlap));
+  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(dc, "timeout_s", &c.timeout_ms, 0.1, 86400));
+  HUDDLE_RETURN_IF_ERROR(dc.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap ckpt, top.Child("checkpoint"));
+  HUDDLE_RETURN_IF_ERROR(ckpt.Optional("every_epochs", &c.checkpoint_every, 0, 1000000));
+  HUDDLE_RETURN_IF_ERROR(ckpt.Finish());
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap output, top.Child("output"));
+  HUDDLE_RETURN_IF_ERROR(output.Optional("dir", &c.out_dir));
+  HUDDLE_RETURN_IF_ERROR(output.Finish());
+  HUDDLE_RETURN_IF_ERROR(top.Finish());
+  if (c.out_dir.empty()) c.out_dir = "runs/" + c.job_name;
+  return c;
+}
+
 StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
   ClientConfig c;

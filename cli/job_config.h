@@ -58,6 +58,30 @@ struct ClientConfig {
   std::string device = "auto";  // auto | cpu | cuda[:N] (kernels::ParseDeviceRequest)
 };
 
+// `huddle datacenter`: one model trained synchronously across ranks (docs/datacenter.md).
+struct DatacenterConfig {
+  std::string job_name = "datacenter";
+  uint64_t seed = 0;
+  models::MlpSpec model;
+  models::TrainOptions train;  // batch_size is per rank
+  data::DataSpec data;         // every rank loads all of it (no partition)
+  std::string eval_data = data::kDefaultFashionMnistDir;  // test split; "" = no evaluation
+  int64_t eval_every = 1;                                 // epochs (0: only after the last)
+  double target_accuracy = 0;  // the summary reports when test accuracy first reached it
+  int64_t nproc = 1;           // ranks `--nproc` starts when the flag is absent
+  std::string device = "cpu";  // cpu | cuda | auto: every rank on the CPU (Gloo) or a GPU (NCCL)
+  int64_t bucket_bytes = 25 << 20;
+  int64_t first_bucket_bytes = 1 << 20;
+  int64_t checksum_every = 100;  // steps
+  bool overlap = true;
+  int64_t timeout_ms = 60000;    // any collective; a rank silent this long ends the job
+  int64_t checkpoint_every = 1;  // epochs (0: only after the last)
+  std::string out_dir;           // default runs/<name>
+  std::string log_level = "info";
+};
+
+StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path);
+
 // Reads a client YAML; command-line flags are applied on top by the caller.
 StatusOr<ClientConfig> LoadClientConfig(const std::string& path);
 Status ValidateClientConfig(const ClientConfig& config);

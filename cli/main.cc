@@ -58,6 +58,34 @@ int main(int argc, char** argv) {
                 "Plaintext transport between the local processes (default: ephemeral CurveZMQ "
                 "keys in OUT/keys)");
 
+  huddle::cli::DatacenterFlags df;
+  CLI::App* dc = app.add_subcommand(
+      "datacenter",
+      "Train one model synchronously across ranks (--nproc N on this host, or one "
+      "rank of a multi-host job)");
+  dc->add_option("--config", df.config, "Datacenter job YAML")
+      ->required()
+      ->check(CLI::ExistingFile);
+  dc->add_option("--nproc", df.nproc, "Ranks to start on this host (default datacenter.nproc)")
+      ->check(CLI::Range(1, 1024));
+  dc->add_option("--out", df.out_dir, "Output directory (overrides output.dir)");
+  dc->add_option("--device", df.device, "cpu (Gloo), cuda (NCCL, one GPU per rank) or auto");
+  dc->add_flag("--resume", df.resume, "Continue from OUT/checkpoint.bin (read by rank 0)");
+  dc->add_option("--rank", df.rank, "This process's rank in [0, world size)")
+      ->check(CLI::Range(0, 1 << 20));
+  dc->add_option("--world-size", df.world_size, "Number of ranks in the job")
+      ->check(CLI::Range(1, 1 << 20));
+  dc->add_option("--rendezvous", df.rendezvous,
+                 "tcp://HOST:PORT (rank 0 serves it on PORT) or file:///SHARED/DIR");
+  dc->add_option("--local-rank", df.local_rank, "GPU of this rank (default: rank mod GPUs)")
+      ->check(CLI::Range(0, 1023));
+  dc->add_option("--host", df.host, "This host's address as the other ranks reach it")
+      ->capture_default_str();
+  dc->add_option("--run-id", df.run_id, "Names this job in a shared rendezvous")
+      ->capture_default_str();
+  dc->add_flag("!--no-serve-rendezvous", df.serve_rendezvous,
+               "Rank 0 does not serve the tcp:// rendezvous (another process does)");
+
   huddle::cli::KeygenFlags gf;
   CLI::App* keygen = app.add_subcommand("keygen", "Create a CurveZMQ key pair (Z85)");
   keygen->add_option("role", gf.role, "server or client")
@@ -101,10 +129,11 @@ int main(int argc, char** argv) {
     pf.command = *privacy_eps ? "epsilon" : *privacy_rdp ? "rdp" : "noise";
     return huddle::cli::RunPrivacyCommand(pf);
   }
-  if (*run) {
+  if (*run || *dc) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
     std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+    if (*dc) return huddle::cli::RunDatacenterCommand(df, exe);
     return huddle::cli::RunLocalCommand(rf, exe);
   }
   return 2;

@@ -5,7 +5,6 @@
 // stdout; every process logs to DIR/logs/.
 // With `simulation: {clients: N}`: the same coordinator and client agent code in this process,
 // over the in-process transport, N agents sharing one copy of the training set.
-#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/process.h"
 #include "client/agent.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -28,33 +28,6 @@
 
 namespace huddle::cli {
 namespace {
-
-// Starts `argv` with stdout/stderr sent to `log` (stdout kept if keep_stdout).
-StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
-                      bool keep_stdout) {
-  pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      if (!keep_stdout) ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "cannot start %s\n", args[0]);
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int ExitCode(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
 
 int RunProcesses(const JobConfig& job, const std::string& config, const std::string& out,
                  const std::string& exe, bool insecure) {
@@ -141,10 +114,7 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
       if (clients[i] > 0 && ::waitpid(clients[i], &cs, WNOHANG) == clients[i]) {
         clients[i] = -1;
         if (ExitCode(cs) != 0) {
-          auto text = ReadFile(client_logs[i]);
-          std::string last = text.ok() ? std::string(*text) : "";
-          while (!last.empty() && last.back() == '\n') last.pop_back();
-          last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+          const std::string last = LastLogLine(client_logs[i]);
           std::fprintf(stderr, "huddle run: a client exited with %d: %s (see %s)\n", ExitCode(cs),
                        last.c_str(), client_logs[i].c_str());
           client_failed = true;

@@ -1,0 +1,47 @@
+#include "cli/process.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common/file_util.h"
+
+namespace huddle::cli {
+
+StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
+                      bool keep_stdout) {
+  pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      if (!keep_stdout) ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "cannot start %s\n", args[0]);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int ExitCode(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+std::string LastLogLine(const std::string& path) {
+  auto text = ReadFile(path);
+  std::string last = text.ok() ? std::string(*text) : "";
+  while (!last.empty() && last.back() == '\n') last.pop_back();
+  const size_t nl = last.rfind('\n');
+  return nl == std::string::npos ? last : last.substr(nl + 1);
+}
+
+}  // namespace huddle::cli

@@ -1,0 +1,172 @@
+// Integration tests of `huddle datacenter`: real rank processes on 127.0.0.1, started by the
+// launcher (--nproc) or one by one as on several hosts (--rank/--world-size/--rendezvous).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/integration/process.h"
+
+namespace huddle::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// A small separable CSV data set (label, then 16 features): four classes around distinct means.
+std::string WriteCsv(const std::string& dir, int rows) {
+  std::ostringstream out;
+  uint64_t x = 88172645463325252ull;  // xorshift64
+  auto noise = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<double>(x % 10000) / 10000.0 - 0.5;
+  };
+  for (int i = 0; i < rows; ++i) {
+    const int label = i % 4;
+    out << label;
+    for (int f = 0; f < 16; ++f) out << ',' << (f % 4 == label ? 1.0 : 0.0) + noise();
+    out << '\n';
+  }
+  const std::string path = dir + "/train.csv";
+  WriteText(path, out.str());
+  return path;
+}
+
+std::string WriteConfig(const std::string& dir, int epochs, double timeout_s = 30) {
+  const std::string csv = WriteCsv(dir, 1200);
+  const std::string path = dir + "/dc-" + std::to_string(epochs) + ".yaml";
+  WriteText(path,
+            "name: dc-it\nseed: 5\n"
+            "model: {input_dim: 16, hidden: [32], num_classes: 4}\n"
+            "train: {epochs: " +
+                std::to_string(epochs) +
+                ", batch_size: 8, learning_rate: 0.05, momentum: 0.9}\n"
+                "data: {path: " +
+                csv +
+                ", format: csv, num_classes: 4}\n"
+                "evaluation: {data: ''}\n"
+                "datacenter: {checksum_every: 10, timeout_s: " +
+                std::to_string(timeout_s) + "}\n");
+  return path;
+}
+
+std::vector<std::string> Launcher(const std::string& config, const std::string& out, int nproc) {
+  return {HuddleBin(), "datacenter", "--config", config,
+          "--out",     out,          "--nproc",  std::to_string(nproc)};
+}
+
+std::vector<nlohmann::json> Metrics(const std::string& out) {
+  std::vector<nlohmann::json> m;
+  for (const std::string& line : ReadLines(out + "/metrics.jsonl")) {
+    m.push_back(nlohmann::json::parse(line));
+  }
+  return m;
+}
+
+TEST(DatacenterCommand, TwoRanksTrainAndAResumedJobEndsWithTheSameModel) {
+  const std::string dir = MakeTempDir("dc_resume");
+  const std::string three = WriteConfig(dir, 3);
+  Process straight(Launcher(three, dir + "/straight", 2), dir + "/straight.log");
+  ASSERT_EQ(straight.Wait(seconds(120)), 0) << ReadAll(dir + "/straight.log");
+  const auto metrics = Metrics(dir + "/straight");
+  ASSERT_EQ(metrics.size(), 3u) << ReadAll(dir + "/straight.log");
+  EXPECT_EQ(metrics[2]["steps"], 3 * (1200 / 16));
+  EXPECT_LT(metrics[2]["train_loss"].get<double>(), metrics[0]["train_loss"].get<double>());
+  const auto summary = nlohmann::json::parse(ReadAll(dir + "/straight/summary.json"));
+  EXPECT_EQ(summary["world_size"], 2);
+  EXPECT_EQ(summary["backend"], "gloo");
+  EXPECT_GE(summary["replica_checks_passed"].get<int>(), 3 * 75 / 10);
+
+  // The same job stopped after one epoch (its checkpoint is the state after epoch 1), then
+  // resumed for the remaining two: the model file is byte-for-byte the uninterrupted one.
+  Process first(Launcher(WriteConfig(dir, 1), dir + "/resumed", 2), dir + "/first.log");
+  ASSERT_EQ(first.Wait(seconds(120)), 0) << ReadAll(dir + "/first.log");
+  std::vector<std::string> argv = Launcher(three, dir + "/resumed", 2);
+  argv.push_back("--resume");
+  Process resumed(argv, dir + "/resumed.log");
+  ASSERT_EQ(resumed.Wait(seconds(120)), 0) << ReadAll(dir + "/resumed.log");
+  EXPECT_EQ(ReadAll(dir + "/resumed/model.bin"), ReadAll(dir + "/straight/model.bin"));
+  const auto resumed_metrics = Metrics(dir + "/resumed");
+  ASSERT_EQ(resumed_metrics.size(), 3u);
+  EXPECT_EQ(resumed_metrics[2]["train_loss"], metrics[2]["train_loss"]);
+}
+
+// Ranks started one by one, as on several hosts; rank 0 serves the rendezvous. Killing one rank
+// mid-training ends the others with an error well within a bound, never a hang.
+TEST(DatacenterCommand, KillingOneRankEndsTheOthersWithAnError) {
+  const std::string dir = MakeTempDir("dc_kill");
+  const std::string config = WriteConfig(dir, 1000, /*timeout_s=*/5);
+  const std::string rendezvous = "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(std::make_unique<Process>(
+        std::vector<std::string>{HuddleBin(), "datacenter", "--config", config, "--out",
+                                 dir + "/out", "--rank", std::to_string(r), "--world-size", "3",
+                                 "--rendezvous", rendezvous, "--run-id", "kill-test"},
+        dir + "/rank-" + std::to_string(r) + ".log"));
+  }
+  ASSERT_TRUE(WaitFor([&] { return Metrics(dir + "/out").size() >= 2; }, milliseconds(60000)))
+      << ReadAll(dir + "/rank-0.log");
+  ranks[1]->Kill(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  for (int r : {0, 2}) {
+    const int code = ranks[r]->Wait(seconds(30));
+    const std::string log = ReadAll(dir + "/rank-" + std::to_string(r) + ".log");
+    EXPECT_EQ(code, 1) << "rank " << r << ":\n" << log;
+    EXPECT_NE(log.find("huddle datacenter: rank " + std::to_string(r) + ": "), std::string::npos)
+        << log;
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(waited, 15.0) << "the survivors took " << waited << " s to stop (timeout 5 s)";
+  // The checkpoint of the last whole epoch is there to resume from.
+  EXPECT_FALSE(ReadAll(dir + "/out/checkpoint.bin").empty());
+}
+
+TEST(DatacenterCommand, ARankThatNeverComesIsNamed) {
+  const std::string dir = MakeTempDir("dc_missing");
+  const std::string config = WriteConfig(dir, 1, /*timeout_s=*/2);
+  Process rank0({HuddleBin(), "datacenter", "--config", config, "--out", dir + "/out", "--rank",
+                 "0", "--world-size", "2", "--rendezvous",
+                 "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort())},
+                dir + "/rank-0.log");
+  EXPECT_EQ(rank0.Wait(seconds(30)), 1);
+  EXPECT_NE(ReadAll(dir + "/rank-0.log").find("rank(s) 1 did not join"), std::string::npos)
+      << ReadAll(dir + "/rank-0.log");
+}
+
+TEST(DatacenterCommand, BadInvocationsAreRefusedWithTheReason) {
+  const std::string dir = MakeTempDir("dc_bad");
+  const std::string config = WriteConfig(dir, 1);
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string says;
+  };
+  WriteText(dir + "/typo.yaml", "train: {epoch: 3}\n");
+  const std::vector<Case> cases = {
+      {{"--config", dir + "/typo.yaml"}, 2, "epoch"},
+      {{"--config", config, "--rank", "0"}, 2, "--world-size"},
+      {{"--config", config, "--nproc", "2", "--rank", "0", "--world-size", "2", "--rendezvous",
+        "file://" + dir + "/rv"},
+       2,
+       "does not combine"},
+      {{"--config", config, "--out", dir + "/none", "--nproc", "1", "--resume"}, 1, "checkpoint"},
+      {{"--config", config, "--device", "tpu"}, 2, "tpu"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<std::string> argv = {HuddleBin(), "datacenter"};
+    argv.insert(argv.end(), cases[i].args.begin(), cases[i].args.end());
+    const std::string log = dir + "/case-" + std::to_string(i) + ".log";
+    Process p(argv, log);
+    EXPECT_EQ(p.Wait(seconds(60)), cases[i].code) << "case " << i << ": " << ReadAll(log);
+    EXPECT_NE(ReadAll(log).find(cases[i].says), std::string::npos)
+        << "case " << i << ": " << ReadAll(log);
+  }
+}
+
+}  // namespace
+}  // namespace huddle::testing
