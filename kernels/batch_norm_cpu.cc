@@ -1,0 +1,98 @@
+// CPU reference of kernels/batch_norm.h: plain loops over row-major [batch, features] buffers. The
+// arithmetic is batch_norm_math's, shared with kernels/cuda/batch_norm.cu; the loops visit rows in
+// order, the summation order the header promises.
+#include <algorithm>
+
+#include "kernels/batch_norm.h"
+
+namespace huddle::kernels {
+
+namespace bm = batch_norm_math;
+
+void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) {
+  double* sum = sums;                // [features]
+  double* sum_sq = sums + features;  // [features]
+  for (int64_t f = 0; f < features; ++f) sum[f] = sum_sq[f] = 0.0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const float* row = x + r * features;  // [features]
+    for (int64_t f = 0; f < features; ++f) bm::AccumulateSums(row[f], &sum[f], &sum_sq[f]);
+  }
+}
+
+void BatchNormMoments(const double* sums, int64_t count, int64_t features, double eps, float* mean,
+                      float* invstd) {
+  const auto n = static_cast<double>(count);
+  for (int64_t f = 0; f < features; ++f) {
+    double m = 0;
+    const double var = bm::Variance(sums[f], sums[features + f], n, &m);
+    mean[f] = static_cast<float>(m);
+    invstd[f] = static_cast<float>(bm::InvStd(var, eps));
+  }
+}
+
+void BatchNormUpdateRunning(const double* sums, int64_t count, int64_t features, double momentum,
+                            float* running_mean, float* running_var) {
+  const auto n = static_cast<double>(count);
+  const double unbias = bm::UnbiasFactor(count);
+  for (int64_t f = 0; f < features; ++f) {
+    double m = 0;
+    const double var = bm::Variance(sums[f], sums[features + f], n, &m);
+    running_mean[f] = bm::Blend(running_mean[f], m, momentum);
+    running_var[f] = bm::Blend(running_var[f], hd::Mul(var, unbias), momentum);
+  }
+}
+
+void BatchNormInvStd(const float* var, int64_t features, double eps, float* invstd) {
+  for (int64_t f = 0; f < features; ++f) invstd[f] = static_cast<float>(bm::InvStd(var[f], eps));
+}
+
+void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
+                      const float* invstd, const float* gamma, const float* beta, float* y) {
+  for (int64_t r = 0; r < batch; ++r) {
+    const float* x_row = x + r * features;  // [features]
+    float* y_row = y + r * features;        // [features]; may be x_row
+    for (int64_t f = 0; f < features; ++f) {
+      y_row[f] = bm::ForwardValue(x_row[f], mean[f], invstd[f], gamma[f], beta[f]);
+    }
+  }
+}
+
+void BatchNormBackwardSums(const float* dy, const float* x, const float* mean, const float* invstd,
+                           int64_t batch, int64_t features, double* sums) {
+  double* sum_dy = sums;                  // [features]
+  double* sum_dy_xhat = sums + features;  // [features]
+  for (int64_t f = 0; f < features; ++f) sum_dy[f] = sum_dy_xhat[f] = 0.0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const float* dy_row = dy + r * features;  // [features]
+    const float* x_row = x + r * features;    // [features]
+    for (int64_t f = 0; f < features; ++f) {
+      bm::AccumulateBackwardSums(dy_row[f], x_row[f], mean[f], invstd[f], &sum_dy[f],
+                                 &sum_dy_xhat[f]);
+    }
+  }
+}
+
+void BatchNormBackwardInput(const float* dy, const float* x, const float* mean, const float* invstd,
+                            const float* gamma, const double* sums, int64_t count, int64_t batch,
+                            int64_t features, float* dx) {
+  const auto n = static_cast<double>(count);
+  // Features in chunks whose factors fit on the stack, rows in order within a chunk. Each
+  // element's inputs are read just before its output is written, so dx may be dy or x.
+  constexpr int64_t kChunk = 64;
+  bm::InputGradientFactors k[kChunk];
+  for (int64_t f0 = 0; f0 < features; f0 += kChunk) {
+    const int64_t width = std::min(kChunk, features - f0);
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t f = f0 + j;
+      k[j] = bm::GradientFactors(gamma[f], invstd[f], sums[f], sums[features + f], n);
+    }
+    for (int64_t r = 0; r < batch; ++r) {
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t f = f0 + j, i = r * features + f;
+        dx[i] = bm::InputGradient(dy[i], x[i], mean[f], invstd[f], k[j]);
+      }
+    }
+  }
+}
+
+}  // namespace huddle::kernels
