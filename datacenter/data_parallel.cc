@@ -404,9 +404,12 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                         PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes));
   stats.buckets = static_cast<int64_t>(reducer.buckets().size());
   // Layer l's gradients are done: scale them by rows / m (below), then hand its buckets over.
+  // (At world size 1 the factor is exactly 1: the pass is skipped, with the same bits.)
   const MlpWorkspace::LayerDone scale_and_reduce = [&](size_t l) {
-    backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l), factor.as<float>());
-    backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1), factor.as<float>());
+    if (world > 1) {
+      backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l), factor.as<float>());
+      backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1), factor.as<float>());
+    }
     reducer.LayerDone(l);
   };
   std::vector<int64_t> order(static_cast<size_t>(n));
