@@ -64,26 +64,6 @@ StatusOr<data::Dataset> LoadTrainingData(const data::DataSpec& d) {
   return data::LoadFashionMnist(d.path, data::Split::kTrain, nullptr);
 }
 
-// Keeps the metrics lines of epochs a resume does not redo (written before a crash otherwise).
-Status TrimMetrics(const std::string& path, int64_t epochs_done) {
-  auto text = ReadFile(path);
-  if (!text.ok()) return absl::OkStatus();
-  std::string kept;
-  size_t pos = 0;
-  while (pos < text->size()) {
-    size_t end = text->find('\n', pos);
-    if (end == std::string::npos) end = text->size();
-    const std::string line = text->substr(pos, end - pos);
-    pos = end + 1;
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() &&
-        j["epoch"].get<int64_t>() <= epochs_done) {
-      kept += line + "\n";
-    }
-  }
-  return WriteFileAtomic(path, kept);
-}
-
 // Rank 0's bookkeeping after each epoch: evaluation, metrics, progress, checkpoint.
 class Reporter {
  public:
@@ -211,7 +191,9 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
     auto state = datacenter::ReadTrainingState(ckpt_path);
     if (!state.ok()) return Fail(1, "--resume", state.status());
     resume = std::move(state).value();
-    if (Status st = TrimMetrics(Path(c.out_dir, "metrics.jsonl"), resume->epochs_done); !st.ok()) {
+    if (Status st = KeepJsonLinesUpTo(Path(c.out_dir, "metrics.jsonl"), "epoch",
+                                      static_cast<uint64_t>(resume->epochs_done));
+        !st.ok()) {
       return Fail(1, "metrics.jsonl", st);
     }
     spdlog::info("resuming after epoch {} (step {}) from {}", resume->epochs_done, resume->steps,

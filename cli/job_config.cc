@@ -110,6 +110,19 @@ Status ReadDpSgd(ConfigMap& m, wire::TrainConfig* t) {
   return absl::OkStatus();
 }
 
+// The `model` section (an MLP; hidden defaults to [128]).
+Status ReadModel(ConfigMap& top, models::MlpSpec* spec) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
+  std::string kind = "mlp";
+  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp"}));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &spec->input_dim, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &spec->hidden, 1, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &spec->num_classes, 2, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(model.Finish());
+  if (spec->hidden.empty()) spec->hidden = {128};
+  return absl::OkStatus();
+}
+
 // `device: auto | cpu | cuda[:N]`, checked here so a typo fails before anything starts.
 Status ReadDevice(ConfigMap& map, std::string* device) {
   HUDDLE_RETURN_IF_ERROR(map.Optional("device", device));
@@ -133,13 +146,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &job.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
 
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
-  std::string kind = "mlp";
-  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp"}));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &o.model.input_dim, 1, 1 << 24));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &o.model.hidden, 1, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &o.model.num_classes, 2, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(model.Finish());
+  HUDDLE_RETURN_IF_ERROR(ReadModel(top, &o.model));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
   HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &o.train.epochs, 1, 1000));
@@ -262,7 +269,6 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
     if (!plan.ok())
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", plan.status().message()));
   }
-  if (o.model.hidden.empty()) o.model.hidden = {128};
   return job;
 }
 
@@ -275,14 +281,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   c.seed = static_cast<uint64_t>(seed);
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
-  std::string kind = "mlp";
-  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp"}));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &c.model.input_dim, 1, 1 << 24));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &c.model.hidden, 1, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &c.model.num_classes, 2, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(model.Finish());
-  if (c.model.hidden.empty()) c.model.hidden = {128};
+  HUDDLE_RETURN_IF_ERROR(ReadModel(top, &c.model));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
   HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &c.train.epochs, 1, 100000));

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 namespace huddle {
 namespace {
@@ -101,6 +102,25 @@ Status AppendLine(const std::string& path, std::string_view line) {
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoError("fsync", path);
   ::close(fd);
   return st;
+}
+
+Status KeepJsonLinesUpTo(const std::string& path, std::string_view key, uint64_t max) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return absl::OkStatus();
+  std::string kept;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t end = text->find('\n', pos);
+    if (end == std::string::npos) end = text->size();
+    const std::string line = text->substr(pos, end - pos);
+    pos = end + 1;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains(key) && j[std::string(key)].is_number_unsigned() &&
+        j[std::string(key)].get<uint64_t>() <= max) {
+      kept += line + "\n";
+    }
+  }
+  return WriteFileAtomic(path, kept);
 }
 
 }  // namespace huddle

@@ -23,4 +23,9 @@ Status MakeDirs(const std::string& dir);
 // Appends `line` plus '\n' to `path` (created if missing) and fsyncs it.
 Status AppendLine(const std::string& path, std::string_view line);
 
+// Rewrites a JSON-lines file (atomically) keeping only the objects whose `key` is an unsigned
+// integer <= max: a resume drops the lines of rounds or epochs after its checkpoint. A missing
+// file is fine.
+Status KeepJsonLinesUpTo(const std::string& path, std::string_view key, uint64_t max);
+
 }  // namespace huddle

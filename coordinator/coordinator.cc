@@ -69,23 +69,8 @@ Status Coordinator::Initialise() {
     bytes_out_base_ = ckpt.bytes_out;
     summary_.rounds_completed = ckpt.completed_round;
     // Drop metrics lines of rounds after the checkpoint (written just before a crash).
-    const std::string metrics_path = Path(options_.out_dir, "metrics.jsonl");
-    if (auto text = ReadFile(metrics_path); text.ok()) {
-      std::string kept;
-      size_t pos = 0;
-      while (pos < text->size()) {
-        size_t end = text->find('\n', pos);
-        if (end == std::string::npos) end = text->size();
-        const std::string line = text->substr(pos, end - pos);
-        pos = end + 1;
-        auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_object() && j.contains("round") && j["round"].is_number_unsigned() &&
-            j["round"].get<uint64_t>() <= ckpt.completed_round) {
-          kept += line + "\n";
-        }
-      }
-      HUDDLE_RETURN_IF_ERROR(WriteFileAtomic(metrics_path, kept));
-    }
+    HUDDLE_RETURN_IF_ERROR(
+        KeepJsonLinesUpTo(Path(options_.out_dir, "metrics.jsonl"), "round", ckpt.completed_round));
     spdlog::info("resuming job '{}' after round {} from {}", options_.job_name,
                  ckpt.completed_round, ckpt_path);
   } else {
