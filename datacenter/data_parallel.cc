@@ -55,13 +55,25 @@ std::vector<Bucket> PlanBuckets(const MlpWorkspace& ws, int64_t first_bytes, int
   return buckets;
 }
 
-// All-reduces gradient buckets on its own thread, in the order they are handed over (the same on
-// every rank), while the step's backward pass goes on.
+// All-reduces gradient buckets in the order they are handed over (the same on every rank): on a
+// communication thread while the step's backward pass goes on, except the step's last buckets,
+// which nothing is left to overlap with: those run on the training thread once the thread is idle
+// (one wake-up less per step; with a single bucket, or without overlap, no hand-off at all).
 class BucketReducer {
  public:
-  BucketReducer(Collective& collective, MlpWorkspace& ws, std::vector<Bucket> buckets)
-      : collective_(collective), ws_(ws), buckets_(std::move(buckets)) {
-    thread_ = std::thread([this] { Loop(); });
+  // Prepares every bucket's all-reduce (collective: the same buckets in the same order on every
+  // rank), then starts the communication thread.
+  static StatusOr<std::unique_ptr<BucketReducer>> Create(Collective& collective, MlpWorkspace& ws,
+                                                         std::vector<Bucket> buckets) {
+    std::vector<std::unique_ptr<PreparedAllReduce>> prepared;
+    for (const Bucket& b : buckets) {
+      HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedAllReduce> p,
+                              collective.PrepareAllReduceSum(std::span<float>(
+                                  ws.grads_base() + b.begin, static_cast<size_t>(b.count))));
+      prepared.push_back(std::move(p));
+    }
+    return std::unique_ptr<BucketReducer>(
+        new BucketReducer(ws, std::move(buckets), std::move(prepared)));
   }
   ~BucketReducer() {
     {
@@ -88,6 +100,15 @@ class BucketReducer {
         if (error_.ok()) error_ = s;
       }
     }
+    if (next_ == buckets_.size()) {
+      // The step's last buckets: after the queued ones, here.
+      std::unique_lock lock(mu_);
+      const auto start = SteadyTime::now();
+      done_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+      wait_seconds_ += SecondsSince(start);
+      for (size_t b = first_ready; b < next_; ++b) Reduce(b, lock);
+      return;
+    }
     {
       std::lock_guard lock(mu_);
       for (size_t b = first_ready; b < next_; ++b) queue_.push_back(b);
@@ -100,7 +121,8 @@ class BucketReducer {
     auto start = SteadyTime::now();
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
-    *wait_seconds += SecondsSince(start);
+    *wait_seconds += SecondsSince(start) + wait_seconds_;
+    wait_seconds_ = 0;
     return error_;
   }
 
@@ -108,41 +130,44 @@ class BucketReducer {
   int64_t bytes_reduced() const { return bytes_reduced_; }
 
  private:
+  BucketReducer(MlpWorkspace& ws, std::vector<Bucket> buckets,
+                std::vector<std::unique_ptr<PreparedAllReduce>> prepared)
+      : ws_(ws), buckets_(std::move(buckets)), prepared_(std::move(prepared)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  // All-reduces bucket b (unless an earlier reduction failed: a broken collective is drained
+  // without reducing). Called with `lock` held; releases it during the reduction.
+  void Reduce(size_t b, std::unique_lock<std::mutex>& lock) {
+    if (!error_.ok()) return;
+    busy_ = true;
+    lock.unlock();
+    const auto start = SteadyTime::now();
+    Status s = prepared_[b]->Run();
+    const double took = SecondsSince(start);
+    lock.lock();
+    reduce_seconds_ += took;
+    bytes_reduced_ += buckets_[b].count * static_cast<int64_t>(sizeof(float));
+    if (!s.ok() && error_.ok()) error_ = s;
+    busy_ = false;
+  }
+
   void Loop() {
+    std::unique_lock lock(mu_);
     for (;;) {
-      size_t b;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) return;
-        b = queue_.front();
-        queue_.pop_front();
-        busy_ = true;
-        if (!error_.ok()) {  // a broken collective: drain without reducing
-          busy_ = false;
-          done_cv_.notify_all();
-          continue;
-        }
-      }
-      const Bucket& bucket = buckets_[b];
-      auto start = SteadyTime::now();
-      Status s = collective_.AllReduceSum(
-          std::span<float>(ws_.grads_base() + bucket.begin, static_cast<size_t>(bucket.count)));
-      {
-        std::lock_guard lock(mu_);
-        reduce_seconds_ += SecondsSince(start);
-        bytes_reduced_ += bucket.count * static_cast<int64_t>(sizeof(float));
-        if (!s.ok() && error_.ok()) error_ = s;
-        busy_ = false;
-      }
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      const size_t b = queue_.front();
+      queue_.pop_front();
+      Reduce(b, lock);
       done_cv_.notify_all();
     }
   }
 
-  Collective& collective_;
   MlpWorkspace& ws_;
   std::vector<Bucket> buckets_;
-  size_t next_ = 0;  // main thread only
+  std::vector<std::unique_ptr<PreparedAllReduce>> prepared_;  // one per bucket
+  size_t next_ = 0;                                           // main thread only
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::deque<size_t> queue_;
@@ -150,6 +175,7 @@ class BucketReducer {
   bool stop_ = false;
   Status error_;
   double reduce_seconds_ = 0;
+  double wait_seconds_ = 0;  // the training thread waiting for the queue before its last buckets
   int64_t bytes_reduced_ = 0;
   std::thread thread_;
 };
@@ -400,8 +426,11 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                                 static_cast<float>(options.train.weight_decay)};
   DataParallelStats stats;
   stats.steps = resume.steps;
-  BucketReducer reducer(collective, *ws,
-                        PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes));
+  HUDDLE_ASSIGN_OR_RETURN(
+      std::unique_ptr<BucketReducer> reducer_owner,
+      BucketReducer::Create(collective, *ws,
+                            PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes)));
+  BucketReducer& reducer = *reducer_owner;
   stats.buckets = static_cast<int64_t>(reducer.buckets().size());
   // Layer l's gradients are done: scale them by rows / m (below), then hand its buckets over.
   // (At world size 1 the factor is exactly 1: the pass is skipped, with the same bits.)

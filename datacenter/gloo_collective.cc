@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -12,6 +13,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <exception>
+#include <limits>
 #include <vector>
 
 #include "datacenter/collective.h"
@@ -59,6 +61,12 @@ void Sum(void* c, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
 }
 
+// x += y, element-wise (Gloo's legacy reduction signature).
+void SumInPlace(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+const gloo::ReductionFunction<float> kSumInPlace(gloo::SUM, &SumInPlace);
+
 class GlooCollective final : public Collective {
  public:
   GlooCollective(const CollectiveOptions& options, std::shared_ptr<gloo::Context> context)
@@ -70,6 +78,19 @@ class GlooCollective final : public Collective {
 
   Status AllReduceSum(std::span<float> data) override { return AllReduce(data, &Sum<float>); }
   Status AllReduceSum(std::span<double> data) override { return AllReduce(data, &Sum<double>); }
+
+  StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<float> data) override {
+    if (data.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return Collective::PrepareAllReduceSum(data);
+    }
+    std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> algorithm;
+    HUDDLE_RETURN_IF_ERROR(Run("all-reduce set-up", data.size_bytes(), [&] {
+      algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
+          context_, std::vector<float*>{data.data()}, static_cast<int>(data.size()), &kSumInPlace);
+    }));
+    return std::unique_ptr<PreparedAllReduce>(
+        std::make_unique<Prepared>(*this, std::move(algorithm), data.size_bytes()));
+  }
 
   Status Broadcast(std::span<std::byte> data, int root) override {
     if (root < 0 || root >= world_size()) {
@@ -109,6 +130,23 @@ class GlooCollective final : public Collective {
   }
 
  private:
+  // Halving-doubling on a bound buffer: its pairs' buffers are registered once, in the same
+  // order on every rank (preparation is collective), and reused by every Run.
+  class Prepared final : public PreparedAllReduce {
+   public:
+    Prepared(GlooCollective& owner, std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> a,
+             size_t bytes)
+        : owner_(owner), algorithm_(std::move(a)), bytes_(bytes) {}
+    Status Run() override {
+      return owner_.Run("all-reduce", bytes_, [&] { algorithm_->run(); });
+    }
+
+   private:
+    GlooCollective& owner_;
+    std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> algorithm_;
+    size_t bytes_;
+  };
+
   template <typename T>
   Status AllReduce(std::span<T> data, void (*sum)(void*, const void*, const void*, size_t)) {
     return Run("all-reduce", data.size_bytes(), [&] {

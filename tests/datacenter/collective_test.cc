@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <thread>
+#include <type_traits>
 
 namespace huddle::datacenter {
 namespace {
@@ -56,11 +57,30 @@ std::vector<T> RankInput(int rank, size_t n) {
   return v;
 }
 
+// With `prepared`, the buffer's all-reduce is prepared once and run three times (refilled before
+// each run), as a trainer's gradient buckets are.
 template <typename T>
-void ExpectAllReduceIsConsistent(int world, size_t n) {
+void ExpectAllReduceIsConsistent(int world, size_t n, bool prepared = false) {
   std::vector<std::vector<T>> results(world);
   RunRanks(world, [&](int r, Collective& c) {
     std::vector<T> data = RankInput<T>(r, n);
+    if constexpr (std::is_same_v<T, float>) {
+      if (prepared) {
+        auto p = c.PrepareAllReduceSum(std::span<float>(data));
+        ASSERT_TRUE(p.ok()) << p.status();
+        for (int run = 0; run < 3; ++run) {
+          const std::vector<T> fresh = RankInput<T>(r, n);
+          std::copy(fresh.begin(), fresh.end(), data.begin());  // into the prepared buffer
+          const Status st = (*p)->Run();
+          ASSERT_TRUE(st.ok()) << "world " << world << ", n " << n << ", run " << run << ": " << st;
+        }
+        // Gloo's last notifications of a run may still be in flight to a slower rank: a
+        // collective operation before the ranks disconnect (a trainer's final replica check).
+        ASSERT_TRUE(c.Barrier().ok());
+        results[r] = std::move(data);
+        return;
+      }
+    }
     ASSERT_TRUE(c.AllReduceSum(std::span<T>(data)).ok());
     results[r] = std::move(data);
   });
@@ -90,6 +110,14 @@ TEST(GlooCollective, AllReduceGivesEveryRankTheSameBits) {
     }
   }
   ExpectAllReduceIsConsistent<double>(3, 10007);
+}
+
+TEST(GlooCollective, PreparedAllReduceGivesEveryRankTheSameBits) {
+  for (int world : {1, 2, 3, 4}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, size_t{300007}}) {
+      ExpectAllReduceIsConsistent<float>(world, n, /*prepared=*/true);
+    }
+  }
 }
 
 TEST(GlooCollective, AllReduceAtWorldSizeOneIsTheIdentity) {
@@ -144,10 +172,11 @@ TEST(GlooCollective, MissingRankIsNamedWithinTheTimeout) {
   }
 }
 
-// One all-reduce of `data` on c, timed into *took_ms.
-Status TimedAllReduce(Collective& c, std::vector<float>& data, milliseconds::rep* took_ms) {
+// One all-reduce of `data` on c (prepared beforehand when `prepared`), timed into *took_ms.
+Status TimedAllReduce(Collective& c, std::vector<float>& data, milliseconds::rep* took_ms,
+                      PreparedAllReduce* prepared = nullptr) {
   auto start = std::chrono::steady_clock::now();
-  Status s = c.AllReduceSum(std::span<float>(data));
+  Status s = prepared != nullptr ? prepared->Run() : c.AllReduceSum(std::span<float>(data));
   *took_ms =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
   return s;
@@ -192,6 +221,38 @@ TEST(GlooCollective, HungPeerEndsTheOthersOperationsAtTheTimeout) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(survivor)) << survivor;
   EXPECT_GE(took_ms, 2900);
   EXPECT_LT(took_ms, 8000);
+}
+
+TEST(GlooCollective, PreparedAllReduceEndsAtTheTimeoutOrWhenAPeerDies) {
+  for (bool dies : {true, false}) {
+    SCOPED_TRACE(dies ? "dead peer" : "hung peer");
+    Status survivor;
+    std::atomic<bool> done{false};
+    milliseconds::rep took_ms = 0;
+    RunRanks(
+        2,
+        [&](int r, Collective& c) {
+          std::vector<float> data(100000, 1.0f);
+          auto prepared = c.PrepareAllReduceSum(std::span<float>(data));
+          ASSERT_TRUE(prepared.ok()) << prepared.status();
+          ASSERT_TRUE((*prepared)->Run().ok());
+          if (r == 1) {
+            while (!dies && !done) std::this_thread::sleep_for(milliseconds(10));
+            return;  // dies: its collective and connections go away
+          }
+          survivor = TimedAllReduce(c, data, &took_ms, prepared->get());
+          done = true;
+          EXPECT_EQ((*prepared)->Run().code(), survivor.code());  // broken stays broken
+        },
+        milliseconds(3000));
+    EXPECT_FALSE(survivor.ok());
+    EXPECT_NE(survivor.message().find("rank 0 of 2"), std::string::npos) << survivor;
+    if (!dies) {
+      EXPECT_TRUE(absl::IsDeadlineExceeded(survivor)) << survivor;
+      EXPECT_GE(took_ms, 2900);
+    }
+    EXPECT_LT(took_ms, 8000) << survivor;
+  }
 }
 
 TEST(Collective, RefusesBadOptions) {

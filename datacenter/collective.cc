@@ -1,0 +1,25 @@
+#include "datacenter/collective.h"
+
+namespace huddle::datacenter {
+namespace {
+
+// The default preparation: nothing to arrange in advance; each run is a plain all-reduce.
+class PlainAllReduce final : public PreparedAllReduce {
+ public:
+  PlainAllReduce(Collective& collective, std::span<float> data)
+      : collective_(collective), data_(data) {}
+  Status Run() override { return collective_.AllReduceSum(data_); }
+
+ private:
+  Collective& collective_;
+  std::span<float> data_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PreparedAllReduce>> Collective::PrepareAllReduceSum(
+    std::span<float> data) {
+  return std::unique_ptr<PreparedAllReduce>(std::make_unique<PlainAllReduce>(*this, data));
+}
+
+}  // namespace huddle::datacenter
