@@ -17,6 +17,7 @@
 // The workspace and the input checks are the client trainer's own (models/internal): the
 // datacenter trainer runs the same forward, backward and SGD kernels, step by step.
 #include "models/internal/mlp_workspace.h"
+#include "models/internal/train_loops.h"
 
 namespace huddle::datacenter {
 namespace {
@@ -263,6 +264,13 @@ Digest AgreementDigest(const models::MlpSpec& spec, const DataParallelOptions& o
   add(o.bucket_bytes);
   add(o.first_bucket_bytes);
   add(o.checksum_every);
+  if (o.dp_sgd) {
+    add(o.dp_sgd->dp.noise_multiplier);
+    add(o.dp_sgd->dp.clip_norm);
+    add(o.dp_sgd->dp.expected_batch_size);
+  } else {
+    add(int64_t{-1});
+  }
   const int64_t n = data.size();
   add(n);
   std::vector<int32_t> labels(static_cast<size_t>(n));
@@ -345,6 +353,84 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace
   return h;
 }
 
+using AfterStep = std::function<Status()>;
+using EndEpoch = std::function<Status(int64_t epoch, SteadyTime::time_point start, double rows)>;
+
+// DataParallelDpSgd's steps: the shared Poisson sample, this rank's slice of it, the clipped sum
+// (plus the noise, on rank 0 only) over the expected batch, the all-reduce, the SGD step. An
+// "epoch" in reports is ceil(n / expected_batch_size) steps.
+Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer& reducer,
+                const models::MlpSpec& spec, const DataParallelOptions& options, int64_t n,
+                const kernels::SgdHyper& hyper, const AfterStep& after_step,
+                const EndEpoch& end_epoch, DataParallelStats* stats) {
+  const DataParallelDpSgd& dp = *options.dp_sgd;
+  const int rank = c.rank(), world = c.world_size();
+  HUDDLE_ASSIGN_OR_RETURN(models::internal::DpSgdPlan plan,
+                          models::internal::PlanDpSgd(spec, options.train, dp.dp, n));
+  // The sampling stream's key and whether the noise is private, from rank 0.
+  struct {
+    std::array<unsigned char, 32> key;
+    int64_t is_private;
+  } shared{};
+  if (rank == 0) {
+    for (size_t w = 0; w < 4; ++w) {
+      const uint64_t bits = dp.noise->NextU64();
+      for (size_t i = 0; i < 8; ++i)
+        shared.key[8 * w + i] = static_cast<unsigned char>(bits >> (8 * i));
+    }
+    shared.is_private = dp.noise->is_private() ? 1 : 0;
+  }
+  HUDDLE_RETURN_IF_ERROR(
+      scratch.Broadcast(c, std::as_writable_bytes(std::span(&shared, 1)), /*root=*/0));
+  privacy::NoiseSource sampling =
+      privacy::NoiseSource::FromSharedKey(shared.key, shared.is_private != 0);
+  std::fill(shared.key.begin(), shared.key.end(), 0);
+  // Only rank 0 adds noise; the others' stepper never draws from a source (no noise, no key).
+  if (rank != 0) plan.add_noise = false;
+  models::internal::DpSgdStepper stepper(ws, plan, options.train, dp.dp,
+                                         rank == 0 ? *dp.noise : sampling);
+  HUDDLE_RETURN_IF_ERROR(stepper.Reserve(plan.capacity));
+
+  const int64_t m = dp.dp.expected_batch_size;
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (n + m - 1) / m);
+  std::vector<int64_t> rows;
+  int64_t epoch = 0, epoch_rows = 0;
+  auto epoch_start = SteadyTime::now();
+  ws.ResetTotals();
+  for (int64_t step = 0; step < plan.steps; ++step) {
+    models::SamplePoissonBatch(n, m, sampling, &rows);
+    const auto b = static_cast<int64_t>(rows.size());
+    const int64_t lo = b * rank / world, hi = b * (rank + 1) / world;
+    std::vector<int64_t> mine(rows.begin() + lo, rows.begin() + hi);
+    const auto count = static_cast<int64_t>(mine.size());
+    if (count > 0) {
+      HUDDLE_RETURN_IF_ERROR(stepper.Reserve(count));
+      HUDDLE_RETURN_IF_ERROR(ws.SetOrder(mine));
+      ws.Gather(0, count);
+    }
+    HUDDLE_RETURN_IF_ERROR(stepper.NoisyGradient(count, step));
+    reducer.StartStep();
+    for (size_t l = ws.num_layers(); l-- > 0;) reducer.LayerDone(l);
+    HUDDLE_RETURN_IF_ERROR(reducer.FinishStep(&stats->wait_seconds));
+    HUDDLE_RETURN_IF_ERROR(ws.Step(hyper));
+    ++stats->steps;
+    stats->examples += count;
+    epoch_rows += b;
+    HUDDLE_RETURN_IF_ERROR(after_step());
+    if ((step + 1) % steps_per_epoch == 0 || step + 1 == plan.steps) {
+      HUDDLE_RETURN_IF_ERROR(end_epoch(epoch, epoch_start, static_cast<double>(epoch_rows)));
+      ++epoch;
+      epoch_rows = 0;
+      epoch_start = SteadyTime::now();
+      ws.ResetTotals();
+    }
+  }
+  stats->dp_event = privacy::DpEvent{static_cast<double>(m) / static_cast<double>(n),
+                                     dp.dp.noise_multiplier, plan.steps};
+  stats->private_noise = dp.dp.noise_multiplier > 0 && shared.is_private != 0;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Status ValidateDataParallelOptions(const DataParallelOptions& options) {
@@ -389,6 +475,16 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
                           MlpWorkspace::Create(backend, spec, std::min(batch, n), true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  if (options.dp_sgd) {
+    if (options.resume != nullptr) {
+      return absl::UnimplementedError(
+          "resuming a DP-SGD run is not supported yet (the sampling and noise streams' positions "
+          "are not checkpointed)");
+    }
+    if (rank == 0 && options.dp_sgd->noise == nullptr) {
+      return absl::InvalidArgumentError("DP-SGD: rank 0 needs a noise source (dp_sgd.noise)");
+    }
+  }
   const bool resuming = rank == 0 && options.resume != nullptr;
   if (resuming) {
     if (Status st = models::internal::CheckModelAndData(spec, options.resume->params, data);
@@ -445,7 +541,60 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   float last_factor = std::nanf("");
 
   TrainingState state;  // rank 0's EpochReport::state
-  for (int64_t epoch = resume.epochs_done; epoch < options.train.epochs; ++epoch) {
+  // After each step: fault injection (tests) and the periodic replica check.
+  const auto after_step = [&]() -> Status {
+    if (options.after_step_for_testing) {
+      options.after_step_for_testing(stats.steps, ws->params_base(), ws->params_span());
+    }
+    if (options.checksum_every > 0 && stats.steps % options.checksum_every == 0) {
+      HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
+      ++stats.checksums;
+    }
+    return absl::OkStatus();
+  };
+  // After each epoch (its totals over `examples` rows of all ranks): loss and accuracy, the
+  // divergence check, and the caller's callback with rank 0's state.
+  const auto end_epoch = [&](int64_t epoch, SteadyTime::time_point epoch_start,
+                             double examples) -> Status {
+    HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
+    std::array<double, 2> global{totals.loss_sum, static_cast<double>(totals.correct)};
+    HUDDLE_RETURN_IF_ERROR(scratch.AllReduceSum(collective, global));
+    stats.loss = examples > 0 ? global[0] / examples : 0.0;
+    stats.accuracy = examples > 0 ? global[1] / examples : 0.0;
+    if (!std::isfinite(stats.loss)) {
+      return absl::FailedPreconditionError(fmt::format(
+          "training diverged: non-finite loss in epoch {} (learning_rate {} is probably too high)",
+          epoch, options.train.learning_rate));
+    }
+    if (!options.on_epoch) return absl::OkStatus();
+    EpochReport report{epoch,
+                       stats.steps,
+                       stats.loss,
+                       stats.accuracy,
+                       resume.seconds + SecondsSince(start),
+                       SecondsSince(epoch_start),
+                       nullptr};
+    if (options.state_on_rank0 && rank == 0) {
+      state.epochs_done = epoch + 1;
+      state.steps = stats.steps;
+      state.seed = options.seed;
+      state.world_size = world;
+      state.batch_size = batch;
+      state.seconds = report.seconds;
+      if (state.params.empty()) state.params = *params;  // names and shapes
+      HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(&state.params));
+      HUDDLE_RETURN_IF_ERROR(ws->DownloadVelocity(&state.velocity));
+      report.state = &state;
+    }
+    return options.on_epoch(report);
+  };
+
+  if (options.dp_sgd) {
+    HUDDLE_RETURN_IF_ERROR(RunDpSgd(collective, *ws, scratch, reducer, spec, options, n, hyper,
+                                    after_step, end_epoch, &stats));
+  }
+  for (int64_t epoch = resume.epochs_done; !options.dp_sgd && epoch < options.train.epochs;
+       ++epoch) {
     const auto epoch_start = SteadyTime::now();
     std::iota(order.begin(), order.end(), int64_t{0});
     Rng rng(DeriveSeed(options.seed, static_cast<uint64_t>(epoch)));
@@ -484,46 +633,9 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
       ++stats.steps;
       stats.examples += rows;
-      if (options.after_step_for_testing) {
-        options.after_step_for_testing(stats.steps, ws->params_base(), ws->params_span());
-      }
-      if (options.checksum_every > 0 && stats.steps % options.checksum_every == 0) {
-        HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
-        ++stats.checksums;
-      }
+      HUDDLE_RETURN_IF_ERROR(after_step());
     }
-    HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
-    std::array<double, 2> global{totals.loss_sum, static_cast<double>(totals.correct)};
-    HUDDLE_RETURN_IF_ERROR(scratch.AllReduceSum(collective, global));
-    stats.loss = global[0] / static_cast<double>(n);
-    stats.accuracy = global[1] / static_cast<double>(n);
-    if (!std::isfinite(stats.loss)) {
-      return absl::FailedPreconditionError(fmt::format(
-          "training diverged: non-finite loss in epoch {} (learning_rate {} is probably too high)",
-          epoch, options.train.learning_rate));
-    }
-    if (options.on_epoch) {
-      EpochReport report{epoch,
-                         stats.steps,
-                         stats.loss,
-                         stats.accuracy,
-                         resume.seconds + SecondsSince(start),
-                         SecondsSince(epoch_start),
-                         nullptr};
-      if (options.state_on_rank0 && rank == 0) {
-        state.epochs_done = epoch + 1;
-        state.steps = stats.steps;
-        state.seed = options.seed;
-        state.world_size = world;
-        state.batch_size = batch;
-        state.seconds = report.seconds;
-        if (state.params.empty()) state.params = *params;  // names and shapes
-        HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(&state.params));
-        HUDDLE_RETURN_IF_ERROR(ws->DownloadVelocity(&state.velocity));
-        report.state = &state;
-      }
-      HUDDLE_RETURN_IF_ERROR(options.on_epoch(report));
-    }
+    HUDDLE_RETURN_IF_ERROR(end_epoch(epoch, epoch_start, static_cast<double>(n)));
   }
   HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
   ++stats.checksums;

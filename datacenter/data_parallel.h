@@ -18,12 +18,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "common/status.h"
 #include "common/tensor.h"
 #include "data/dataset.h"
 #include "datacenter/collective.h"
+#include "models/dp_sgd.h"
 #include "models/mlp.h"
+#include "privacy/accountant.h"
+#include "privacy/noise.h"
 
 namespace huddle::datacenter {
 
@@ -53,6 +57,22 @@ struct EpochReport {
   const TrainingState* state = nullptr;
 };
 
+// DP-SGD across the ranks: models/dp_sgd.h's algorithm with one release per global step.
+//   - Every rank draws the same secret Poisson sample of the whole data set (rate q =
+//     expected_batch_size / n, the GLOBAL expected batch) from a stream whose key rank 0 draws
+//     from `noise` and broadcasts; the sampled rows are cut into contiguous per-rank slices.
+//   - Each rank clips its examples' gradients (ghost norms) and sums them; rank 0 alone adds the
+//     Gaussian noise (z * C), once per global step; every rank divides by the expected batch.
+//   - The all-reduced sum is exactly the single-process DP-SGD release, so a run of
+//     round(epochs * n / expected_batch_size) steps spends DpEvent{q, z, steps}
+//     (DataParallelStats::dp_event), accounted by rank 0 with privacy/accountant.h.
+// train.batch_size is not used (the batch is sampled). No resume yet. The guarantee needs a
+// private `noise` (NoiseSource::Secure) and trusted ranks: they all know the sample.
+struct DataParallelDpSgd {
+  models::DpSgdOptions dp;
+  privacy::NoiseSource* noise = nullptr;  // rank 0's; not owned; ignored on the other ranks
+};
+
 struct DataParallelOptions {
   // epochs, per-rank batch_size, learning_rate, momentum, weight_decay and the backend (nullptr:
   // the CPU). The backend must suit the collective: host memory for Gloo, the GPU for NCCL.
@@ -68,6 +88,8 @@ struct DataParallelOptions {
   // Resume: read on rank 0 only and broadcast (the other ranks need no copy of the checkpoint).
   // Its seed must equal `seed` and its tensors the model; training continues at epochs_done.
   const TrainingState* resume = nullptr;
+  // DP-SGD instead of epochs of shuffled minibatches (see DataParallelDpSgd).
+  std::optional<DataParallelDpSgd> dp_sgd;
   // Fault injection for tests: called after every step with the packed parameters (on the
   // training device) and their count, to corrupt a replica the way failing hardware would.
   std::function<void(int64_t step, float* params, int64_t count)> after_step_for_testing;
@@ -84,6 +106,10 @@ struct DataParallelStats {
   int64_t bytes_reduced = 0;  // gradient bytes all-reduced
   int64_t buckets = 0;        // per step
   int64_t checksums = 0;      // replica checks passed
+  // With DP-SGD: what the run spent (q, z, steps), for privacy::ComputeEpsilon; and whether the
+  // noise came from a private source (rank 0's NoiseSource::is_private, known on every rank).
+  std::optional<privacy::DpEvent> dp_event;
+  bool private_noise = false;
 };
 
 // Checks the options (errors name the field).

@@ -207,6 +207,11 @@ Status DpSgdStepper::Reserve(int64_t rows) {
 }
 
 Status DpSgdStepper::Step(int64_t batch, int64_t step) {
+  HUDDLE_RETURN_IF_ERROR(NoisyGradient(batch, step));
+  return ws_->Step(hyper_);
+}
+
+Status DpSgdStepper::NoisyGradient(int64_t batch, int64_t step) {
   MlpWorkspace& ws = *ws_;
   kernels::Backend& backend = ws.backend();
   if (batch > capacity_) {
@@ -241,7 +246,7 @@ Status DpSgdStepper::Step(int64_t batch, int64_t step) {
     }
     for (float& v : g) v = static_cast<float>(static_cast<double>(v) / divisor_);
   }
-  return ws.Step(hyper_);
+  return absl::OkStatus();
 }
 
 Status RunDpSgdSteps(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,

@@ -202,6 +202,10 @@ NoiseSource NoiseSource::SeededForTesting(uint64_t seed) {
   return source;
 }
 
+NoiseSource NoiseSource::FromSharedKey(const std::array<unsigned char, 32>& key, bool is_private) {
+  return NoiseSource(key.data(), is_private);
+}
+
 // A moved-from source has a zero key and an empty buffer, and reports itself as not private (its
 // stream would be predictable); it may only be destroyed or assigned.
 NoiseSource::NoiseSource(NoiseSource&& other) noexcept

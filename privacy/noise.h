@@ -19,6 +19,7 @@
 // Thread-safety: a NoiseSource is not thread-safe (one per thread); the free functions are.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -33,6 +34,10 @@ class NoiseSource {
   static NoiseSource Secure();
   // Keyed from `seed` (e.g. for tests and reproducible experiments). NOT PRIVATE.
   static NoiseSource SeededForTesting(uint64_t seed);
+  // Keyed from 32 bytes that several trusted parties share, so that they draw the same stream
+  // (data-parallel DP-SGD: every rank draws the same secret Poisson sample). Private iff the key
+  // is secret and was drawn from a private source (`is_private` says so).
+  static NoiseSource FromSharedKey(const std::array<unsigned char, 32>& key, bool is_private);
 
   // A moved-from source has a wiped key and is_private() false: only destroy or assign to it.
   NoiseSource(NoiseSource&&) noexcept;

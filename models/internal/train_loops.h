@@ -44,6 +44,9 @@ class DpSgdStepper {
   // noise only): ghost-norm clipping, the clipped sum, noise, division by the expected batch
   // size, the SGD step. `step` names the step in a divergence error (CPU: a non-finite sum).
   Status Step(int64_t batch, int64_t step);
+  // Step without the SGD update: leaves (clipped sum + noise) / expected_batch_size in ws.grad().
+  // A data-parallel rank sums these across ranks; only one rank's plan adds noise.
+  Status NoisyGradient(int64_t batch, int64_t step);
 
  private:
   MlpWorkspace* ws_;

@@ -324,6 +324,46 @@ TEST(DataParallel, DamagedCheckpointsAreRefused) {
   EXPECT_NE(ReadTrainingState(path).status().message().find("bad magic"), std::string::npos);
 }
 
+// DP-SGD across ranks is the single-process release: the same secret Poisson sample (from rank
+// 0's key), each rank's clipped sum of its slice, ONE draw of noise (rank 0's) per global step.
+// With the same noise seed, N ranks end where one rank does, up to the order of float sums; noise
+// added on every rank would be N draws and could not match.
+TEST(DataParallel, DpSgdAcrossRanksAddsTheNoiseOnceAndMatchesOneRank) {
+  const data::Dataset data = models::Blobs(600, kSpec.input_dim, kSpec.num_classes, 9);
+  auto train = [&](int world) {
+    std::vector<privacy::NoiseSource> noise;
+    for (int r = 0; r < world; ++r) noise.push_back(privacy::NoiseSource::SeededForTesting(11));
+    return Train(world, data, [&](int r) {
+      DataParallelOptions o = BaseOptions(8);
+      o.train.learning_rate = 0.5;
+      o.dp_sgd = DataParallelDpSgd{models::DpSgdOptions{1.0, 0.5, 60}, &noise[r]};
+      return o;
+    });
+  };
+  auto one = train(1);
+  ASSERT_TRUE(one[0].status.ok()) << one[0].status;
+  ASSERT_TRUE(one[0].stats.dp_event.has_value());
+  EXPECT_EQ(one[0].stats.dp_event->steps, 20);  // round(2 epochs * 600 / 60)
+  EXPECT_DOUBLE_EQ(one[0].stats.dp_event->sampling_rate, 0.1);
+  EXPECT_EQ(one[0].stats.dp_event->noise_multiplier, 1.0);
+  EXPECT_FALSE(one[0].stats.private_noise);  // seeded: NOT private
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(testing::Message() << "world " << world);
+    auto ranks = train(world);
+    int64_t examples = 0;
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
+      EXPECT_TRUE(SameBits(ranks[r].params, ranks[0].params)) << "rank " << r;
+      EXPECT_EQ(ranks[r].stats.dp_event->steps, 20);
+      examples += ranks[r].stats.examples;
+    }
+    EXPECT_EQ(examples, one[0].stats.examples);  // the same sample, split
+    const double diff = MaxAbsDiff(ranks[0].params, one[0].params);
+    std::printf("DP-SGD, %d ranks vs 1: max |param difference| %.3g\n", world, diff);
+    EXPECT_LT(diff, 5e-5);
+  }
+}
+
 TEST(DataParallel, RefusesBadOptions) {
   DataParallelOptions o = BaseOptions(8);
   o.bucket_bytes = 0;
