@@ -70,6 +70,18 @@ class Reporter {
   Reporter(const DatacenterConfig& c, int world, std::string backend, const data::Dataset* test)
       : c_(c), world_(world), backend_(std::move(backend)), test_(test) {}
 
+  // DP-SGD: the sampling rate of the run, for the epsilon spent after each epoch.
+  void set_dp_rate(double q) { dp_rate_ = q; }
+
+  // Epsilon at the configured delta after `steps` DP-SGD steps.
+  StatusOr<double> EpsilonAfter(int64_t steps) const {
+    const privacy::DpEvent event{dp_rate_, c_.dp_sgd->dp.noise_multiplier, steps};
+    HUDDLE_ASSIGN_OR_RETURN(
+        privacy::Spend spend,
+        privacy::ComputeEpsilon(std::span(&event, 1), c_.dp_sgd->delta, c_.dp_sgd->accountant));
+    return spend.epsilon;
+  }
+
   Status OnEpoch(const datacenter::EpochReport& r) {
     const int64_t epoch = r.epoch + 1;  // 1-based in outputs
     const bool last = epoch == c_.train.epochs;
@@ -83,6 +95,13 @@ class Reporter {
     m["world_size"] = world_;
     std::string line = fmt::format("epoch {}/{}: train loss {:.4f} acc {:.4f}", epoch,
                                    c_.train.epochs, r.loss, r.accuracy);
+    if (c_.dp_sgd) {
+      HUDDLE_ASSIGN_OR_RETURN(const double epsilon, EpsilonAfter(r.steps));
+      m["epsilon"] = epsilon;
+      m["delta"] = c_.dp_sgd->delta;
+      line +=
+          fmt::format(" (not private) | epsilon {:.4g} at delta {:g}", epsilon, c_.dp_sgd->delta);
+    }
     if (test_ != nullptr && (last || (c_.eval_every > 0 && epoch % c_.eval_every == 0))) {
       HUDDLE_ASSIGN_OR_RETURN(
           models::EvalStats eval,
@@ -130,6 +149,18 @@ class Reporter {
     j["buckets_per_step"] = s.buckets;
     j["replica_checks_passed"] = s.checksums;
     if (final_test_accuracy_) j["final_test_accuracy"] = *final_test_accuracy_;
+    if (s.dp_event) {
+      HUDDLE_ASSIGN_OR_RETURN(const double epsilon, EpsilonAfter(s.dp_event->steps));
+      j["privacy"] = {{"mechanism", "dp-sgd across ranks (Poisson-subsampled Gaussian)"},
+                      {"epsilon", epsilon},
+                      {"delta", c_.dp_sgd->delta},
+                      {"accountant", privacy::AccountantName(c_.dp_sgd->accountant)},
+                      {"sampling_rate", s.dp_event->sampling_rate},
+                      {"noise_multiplier", s.dp_event->noise_multiplier},
+                      {"clip_norm", c_.dp_sgd->dp.clip_norm},
+                      {"steps", s.dp_event->steps},
+                      {"noise_source", s.private_noise ? "os-csprng" : "NOT PRIVATE"}};
+    }
     if (c_.target_accuracy > 0) {
       j["target_accuracy"] = c_.target_accuracy;
       j["seconds_to_target"] = target_seconds_ ? nlohmann::json(*target_seconds_) : nullptr;
@@ -149,7 +180,37 @@ class Reporter {
   int64_t last_steps_ = 0;
   std::optional<double> final_test_accuracy_, target_seconds_;
   std::optional<int64_t> target_epoch_;
+  double dp_rate_ = 0;
 };
+
+// DP-SGD: the run's steps and privacy spend, checked against the budget before anything trains.
+// Every rank computes the same answer from the same configuration and data size.
+StatusOr<privacy::DpEvent> PlanPrivacy(const DatacenterConfig& c, int64_t n) {
+  const DatacenterDpSgd& d = *c.dp_sgd;
+  const int64_t m = d.dp.expected_batch_size;
+  if (m > n) {
+    return absl::InvalidArgumentError(fmt::format(
+        "train.dp_sgd.expected_batch_size is {}; the training set has only {} examples", m, n));
+  }
+  // As models::TrainMlpDpSgd: round(epochs * n / m) steps, at least one.
+  const __int128 steps = (static_cast<__int128>(c.train.epochs) * n + m / 2) / m;
+  const privacy::DpEvent event{static_cast<double>(m) / static_cast<double>(n),
+                               d.dp.noise_multiplier,
+                               std::max<int64_t>(1, static_cast<int64_t>(steps))};
+  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spend,
+                          privacy::ComputeEpsilon(std::span(&event, 1), d.delta, d.accountant));
+  if (d.epsilon_budget && !(spend.epsilon <= *d.epsilon_budget)) {
+    auto z = privacy::CalibrateNoiseMultiplier(*d.epsilon_budget, d.delta, event.sampling_rate,
+                                               event.steps, d.accountant);
+    return absl::FailedPreconditionError(fmt::format(
+        "train.dp_sgd: {} steps at q = {:.4g} with noise_multiplier {} would spend epsilon {:.4g} "
+        "at delta {:g}, over the budget of {} (noise_multiplier {} would fit; or fewer epochs, "
+        "or a smaller expected_batch_size)",
+        event.steps, event.sampling_rate, event.noise_multiplier, spend.epsilon, d.delta,
+        *d.epsilon_budget, z.ok() ? fmt::format("{:.4g}", *z) : "none up to 1e12"));
+  }
+  return event;
+}
 
 // The endpoint rank 0 serves the rendezvous on: the URL's port on every interface.
 StatusOr<std::string> ServeEndpoint(const std::string& url) {
@@ -179,6 +240,18 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   // Everything that can fail alone comes before joining the others.
   auto train = LoadTrainingData(c.data);
   if (!train.ok()) return Fail(1, "training data", train.status());
+  std::optional<privacy::DpEvent> dp_plan;
+  if (c.dp_sgd) {
+    auto planned = PlanPrivacy(c, train->size());
+    if (!planned.ok()) return Fail(2, "", planned.status());
+    dp_plan = *planned;
+    if (f.resume) {
+      return Fail(2, "",
+                  absl::UnimplementedError(
+                      "--resume with train.dp_sgd is not supported yet (the sampling and "
+                      "noise streams' positions are not checkpointed)"));
+    }
+  }
   std::optional<data::Dataset> test;
   if (f.rank == 0 && !c.eval_data.empty()) {
     auto loaded = data::LoadFashionMnist(c.eval_data, data::Split::kTest, nullptr);
@@ -241,9 +314,16 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   o.overlap = c.overlap;
   o.state_on_rank0 = true;
   o.resume = resume ? &*resume : nullptr;
+  // DP-SGD: rank 0's noise (and the sampling key it broadcasts) from the OS CSPRNG.
+  std::optional<privacy::NoiseSource> noise;
+  if (c.dp_sgd) {
+    if (f.rank == 0) noise = privacy::NoiseSource::Secure();
+    o.dp_sgd = datacenter::DataParallelDpSgd{c.dp_sgd->dp, noise ? &*noise : nullptr};
+  }
   Reporter reporter(c, f.world_size, std::string((*collective)->backend()),
                     test ? &*test : nullptr);
   if (resume) reporter.set_last_steps(resume->steps);
+  if (dp_plan) reporter.set_dp_rate(dp_plan->sampling_rate);
   o.on_epoch = [&](const datacenter::EpochReport& r) -> Status {
     if (f.rank == 0) HUDDLE_RETURN_IF_ERROR(reporter.OnEpoch(r));
     if (StopFlag().load()) return absl::CancelledError("stopped by a signal");
@@ -255,8 +335,18 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
                 static_cast<long long>(c.model.input_dim),
                 fmt::format("{}", fmt::join(c.model.hidden, "-")).c_str(),
                 static_cast<long long>(c.model.num_classes),
-                static_cast<long long>(c.train.batch_size * f.world_size),
+                static_cast<long long>(c.dp_sgd ? c.dp_sgd->dp.expected_batch_size
+                                                : c.train.batch_size * f.world_size),
                 static_cast<long long>(c.train.epochs));
+    if (dp_plan) {
+      auto eps = reporter.EpsilonAfter(dp_plan->steps);
+      std::printf(
+          "DP-SGD across ranks: %lld steps, Poisson q = %.4g, noise multiplier %g, clip "
+          "norm %g: epsilon %.4g at delta %g (%s); noise from the OS CSPRNG on rank 0\n",
+          static_cast<long long>(dp_plan->steps), dp_plan->sampling_rate, dp_plan->noise_multiplier,
+          c.dp_sgd->dp.clip_norm, eps.ok() ? *eps : -1.0, c.dp_sgd->delta,
+          privacy::AccountantName(c.dp_sgd->accountant));
+    }
     std::fflush(stdout);
   }
   TensorList params = models::InitMlp(c.model, DeriveSeed(c.seed, kInitStream));
@@ -272,6 +362,10 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
                 stats->seconds,
                 static_cast<double>(stats->steps - (resume ? resume->steps : 0)) / stats->seconds);
     if (auto acc = reporter.final_test_accuracy()) std::printf(" | test accuracy %.4f", *acc);
+    if (stats->dp_event) {
+      auto eps = reporter.EpsilonAfter(stats->dp_event->steps);
+      if (eps.ok()) std::printf(" | epsilon %.4g at delta %g", *eps, c.dp_sgd->delta);
+    }
     if (auto t = reporter.target_seconds()) {
       std::printf(" | reached %.2f after %.1f s", c.target_accuracy, *t);
     }

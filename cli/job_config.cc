@@ -289,6 +289,26 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &c.train.learning_rate, 1e-9, 100.0));
   HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &c.train.momentum, 0.0, 0.999));
   HUDDLE_RETURN_IF_ERROR(train.Optional("weight_decay", &c.train.weight_decay, 0.0, 1.0));
+  if (train.Has("dp_sgd")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap dp, train.Child("dp_sgd"));
+    DatacenterDpSgd d;
+    HUDDLE_RETURN_IF_ERROR(dp.Optional("noise_multiplier", &d.dp.noise_multiplier, 0.0, 1e6));
+    HUDDLE_RETURN_IF_ERROR(dp.Optional("clip_norm", &d.dp.clip_norm, 1e-9, 1e9));
+    HUDDLE_RETURN_IF_ERROR(
+        dp.Optional("expected_batch_size", &d.dp.expected_batch_size, 1, int64_t{1} << 24));
+    HUDDLE_RETURN_IF_ERROR(dp.Optional("delta", &d.delta, 1e-300, 0.5));
+    if (dp.Has("epsilon")) {
+      double eps = 0;
+      HUDDLE_RETURN_IF_ERROR(dp.Optional("epsilon", &eps, 1e-6, 1e6));
+      d.epsilon_budget = eps;
+    }
+    std::string accountant = "rdp";
+    HUDDLE_RETURN_IF_ERROR(dp.OptionalChoice("accountant", &accountant, {"rdp", "pld"}));
+    d.accountant =
+        accountant == "pld" ? privacy::AccountantKind::kPld : privacy::AccountantKind::kRdp;
+    HUDDLE_RETURN_IF_ERROR(dp.Finish());
+    c.dp_sgd = d;
+  }
   HUDDLE_RETURN_IF_ERROR(train.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));

@@ -10,6 +10,8 @@
 #include "common/status.h"
 #include "coordinator/options.h"
 #include "data/client_data.h"
+#include "models/dp_sgd.h"
+#include "privacy/accountant.h"
 
 namespace huddle::cli {
 
@@ -58,13 +60,22 @@ struct ClientConfig {
   std::string device = "auto";  // auto | cpu | cuda[:N] (kernels::ParseDeviceRequest)
 };
 
+// `train.dp_sgd` of a datacenter job: DP-SGD across the ranks (datacenter::DataParallelDpSgd).
+struct DatacenterDpSgd {
+  models::DpSgdOptions dp;  // expected_batch_size: the global expected batch
+  double delta = 1e-5;
+  std::optional<double> epsilon_budget;  // refuse to start when the run would spend more
+  privacy::AccountantKind accountant = privacy::AccountantKind::kRdp;
+};
+
 // `huddle datacenter`: one model trained synchronously across ranks (docs/datacenter.md).
 struct DatacenterConfig {
   std::string job_name = "datacenter";
   uint64_t seed = 0;
   models::MlpSpec model;
   models::TrainOptions train;  // batch_size is per rank
-  data::DataSpec data;         // every rank loads all of it (no partition)
+  std::optional<DatacenterDpSgd> dp_sgd;
+  data::DataSpec data;  // every rank loads all of it (no partition)
   std::string eval_data = data::kDefaultFashionMnistDir;  // test split; "" = no evaluation
   int64_t eval_every = 1;                                 // epochs (0: only after the last)
   double target_accuracy = 0;  // the summary reports when test accuracy first reached it

@@ -35,15 +35,19 @@ std::string WriteCsv(const std::string& dir, int rows) {
   return path;
 }
 
-std::string WriteConfig(const std::string& dir, int epochs, double timeout_s = 30) {
+// `dp_sgd`, when given, is the body of train.dp_sgd (e.g. "noise_multiplier: 1, ...").
+std::string WriteConfig(const std::string& dir, int epochs, double timeout_s = 30,
+                        const std::string& dp_sgd = "") {
   const std::string csv = WriteCsv(dir, 1200);
-  const std::string path = dir + "/dc-" + std::to_string(epochs) + ".yaml";
+  const std::string path =
+      dir + "/dc-" + std::to_string(epochs) + (dp_sgd.empty() ? "" : "-dp") + ".yaml";
   WriteText(path,
             "name: dc-it\nseed: 5\n"
             "model: {input_dim: 16, hidden: [32], num_classes: 4}\n"
             "train: {epochs: " +
-                std::to_string(epochs) +
-                ", batch_size: 8, learning_rate: 0.05, momentum: 0.9}\n"
+                std::to_string(epochs) + ", batch_size: 8, learning_rate: 0.05, momentum: 0.9" +
+                (dp_sgd.empty() ? "" : ", dp_sgd: {" + dp_sgd + "}") +
+                "}\n"
                 "data: {path: " +
                 csv +
                 ", format: csv, num_classes: 4}\n"
@@ -136,6 +140,34 @@ TEST(DatacenterCommand, ARankThatNeverComesIsNamed) {
   EXPECT_EQ(rank0.Wait(seconds(30)), 1);
   EXPECT_NE(ReadAll(dir + "/rank-0.log").find("rank(s) 1 did not join"), std::string::npos)
       << ReadAll(dir + "/rank-0.log");
+}
+
+TEST(DatacenterCommand, DpSgdAcrossRanksReportsItsSpendAndRefusesToExceedTheBudget) {
+  const std::string dir = MakeTempDir("dc_dp");
+  const std::string config = WriteConfig(
+      dir, 2, 30, "noise_multiplier: 1.0, clip_norm: 1.0, expected_batch_size: 60, epsilon: 10");
+  Process run(Launcher(config, dir + "/out", 2), dir + "/run.log");
+  ASSERT_EQ(run.Wait(seconds(120)), 0) << ReadAll(dir + "/run.log");
+  const auto metrics = Metrics(dir + "/out");
+  ASSERT_EQ(metrics.size(), 2u) << ReadAll(dir + "/run.log");
+  EXPECT_EQ(metrics[1]["steps"], 40);  // round(2 * 1200 / 60)
+  EXPECT_GT(metrics[1]["epsilon"].get<double>(), metrics[0]["epsilon"].get<double>());
+  const auto summary = nlohmann::json::parse(ReadAll(dir + "/out/summary.json"));
+  EXPECT_EQ(summary["privacy"]["steps"], 40);
+  EXPECT_DOUBLE_EQ(summary["privacy"]["sampling_rate"].get<double>(), 0.05);
+  EXPECT_EQ(summary["privacy"]["noise_source"], "os-csprng");
+  EXPECT_EQ(summary["privacy"]["epsilon"], metrics[1]["epsilon"]);
+  EXPECT_LE(summary["privacy"]["epsilon"].get<double>(), 10.0);
+
+  // A budget the run would exceed: refused before any step, with the noise that would fit.
+  const std::string tight = WriteConfig(
+      dir, 2, 30, "noise_multiplier: 0.5, clip_norm: 1.0, expected_batch_size: 60, epsilon: 1");
+  Process refused(Launcher(tight, dir + "/tight", 2), dir + "/tight.log");
+  EXPECT_EQ(refused.Wait(seconds(60)), 1);
+  const std::string log = ReadAll(dir + "/tight.log");
+  EXPECT_NE(log.find("over the budget of 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("would fit"), std::string::npos) << log;
+  EXPECT_TRUE(Metrics(dir + "/tight").empty());
 }
 
 TEST(DatacenterCommand, BadInvocationsAreRefusedWithTheReason) {
