@@ -312,11 +312,14 @@ struct ResumeHeader {
 };
 
 StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace& ws,
-                                   const DataParallelOptions& options, Status* refusal) {
+                                   const DataParallelOptions& options, const Status& fit,
+                                   Status* refusal) {
   ResumeHeader h;
   if (c.rank() == 0 && options.resume != nullptr) {
     const TrainingState& state = *options.resume;
-    if (state.seed != options.seed) {
+    if (!fit.ok()) {
+      *refusal = fit;
+    } else if (state.seed != options.seed) {
       *refusal = absl::FailedPreconditionError(
           fmt::format("the checkpoint was written with seed {}, this run has seed {}: resuming "
                       "would not continue the same run",
@@ -485,14 +488,17 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       return absl::InvalidArgumentError("DP-SGD: rank 0 needs a noise source (dp_sgd.noise)");
     }
   }
-  const bool resuming = rank == 0 && options.resume != nullptr;
-  if (resuming) {
+  // A checkpoint that does not fit is refused after the agreement step, so that every rank
+  // learns it (ShareResume).
+  Status resume_fit;
+  if (rank == 0 && options.resume != nullptr) {
     if (Status st = models::internal::CheckModelAndData(spec, options.resume->params, data);
         !st.ok()) {
-      return absl::FailedPreconditionError(
+      resume_fit = absl::FailedPreconditionError(
           absl::StrCat("the checkpoint does not fit this model: ", st.message()));
     }
   }
+  const bool resuming = rank == 0 && options.resume != nullptr && resume_fit.ok();
   ws->UploadParams(resuming ? options.resume->params : *params);
   HUDDLE_ASSIGN_OR_RETURN(Scratch scratch, Scratch::Create(backend, world));
   HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer factor, backend.Allocate(sizeof(float)));
@@ -515,7 +521,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       0));
   Status refusal;
   HUDDLE_ASSIGN_OR_RETURN(const ResumeHeader resume,
-                          ShareResume(collective, scratch, *ws, options, &refusal));
+                          ShareResume(collective, scratch, *ws, options, resume_fit, &refusal));
 
   const kernels::SgdHyper hyper{static_cast<float>(options.train.learning_rate),
                                 static_cast<float>(options.train.momentum),

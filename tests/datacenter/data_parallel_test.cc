@@ -290,6 +290,19 @@ TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
   EXPECT_NE(refused[0].status.message().find("seed 8"), std::string::npos) << refused[0].status;
   EXPECT_NE(refused[1].status.message().find("rank 0 refused"), std::string::npos)
       << refused[1].status;
+
+  // So is one of another model, and every rank learns it (not only rank 0).
+  TrainingState wrong = *saved;
+  wrong.params = models::InitMlp(models::MlpSpec{20, {8}, 4}, 1);
+  refused = Train(2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    if (r == 0) o.resume = &wrong;
+    return o;
+  });
+  EXPECT_NE(refused[0].status.message().find("does not fit this model"), std::string::npos)
+      << refused[0].status;
+  EXPECT_NE(refused[1].status.message().find("rank 0 refused"), std::string::npos)
+      << refused[1].status;
 }
 
 TEST(DataParallel, DamagedCheckpointsAreRefused) {
