@@ -245,12 +245,6 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
     auto planned = PlanPrivacy(c, train->size());
     if (!planned.ok()) return Fail(2, "", planned.status());
     dp_plan = *planned;
-    if (f.resume) {
-      return Fail(2, "",
-                  absl::UnimplementedError(
-                      "--resume with train.dp_sgd is not supported yet (the sampling and "
-                      "noise streams' positions are not checkpointed)"));
-    }
   }
   std::optional<data::Dataset> test;
   if (f.rank == 0 && !c.eval_data.empty()) {

@@ -32,6 +32,7 @@ Status WriteTrainingState(const std::string& path, const TrainingState& s) {
   AppendU64(static_cast<uint64_t>(s.world_size), &out);
   AppendU64(static_cast<uint64_t>(s.batch_size), &out);
   AppendU64(std::bit_cast<uint64_t>(s.seconds), &out);
+  AppendU64(s.dp_sgd ? 1 : 0, &out);
   AppendTensorList(s.params, &out);
   AppendTensorList(s.velocity, &out);
   out += DigestOf(out);
@@ -69,6 +70,9 @@ StatusOr<TrainingState> ReadTrainingState(const std::string& path) {
   if (!std::isfinite(s.seconds) || s.seconds < 0) {
     return absl::DataLossError(absl::StrCat(path, ": corrupt training time"));
   }
+  HUDDLE_ASSIGN_OR_RETURN(uint64_t flags, r.U64());
+  if (flags > 1) return absl::DataLossError(absl::StrCat(path, ": unknown flags ", flags));
+  s.dp_sgd = flags == 1;
   HUDDLE_ASSIGN_OR_RETURN(s.params, r.TensorListValue());
   HUDDLE_ASSIGN_OR_RETURN(s.velocity, r.TensorListValue());
   if (r.remaining() != 0) {

@@ -319,6 +319,10 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace
     const TrainingState& state = *options.resume;
     if (!fit.ok()) {
       *refusal = fit;
+    } else if (state.dp_sgd != options.dp_sgd.has_value()) {
+      *refusal = absl::FailedPreconditionError(
+          state.dp_sgd ? "the checkpoint was written by a DP-SGD run; this run is not DP-SGD"
+                       : "the checkpoint was written without DP-SGD; this run uses DP-SGD");
     } else if (state.seed != options.seed) {
       *refusal = absl::FailedPreconditionError(
           fmt::format("the checkpoint was written with seed {}, this run has seed {}: resuming "
@@ -397,10 +401,12 @@ Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer
   const int64_t m = dp.dp.expected_batch_size;
   const int64_t steps_per_epoch = std::max<int64_t>(1, (n + m - 1) / m);
   std::vector<int64_t> rows;
-  int64_t epoch = 0, epoch_rows = 0;
+  // A resume continues at its step (a multiple of steps_per_epoch: checkpoints follow epochs).
+  const int64_t first_step = stats->steps;
+  int64_t epoch = first_step / steps_per_epoch, epoch_rows = 0;
   auto epoch_start = SteadyTime::now();
   ws.ResetTotals();
-  for (int64_t step = 0; step < plan.steps; ++step) {
+  for (int64_t step = first_step; step < plan.steps; ++step) {
     models::SamplePoissonBatch(n, m, sampling, &rows);
     const auto b = static_cast<int64_t>(rows.size());
     const int64_t lo = b * rank / world, hi = b * (rank + 1) / world;
@@ -479,11 +485,6 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                           MlpWorkspace::Create(backend, spec, std::min(batch, n), true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   if (options.dp_sgd) {
-    if (options.resume != nullptr) {
-      return absl::UnimplementedError(
-          "resuming a DP-SGD run is not supported yet (the sampling and noise streams' positions "
-          "are not checkpointed)");
-    }
     if (rank == 0 && options.dp_sgd->noise == nullptr) {
       return absl::InvalidArgumentError("DP-SGD: rank 0 needs a noise source (dp_sgd.noise)");
     }
@@ -587,6 +588,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       state.world_size = world;
       state.batch_size = batch;
       state.seconds = report.seconds;
+      state.dp_sgd = options.dp_sgd.has_value();
       if (state.params.empty()) state.params = *params;  // names and shapes
       HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(&state.params));
       HUDDLE_RETURN_IF_ERROR(ws->DownloadVelocity(&state.velocity));

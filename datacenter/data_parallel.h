@@ -41,6 +41,7 @@ struct TrainingState {
   int64_t world_size = 0;  // of the run that wrote it (for the record)
   int64_t batch_size = 0;  // per rank, ditto
   double seconds = 0;      // training time so far, over all sessions
+  bool dp_sgd = false;     // written by a DP-SGD run (steps are DP-SGD steps)
   TensorList params;
   TensorList velocity;  // momentum, one per parameter; empty without momentum
 };
@@ -66,8 +67,12 @@ struct EpochReport {
 //   - The all-reduced sum is exactly the single-process DP-SGD release, so a run of
 //     round(epochs * n / expected_batch_size) steps spends DpEvent{q, z, steps}
 //     (DataParallelStats::dp_event), accounted by rank 0 with privacy/accountant.h.
-// train.batch_size is not used (the batch is sampled). No resume yet. The guarantee needs a
-// private `noise` (NoiseSource::Secure) and trusted ranks: they all know the sample.
+// train.batch_size is not used (the batch is sampled). The guarantee needs a private `noise`
+// (NoiseSource::Secure) and trusted ranks: they all know the sample. A resume continues at the
+// checkpoint's step with fresh streams (a new sampling key from `noise`): every step is still one
+// independent release of the same mechanism, so the total spend is that of all steps; the run is
+// then not bitwise the uninterrupted one (whose randomness is not stored: a stored noise key
+// would let anyone who reads the checkpoint remove the noise).
 struct DataParallelDpSgd {
   models::DpSgdOptions dp;
   privacy::NoiseSource* noise = nullptr;  // rank 0's; not owned; ignored on the other ranks

@@ -377,6 +377,54 @@ TEST(DataParallel, DpSgdAcrossRanksAddsTheNoiseOnceAndMatchesOneRank) {
   }
 }
 
+// A DP-SGD run resumed from its checkpoint continues at the checkpoint's step (with fresh
+// randomness) and accounts for all steps; a checkpoint of the other kind is refused.
+TEST(DataParallel, DpSgdResumesAtItsStepAndCountsEveryStep) {
+  const data::Dataset data = models::Blobs(600, kSpec.input_dim, kSpec.num_classes, 9);
+  const std::string path = testing::TempDir() + "/dc_dp_checkpoint.bin";
+  std::vector<privacy::NoiseSource> noise;
+  for (int r = 0; r < 2; ++r) noise.push_back(privacy::NoiseSource::SeededForTesting(5 + r));
+  auto dp_options = [&](int r) {
+    DataParallelOptions o = BaseOptions(8);
+    o.dp_sgd = DataParallelDpSgd{models::DpSgdOptions{1.0, 0.5, 60}, &noise[r]};
+    return o;
+  };
+  auto stopped = Train(2, data, [&](int r) {
+    DataParallelOptions o = dp_options(r);
+    o.state_on_rank0 = true;
+    o.on_epoch = [path, r](const EpochReport& report) -> Status {
+      if (r == 0) HUDDLE_RETURN_IF_ERROR(WriteTrainingState(path, *report.state));
+      return absl::AbortedError("killed after the first epoch");
+    };
+    return o;
+  });
+  ASSERT_TRUE(absl::IsAborted(stopped[0].status)) << stopped[0].status;
+  auto saved = ReadTrainingState(path);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_TRUE(saved->dp_sgd);
+  EXPECT_EQ(saved->steps, 10);  // one epoch = ceil(600 / 60) steps
+  auto resumed = Train(2, data, [&](int r) {
+    DataParallelOptions o = dp_options(r);
+    if (r == 0) o.resume = &saved.value();
+    return o;
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
+    EXPECT_EQ(resumed[r].stats.steps, 20);
+    EXPECT_EQ(resumed[r].stats.dp_event->steps, 20);  // the spend of every step, not 10
+    EXPECT_TRUE(SameBits(resumed[r].params, resumed[0].params));
+  }
+  EXPECT_FALSE(SameBits(resumed[0].params, saved->params));  // it trained on
+  // A DP-SGD checkpoint does not continue a run without DP-SGD (nor the reverse).
+  auto refused = Train(2, data, [&](int r) {
+    DataParallelOptions o = BaseOptions(8);
+    if (r == 0) o.resume = &saved.value();
+    return o;
+  });
+  EXPECT_NE(refused[0].status.message().find("written by a DP-SGD run"), std::string::npos)
+      << refused[0].status;
+}
+
 TEST(DataParallel, RefusesBadOptions) {
   DataParallelOptions o = BaseOptions(8);
   o.bucket_bytes = 0;

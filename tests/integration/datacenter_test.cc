@@ -159,6 +159,21 @@ TEST(DatacenterCommand, DpSgdAcrossRanksReportsItsSpendAndRefusesToExceedTheBudg
   EXPECT_EQ(summary["privacy"]["epsilon"], metrics[1]["epsilon"]);
   EXPECT_LE(summary["privacy"]["epsilon"].get<double>(), 10.0);
 
+  // Stopped after one epoch and resumed: the run continues at step 20 and accounts for all 40.
+  const std::string dp = "noise_multiplier: 1.0, clip_norm: 1.0, expected_batch_size: 60";
+  Process first(Launcher(WriteConfig(dir, 1, 30, dp), dir + "/resumed", 2), dir + "/first.log");
+  ASSERT_EQ(first.Wait(seconds(120)), 0) << ReadAll(dir + "/first.log");
+  std::vector<std::string> argv = Launcher(WriteConfig(dir, 2, 30, dp), dir + "/resumed", 2);
+  argv.push_back("--resume");
+  Process resumed(argv, dir + "/resumed.log");
+  ASSERT_EQ(resumed.Wait(seconds(120)), 0) << ReadAll(dir + "/resumed.log");
+  const auto resumed_metrics = Metrics(dir + "/resumed");
+  ASSERT_EQ(resumed_metrics.size(), 2u);
+  EXPECT_EQ(resumed_metrics[1]["steps"], 40);
+  const auto resumed_summary = nlohmann::json::parse(ReadAll(dir + "/resumed/summary.json"));
+  EXPECT_EQ(resumed_summary["privacy"]["steps"], 40);
+  EXPECT_EQ(resumed_summary["privacy"]["epsilon"], summary["privacy"]["epsilon"]);
+
   // A budget the run would exceed: refused before any step, with the noise that would fit.
   const std::string tight = WriteConfig(
       dir, 2, 30, "noise_multiplier: 0.5, clip_norm: 1.0, expected_batch_size: 60, epsilon: 1");
