@@ -84,7 +84,7 @@ class Reporter {
 
   Status OnEpoch(const datacenter::EpochReport& r) {
     const int64_t epoch = r.epoch + 1;  // 1-based in outputs
-    const bool last = epoch == c_.train.epochs;
+    const bool last = r.last;
     nlohmann::json m;
     m["epoch"] = epoch;
     m["steps"] = r.steps;
@@ -93,8 +93,8 @@ class Reporter {
     m["seconds"] = r.seconds;
     m["epoch_seconds"] = r.epoch_seconds;
     m["world_size"] = world_;
-    std::string line = fmt::format("epoch {}/{}: train loss {:.4f} acc {:.4f}", epoch,
-                                   c_.train.epochs, r.loss, r.accuracy);
+    std::string line = fmt::format("epoch {}/{}: train loss {:.4f} acc {:.4f}", epoch, r.epochs,
+                                   r.loss, r.accuracy);
     if (c_.dp_sgd) {
       HUDDLE_ASSIGN_OR_RETURN(const double epsilon, EpsilonAfter(r.steps));
       m["epsilon"] = epsilon;

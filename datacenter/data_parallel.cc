@@ -361,7 +361,8 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace
 }
 
 using AfterStep = std::function<Status()>;
-using EndEpoch = std::function<Status(int64_t epoch, SteadyTime::time_point start, double rows)>;
+using EndEpoch =
+    std::function<Status(int64_t epoch, int64_t epochs, SteadyTime::time_point start, double rows)>;
 
 // DataParallelDpSgd's steps: the shared Poisson sample, this rank's slice of it, the clipped sum
 // (plus the noise, on rank 0 only) over the expected batch, the all-reduce, the SGD step. An
@@ -427,7 +428,8 @@ Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer
     epoch_rows += b;
     HUDDLE_RETURN_IF_ERROR(after_step());
     if ((step + 1) % steps_per_epoch == 0 || step + 1 == plan.steps) {
-      HUDDLE_RETURN_IF_ERROR(end_epoch(epoch, epoch_start, static_cast<double>(epoch_rows)));
+      HUDDLE_RETURN_IF_ERROR(end_epoch(epoch, (plan.steps + steps_per_epoch - 1) / steps_per_epoch,
+                                       epoch_start, static_cast<double>(epoch_rows)));
       ++epoch;
       epoch_rows = 0;
       epoch_start = SteadyTime::now();
@@ -561,7 +563,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   };
   // After each epoch (its totals over `examples` rows of all ranks): loss and accuracy, the
   // divergence check, and the caller's callback with rank 0's state.
-  const auto end_epoch = [&](int64_t epoch, SteadyTime::time_point epoch_start,
+  const auto end_epoch = [&](int64_t epoch, int64_t epochs, SteadyTime::time_point epoch_start,
                              double examples) -> Status {
     HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
     std::array<double, 2> global{totals.loss_sum, static_cast<double>(totals.correct)};
@@ -580,6 +582,8 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                        stats.accuracy,
                        resume.seconds + SecondsSince(start),
                        SecondsSince(epoch_start),
+                       epochs,
+                       epoch + 1 == epochs,
                        nullptr};
     if (options.state_on_rank0 && rank == 0) {
       state.epochs_done = epoch + 1;
@@ -643,7 +647,8 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       stats.examples += rows;
       HUDDLE_RETURN_IF_ERROR(after_step());
     }
-    HUDDLE_RETURN_IF_ERROR(end_epoch(epoch, epoch_start, static_cast<double>(n)));
+    HUDDLE_RETURN_IF_ERROR(
+        end_epoch(epoch, options.train.epochs, epoch_start, static_cast<double>(n)));
   }
   HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
   ++stats.checksums;

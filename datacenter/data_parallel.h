@@ -53,6 +53,8 @@ struct EpochReport {
   double accuracy = 0;  // fraction correct in the epoch, over all ranks
   double seconds = 0;   // training time so far (with the sessions before a resume)
   double epoch_seconds = 0;
+  int64_t epochs = 0;  // of the whole run (DP-SGD: ceil(steps / ceil(n / expected batch)))
+  bool last = false;   // the run's last epoch
   // Rank 0 with DataParallelOptions::state_on_rank0: the state after this epoch (for checkpoints
   // and evaluation). Null otherwise.
   const TrainingState* state = nullptr;

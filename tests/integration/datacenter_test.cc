@@ -174,6 +174,19 @@ TEST(DatacenterCommand, DpSgdAcrossRanksReportsItsSpendAndRefusesToExceedTheBudg
   EXPECT_EQ(resumed_summary["privacy"]["steps"], 40);
   EXPECT_EQ(resumed_summary["privacy"]["epsilon"], summary["privacy"]["epsilon"]);
 
+  // An expected batch that does not divide the data: ceil(1200 / 1100) = 2 steps make a report
+  // "epoch", round(3 * 1200 / 1100) = 3 steps the run; its last report still writes the model.
+  Process odd(Launcher(WriteConfig(dir, 3, 30,
+                                   "noise_multiplier: 1.0, clip_norm: 1.0, expected_batch_size: "
+                                   "1100"),
+                       dir + "/odd", 2),
+              dir + "/odd.log");
+  ASSERT_EQ(odd.Wait(seconds(120)), 0) << ReadAll(dir + "/odd.log");
+  const auto odd_metrics = Metrics(dir + "/odd");
+  ASSERT_EQ(odd_metrics.size(), 2u) << ReadAll(dir + "/odd.log");
+  EXPECT_EQ(odd_metrics[1]["steps"], 3);
+  EXPECT_FALSE(ReadAll(dir + "/odd/model.bin").empty());
+
   // A budget the run would exceed: refused before any step, with the noise that would fit.
   const std::string tight = WriteConfig(
       dir, 2, 30, "noise_multiplier: 0.5, clip_norm: 1.0, expected_batch_size: 60, epsilon: 1");
