@@ -123,6 +123,17 @@ Status ReadModel(ConfigMap& top, models::MlpSpec* spec) {
   return absl::OkStatus();
 }
 
+// The SGD keys of a `train` section (a client's local epochs in a federated job, a datacenter
+// job's epochs), into wire::TrainConfig or models::TrainOptions.
+template <typename Train>
+Status ReadSgd(ConfigMap& train, Train* t, int64_t max_epochs) {
+  HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &t->epochs, 1, max_epochs));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("batch_size", &t->batch_size, 1, 65536));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &t->learning_rate, 1e-9, 100.0));
+  HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &t->momentum, 0.0, 0.999));
+  return train.Optional("weight_decay", &t->weight_decay, 0.0, 1.0);
+}
+
 // `device: auto | cpu | cuda[:N]`, checked here so a typo fails before anything starts.
 Status ReadDevice(ConfigMap& map, std::string* device) {
   HUDDLE_RETURN_IF_ERROR(map.Optional("device", device));
@@ -149,11 +160,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(ReadModel(top, &o.model));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &o.train.epochs, 1, 1000));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("batch_size", &o.train.batch_size, 1, 65536));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &o.train.learning_rate, 1e-9, 100.0));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &o.train.momentum, 0.0, 0.999));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("weight_decay", &o.train.weight_decay, 0.0, 1.0));
+  HUDDLE_RETURN_IF_ERROR(ReadSgd(train, &o.train, /*max_epochs=*/1000));
   if (train.Has("dp_sgd")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap dp, train.Child("dp_sgd"));
     HUDDLE_RETURN_IF_ERROR(ReadDpSgd(dp, &o.train));
@@ -284,11 +291,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(ReadModel(top, &c.model));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &c.train.epochs, 1, 100000));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("batch_size", &c.train.batch_size, 1, 65536));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &c.train.learning_rate, 1e-9, 100.0));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &c.train.momentum, 0.0, 0.999));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("weight_decay", &c.train.weight_decay, 0.0, 1.0));
+  HUDDLE_RETURN_IF_ERROR(ReadSgd(train, &c.train, /*max_epochs=*/100000));
   if (train.Has("dp_sgd")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap dp, train.Child("dp_sgd"));
     DatacenterDpSgd d;

@@ -344,8 +344,7 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace
   if (h.refused != 0) {
     if (c.rank() == 0) return *refusal;
     return absl::FailedPreconditionError(
-        "rank 0 refused to resume from its checkpoint (its log "
-        "says why)");
+        "rank 0 refused to resume from its checkpoint (its log says why)");
   }
   if (h.has_velocity != 0) {
     HUDDLE_RETURN_IF_ERROR(ws.EnsureVelocity());
@@ -401,7 +400,7 @@ Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer
 
   const int64_t m = dp.dp.expected_batch_size;
   const int64_t steps_per_epoch = std::max<int64_t>(1, (n + m - 1) / m);
-  std::vector<int64_t> rows;
+  std::vector<int64_t> rows, mine;  // the global sample, this rank's slice of it
   // A resume continues at its step (a multiple of steps_per_epoch: checkpoints follow epochs).
   const int64_t first_step = stats->steps;
   int64_t epoch = first_step / steps_per_epoch, epoch_rows = 0;
@@ -411,7 +410,7 @@ Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer
     models::SamplePoissonBatch(n, m, sampling, &rows);
     const auto b = static_cast<int64_t>(rows.size());
     const int64_t lo = b * rank / world, hi = b * (rank + 1) / world;
-    std::vector<int64_t> mine(rows.begin() + lo, rows.begin() + hi);
+    mine.assign(rows.begin() + lo, rows.begin() + hi);
     const auto count = static_cast<int64_t>(mine.size());
     if (count > 0) {
       HUDDLE_RETURN_IF_ERROR(stepper.Reserve(count));
