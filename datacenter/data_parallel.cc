@@ -36,14 +36,14 @@ struct Bucket {
   size_t lowest_param = 0;
 };
 
-// Parameters from the last to the first, cut into buckets of at least `first_bytes` (the first)
-// and `bytes` (the others); a bucket always holds whole parameters.
+// Trainable parameters from the last to the first, cut into buckets of at least `first_bytes` (the
+// first) and `bytes` (the others); a bucket always holds whole parameters.
 std::vector<Bucket> PlanBuckets(const MlpWorkspace& ws, int64_t first_bytes, int64_t bytes) {
   std::vector<Bucket> buckets;
   const auto kFloat = static_cast<int64_t>(sizeof(float));
-  int64_t end = ws.params_span();
+  int64_t end = ws.trainable_span();
   int64_t filled = 0;
-  for (size_t i = ws.num_params(); i-- > 0;) {
+  for (size_t i = ws.num_trainable(); i-- > 0;) {
     filled += ws.param_size(i) * kFloat;
     const int64_t cap = buckets.empty() ? first_bytes : bytes;
     if (filled >= cap || i == 0) {
@@ -92,7 +92,9 @@ class BucketReducer {
   // Layer l's gradients are enqueued: hand over every bucket whose parameters are all done.
   void LayerDone(size_t layer) {
     size_t first_ready = next_;
-    while (next_ < buckets_.size() && buckets_[next_].lowest_param >= 2 * layer) ++next_;
+    while (next_ < buckets_.size() && buckets_[next_].lowest_param >= ws_.first_param(layer)) {
+      ++next_;
+    }
     if (next_ == first_ready) return;
     // A GPU computes asynchronously: the gradients must be there before another stream reads them.
     if (ws_.backend().kind() != kernels::DeviceKind::kCpu) {
@@ -125,6 +127,21 @@ class BucketReducer {
     *wait_seconds += SecondsSince(start) + wait_seconds_;
     wait_seconds_ = 0;
     return error_;
+  }
+
+  // Runs `op` (another collective operation of the step, e.g. SyncBatchNorm's) on the training
+  // thread once the buckets handed over so far are reduced: one thread uses the collective at a
+  // time, and every rank issues the operations in the same order. Its error stops the step.
+  void RunInOrder(const std::function<Status()>& op) {
+    std::unique_lock lock(mu_);
+    const auto start = SteadyTime::now();
+    done_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    wait_seconds_ += SecondsSince(start);
+    if (!error_.ok()) return;
+    lock.unlock();
+    Status s = op();
+    lock.lock();
+    if (!s.ok() && error_.ok()) error_ = s;
   }
 
   double reduce_seconds() const { return reduce_seconds_; }
@@ -179,6 +196,42 @@ class BucketReducer {
   double wait_seconds_ = 0;  // the training thread waiting for the queue before its last buckets
   int64_t bytes_reduced_ = 0;
   std::thread thread_;
+};
+
+// SyncBatchNorm across the ranks: each batch-norm layer's sums all-reduced on the training thread,
+// in the step's order of collective operations (BucketReducer::RunInOrder).
+class RankBatchNormSync final : public MlpWorkspace::BatchNormSync {
+ public:
+  RankBatchNormSync(Collective& collective, kernels::Backend& backend, BucketReducer& reducer)
+      : collective_(collective), backend_(backend), reducer_(reducer) {}
+
+  void set_global_rows(int64_t rows) { rows_ = rows; }
+  int64_t global_rows() const override { return rows_; }
+
+  void AllReduceSum(double* sums, int64_t count) override {
+    reducer_.RunInOrder([&]() -> Status {
+      // A GPU computes asynchronously: the sums must be there before the collective reads them.
+      if (backend_.kind() != kernels::DeviceKind::kCpu) {
+        HUDDLE_RETURN_IF_ERROR(backend_.Synchronize());
+      }
+      const auto start = SteadyTime::now();
+      Status s = collective_.AllReduceSum(std::span<double>(sums, static_cast<size_t>(count)));
+      seconds_ += SecondsSince(start);
+      bytes_ += count * static_cast<int64_t>(sizeof(double));
+      return s;
+    });
+  }
+
+  double seconds() const { return seconds_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  Collective& collective_;
+  kernels::Backend& backend_;
+  BucketReducer& reducer_;
+  int64_t rows_ = 1;
+  double seconds_ = 0;
+  int64_t bytes_ = 0;
 };
 
 // Small host-side collectives (loss totals, digests) through a scratch buffer on the training
@@ -253,6 +306,7 @@ Digest AgreementDigest(const models::MlpSpec& spec, const DataParallelOptions& o
   };
   add(spec.input_dim);
   add(spec.num_classes);
+  add(spec.batch_norm);
   for (int64_t w : spec.hidden) add(w);
   add(spec.hidden.size());
   add(o.train.epochs);
@@ -261,6 +315,7 @@ Digest AgreementDigest(const models::MlpSpec& spec, const DataParallelOptions& o
   add(o.train.momentum);
   add(o.train.weight_decay);
   add(o.seed);
+  add(o.global_batch_size);
   add(o.bucket_bytes);
   add(o.first_bucket_bytes);
   add(o.checksum_every);
@@ -349,7 +404,7 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace
   if (h.has_velocity != 0) {
     HUDDLE_RETURN_IF_ERROR(ws.EnsureVelocity());
     HUDDLE_RETURN_IF_ERROR(ws.backend().Synchronize());
-    for (size_t i = 0; i < ws.num_params(); ++i) {
+    for (size_t i = 0; i < ws.num_trainable(); ++i) {
       HUDDLE_RETURN_IF_ERROR(
           c.Broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(ws.velocity(i)),
                                            static_cast<size_t>(ws.param_size(i)) * sizeof(float)),
@@ -452,6 +507,10 @@ Status ValidateDataParallelOptions(const DataParallelOptions& options) {
     return absl::InvalidArgumentError(
         fmt::format("first_bucket_bytes is {}; it must be at least 4", options.first_bucket_bytes));
   }
+  if (options.global_batch_size < 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("global_batch_size is {}; it must be >= 0", options.global_batch_size));
+  }
   if (options.checksum_every < 0) {
     return absl::InvalidArgumentError(
         fmt::format("checksum_every is {}; it must be >= 0", options.checksum_every));
@@ -480,8 +539,10 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   const int world = collective.world_size();
   const int rank = collective.rank();
   const int64_t n = data.size();
-  const int64_t batch = options.train.batch_size;
-  const int64_t global_batch = batch * world;
+  const int64_t global_batch =
+      options.global_batch_size > 0 ? options.global_batch_size : options.train.batch_size * world;
+  // The largest slice of a global batch.
+  const int64_t batch = (global_batch + world - 1) / world;
   HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
                           MlpWorkspace::Create(backend, spec, std::min(batch, n), true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
@@ -536,15 +597,10 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                             PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes)));
   BucketReducer& reducer = *reducer_owner;
   stats.buckets = static_cast<int64_t>(reducer.buckets().size());
-  // Layer l's gradients are done: scale them by rows / m (below), then hand its buckets over.
-  // (At world size 1 the factor is exactly 1: the pass is skipped, with the same bits.)
-  const MlpWorkspace::LayerDone scale_and_reduce = [&](size_t l) {
-    if (world > 1) {
-      backend.ScaleRows(ws->grad(2 * l), 1, ws->param_size(2 * l), factor.as<float>());
-      backend.ScaleRows(ws->grad(2 * l + 1), 1, ws->param_size(2 * l + 1), factor.as<float>());
-    }
-    reducer.LayerDone(l);
-  };
+  const MlpWorkspace::LayerDone reduce = [&](size_t l) { reducer.LayerDone(l); };
+  // Batch norm over the global batch (at world size 1 the local batch is the global one).
+  RankBatchNormSync sync_bn(collective, backend, reducer);
+  if (world > 1) ws->set_batch_norm_sync(&sync_bn);
   std::vector<int64_t> order(static_cast<size_t>(n));
   float last_factor = std::nanf("");
 
@@ -617,23 +673,32 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       const int64_t m = std::min(global_batch, n - begin);
       const int64_t lo = m * rank / world, hi = m * (rank + 1) / world;
       const int64_t rows = hi - lo;
-      // Local gradients are of the slice's mean loss; rows / m turns their sum over ranks into
-      // the mean over the global batch (exactly 1/world, a power of two for 2 or 4 ranks, when
-      // the slices are equal).
+      // The loss gradient of the slice's mean loss times rows / m is that of the mean loss over
+      // the global batch (rows / m is exactly 1/world, a power of two for 2 or 4 ranks, when the
+      // slices are equal), so the gradients' sum over ranks is the global batch's gradient, and
+      // batch norm's backward pass sees the gradient of one global loss, as it must. At world
+      // size 1 the factor is exactly 1 and the pass is skipped.
       const float f = static_cast<float>(static_cast<double>(rows) / static_cast<double>(m));
       if (f != last_factor) {
         backend.CopyToDevice(factor.data(), &f, sizeof f);
         last_factor = f;
       }
+      sync_bn.set_global_rows(m);
       reducer.StartStep();
-      if (rows > 0) {
-        ws->Gather(begin + lo, rows);
+      // A batch-norm model's rank takes part in the statistics' all-reduces even with no rows.
+      if (rows > 0 || spec.batch_norm) {
+        if (rows > 0) ws->Gather(begin + lo, rows);
         ws->Forward(rows, /*training=*/true);
+        const size_t last = ws->num_layers() - 1;
+        if (world > 1 && rows > 0) {
+          backend.ScaleRows(ws->layer_grad(last), 1, rows * ws->width(last + 1),
+                            factor.as<float>());
+        }
         if (options.overlap) {
-          ws->Backward(rows, scale_and_reduce);
+          ws->Backward(rows, reduce);
         } else {
           ws->Backward(rows);
-          for (size_t l = ws->num_layers(); l-- > 0;) scale_and_reduce(l);
+          for (size_t l = ws->num_layers(); l-- > 0;) reduce(l);
         }
       } else {
         // Fewer rows than ranks in the last batch: this rank contributes zeros.
@@ -652,8 +717,8 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
   ++stats.checksums;
   HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
-  stats.reduce_seconds = reducer.reduce_seconds();
-  stats.bytes_reduced = reducer.bytes_reduced();
+  stats.reduce_seconds = reducer.reduce_seconds() + sync_bn.seconds();
+  stats.bytes_reduced = reducer.bytes_reduced() + sync_bn.bytes();
   stats.seconds = SecondsSince(start);
   return stats;
 }

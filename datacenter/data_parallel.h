@@ -2,14 +2,21 @@
 // datacenter mode's trainer, and a silo's local training.
 //
 // Every rank holds the whole dataset and draws the same shuffled order each epoch (from `seed`);
-// each global batch of world_size x batch_size rows is split into contiguous per-rank slices
-// (rank r takes the r-th), so N ranks with batch b follow the same trajectory as one rank with
-// batch N*b, up to the order of floating-point sums. A step:
+// each global batch of world_size x batch_size rows (or global_batch_size) is split into
+// contiguous per-rank slices (rank r takes the r-th), so N ranks with batch b follow the same
+// trajectory as one rank with batch N*b, up to the order of floating-point sums. A step:
 //   1. forward and backward on the rank's slice, with the same kernels as a federated client;
+//      the loss gradient is scaled by slice / global batch, so that every rank differentiates
+//      its share of the global batch's mean loss;
 //   2. as each layer's gradients are ready, its bucket (buckets of about bucket_bytes, a small
-//      first one, in reverse layer order) is scaled by slice / global batch and handed to a
-//      communication thread that all-reduces it while backward goes on;
+//      first one, in reverse layer order) is handed to a communication thread that all-reduces
+//      it while backward goes on;
 //   3. once every bucket is reduced, the identical SGD step on every rank.
+// A batch-norm model (MlpSpec::batch_norm) normalises with the statistics of the global batch
+// (SyncBatchNorm): each batch-norm layer all-reduces its per-feature sums in the forward pass
+// and again in the backward pass (kernels/batch_norm.h), on the training thread and after the
+// buckets handed over before it, so the result is one process's batch norm on the concatenated
+// batch, running statistics included. Ranks whose slice is empty still take part.
 // Parameters are broadcast from rank 0 before the first step. Every checksum_every steps, and at
 // the end, the ranks compare a BLAKE2b digest of their parameters: replicas that differ stop the
 // job with DataLoss naming the step and the ranks. A collective error (a rank died or hung) ends
@@ -84,7 +91,11 @@ struct DataParallelOptions {
   // epochs, per-rank batch_size, learning_rate, momentum, weight_decay and the backend (nullptr:
   // the CPU). The backend must suit the collective: host memory for Gloo, the GPU for NCCL.
   models::TrainOptions train;
-  uint64_t seed = 0;                     // data order; the same on every rank
+  uint64_t seed = 0;  // data order; the same on every rank
+  // > 0: the rows of one global step, split over the ranks (slice r of a global batch of m rows
+  // is [m * r / world, m * (r + 1) / world)), and train.batch_size is not used. A silo uses it
+  // to train exactly as one client with that batch would. 0: world_size x train.batch_size.
+  int64_t global_batch_size = 0;
   int64_t bucket_bytes = 25 << 20;       // gradient bucket size
   int64_t first_bucket_bytes = 1 << 20;  // the first (last layers') bucket, to start early
   int64_t checksum_every = 0;            // steps between replica checks; 0: at the end only

@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "kernels/batch_norm.h"
 #include "kernels/dense.h"
 #include "kernels/dp.h"
 #include "kernels/loss.h"
@@ -129,6 +130,26 @@ class Backend {
   // x[r, :] = features[rows[r], :] and y[r] = labels[rows[r]] for r in [0, count) (kernels/dp.h).
   virtual void GatherRows(const float* features, const int32_t* labels, int64_t cols,
                           const int64_t* rows, int64_t count, float* x, int32_t* y) = 0;
+
+  // ---- Batch normalization (kernels/batch_norm.h) -------------------------------------------
+  virtual void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) = 0;
+  virtual void BatchNormMoments(const double* sums, int64_t count, int64_t features, double eps,
+                                float* mean, float* invstd) = 0;
+  virtual void BatchNormUpdateRunning(const double* sums, int64_t count, int64_t features,
+                                      double momentum, float* running_mean, float* running_var) = 0;
+  virtual void BatchNormInvStd(const float* var, int64_t features, double eps, float* invstd) = 0;
+  virtual void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
+                                const float* invstd, const float* gamma, const float* beta,
+                                float* y) = 0;
+  virtual void BatchNormBackwardSums(const float* dy, const float* x, const float* mean,
+                                     const float* invstd, int64_t batch, int64_t features,
+                                     double* sums) = 0;
+  virtual void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma,
+                                   float* dbeta) = 0;
+  virtual void BatchNormBackwardInput(const float* dy, const float* x, const float* mean,
+                                      const float* invstd, const float* gamma, const double* sums,
+                                      int64_t count, int64_t batch, int64_t features,
+                                      float* dx) = 0;
 
   // ---- DP-SGD kernels (kernels/dp.h) ---------------------------------------------------------
   virtual void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out,

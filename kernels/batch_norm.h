@@ -17,9 +17,9 @@
 //     5. BatchNormForward(x_k, mean, invstd, gamma, beta) -> y_k
 //   backward, given dy_k = dLoss/dy_k
 //     6. BatchNormBackwardSums(dy_k, x_k, mean, invstd)   -> local sums [Σ dy, Σ dy·xhat],
-//        which are exactly this rank's dbeta (row 0) and dgamma (row 1): copy them out (as
-//        float) before the all-reduce and combine them across ranks like any other parameter
-//        gradient (using the all-reduced values instead would count them R times)
+//        which are exactly this rank's dbeta (row 0) and dgamma (row 1): copy them out
+//        (BatchNormParamGrads) before the all-reduce and combine them across ranks like any other
+//        parameter gradient (using the all-reduced values instead would count them R times)
 //     7. all-reduce (sum) the sums                -> global sums
 //     8. BatchNormBackwardInput(dy_k, x_k, mean, invstd, gamma, global sums, N) -> dx_k
 // dy on every rank must be the gradient of one global loss (e.g. the mean over all N rows): a
@@ -91,6 +91,10 @@ void BatchNormForward(const float* x, int64_t batch, int64_t features, const flo
 // in double, in row order. sums [2 * features] is overwritten (zeros when batch == 0).
 void BatchNormBackwardSums(const float* dy, const float* x, const float* mean, const float* invstd,
                            int64_t batch, int64_t features, double* sums);
+
+// This rank's parameter gradients from its backward sums (before they are all-reduced), each
+// rounded to float once: dbeta[f] = sums[f], dgamma[f] = sums[features + f].
+void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma, float* dbeta);
 
 // The input gradient given the global backward sums of all `count` rows (count >= 1):
 //   dx[r, f] = gamma[f] · invstd[f] · (dy[r, f] - sums[f] / count

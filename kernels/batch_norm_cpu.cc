@@ -72,6 +72,13 @@ void BatchNormBackwardSums(const float* dy, const float* x, const float* mean, c
   }
 }
 
+void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma, float* dbeta) {
+  for (int64_t f = 0; f < features; ++f) {
+    dbeta[f] = static_cast<float>(sums[f]);
+    dgamma[f] = static_cast<float>(sums[features + f]);
+  }
+}
+
 void BatchNormBackwardInput(const float* dy, const float* x, const float* mean, const float* invstd,
                             const float* gamma, const double* sums, int64_t count, int64_t batch,
                             int64_t features, float* dx) {

@@ -68,6 +68,39 @@ class CpuBackend final : public Backend {
                   int64_t count, float* x, int32_t* y) override {
     kernels::GatherRows(features, labels, cols, rows, count, x, y);
   }
+  void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) override {
+    kernels::BatchNormSums(x, batch, features, sums);
+  }
+  void BatchNormMoments(const double* sums, int64_t count, int64_t features, double eps,
+                        float* mean, float* invstd) override {
+    kernels::BatchNormMoments(sums, count, features, eps, mean, invstd);
+  }
+  void BatchNormUpdateRunning(const double* sums, int64_t count, int64_t features, double momentum,
+                              float* running_mean, float* running_var) override {
+    kernels::BatchNormUpdateRunning(sums, count, features, momentum, running_mean, running_var);
+  }
+  void BatchNormInvStd(const float* var, int64_t features, double eps, float* invstd) override {
+    kernels::BatchNormInvStd(var, features, eps, invstd);
+  }
+  void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
+                        const float* invstd, const float* gamma, const float* beta,
+                        float* y) override {
+    kernels::BatchNormForward(x, batch, features, mean, invstd, gamma, beta, y);
+  }
+  void BatchNormBackwardSums(const float* dy, const float* x, const float* mean,
+                             const float* invstd, int64_t batch, int64_t features,
+                             double* sums) override {
+    kernels::BatchNormBackwardSums(dy, x, mean, invstd, batch, features, sums);
+  }
+  void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma,
+                           float* dbeta) override {
+    kernels::BatchNormParamGrads(sums, features, dgamma, dbeta);
+  }
+  void BatchNormBackwardInput(const float* dy, const float* x, const float* mean,
+                              const float* invstd, const float* gamma, const double* sums,
+                              int64_t count, int64_t batch, int64_t features, float* dx) override {
+    kernels::BatchNormBackwardInput(dy, x, mean, invstd, gamma, sums, count, batch, features, dx);
+  }
   void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out, int64_t batch,
                             double* squared_norms) override {
     kernels::AddGhostSquaredNorms(a, in, d, out, batch, squared_norms);

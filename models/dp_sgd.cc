@@ -149,6 +149,13 @@ void SamplePoissonBatch(int64_t n, int64_t expected, privacy::NoiseSource& noise
   }
 }
 
+Status CheckDpSgdModel(const MlpSpec& spec) {
+  if (!spec.batch_norm) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "DP-SGD cannot train a model with batch_norm: batch normalization mixes the examples of a "
+      "batch, so clipping each example's gradient would not bound its influence; turn one off");
+}
+
 namespace internal {
 
 StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
@@ -157,6 +164,7 @@ StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
   checked.batch_size = 1;  // unused here: the batch is Poisson-sampled
   HUDDLE_RETURN_IF_ERROR(CheckTrainOptions(checked));
   HUDDLE_RETURN_IF_ERROR(CheckDpOptions(dp, n));
+  HUDDLE_RETURN_IF_ERROR(CheckDpSgdModel(spec));
   const int64_t m = dp.expected_batch_size;
   DpSgdPlan plan;
   plan.add_noise = dp.noise_multiplier > 0.0;
@@ -328,6 +336,7 @@ StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& opti
 StatusOr<std::vector<double>> PerExampleGradientNorms(const MlpSpec& spec, const TensorList& params,
                                                       const data::DatasetView& data,
                                                       int64_t batch_size) {
+  HUDDLE_RETURN_IF_ERROR(CheckDpSgdModel(spec));
   if (batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));

@@ -96,6 +96,12 @@ StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& opti
                                    const DpSgdOptions& dp, const data::DatasetView& data,
                                    privacy::NoiseSource& noise, TensorList* params);
 
+// OK when DP-SGD can train `spec`; FailedPrecondition for a batch-norm model: batch
+// normalization mixes the examples of a batch, so clipping each example's gradient would no longer
+// bound its influence on the step. TrainMlpDpSgd and the data-parallel DP-SGD check it; configs
+// check it when they are loaded.
+Status CheckDpSgdModel(const MlpSpec& spec);
+
 // One Poisson sample: *rows (cleared first) receives, in increasing order, every i in [0, n) for
 // which an independent trial with probability exactly expected / n succeeded (a uniform variate
 // compared with expected / n digit by digit in base 256, so exact; ~1 keystream byte per row).
@@ -106,7 +112,8 @@ void SamplePoissonBatch(int64_t n, int64_t expected, privacy::NoiseSource& noise
 // The L2 norm, over all parameters together, of each example's gradient of its own softmax
 // cross-entropy loss at `params`, in view order (the ghost-norm computation TrainMlpDpSgd clips
 // with), computed batch_size rows at a time (>= 1; speed and memory only). For diagnostics and
-// tests: the norms of private data are themselves NOT private. Errors as for EvaluateMlp.
+// tests: the norms of private data are themselves NOT private. Errors as for EvaluateMlp, and
+// CheckDpSgdModel's.
 StatusOr<std::vector<double>> PerExampleGradientNorms(const MlpSpec& spec, const TensorList& params,
                                                       const data::DatasetView& data,
                                                       int64_t batch_size = 256);

@@ -1,6 +1,7 @@
 // MlpSpec validation, parameter layout, initialisation and checks. Training is in mlp_train.cc.
 #include "models/mlp.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/rng.h"
@@ -44,6 +45,9 @@ Status ValidateMlpSpec(const MlpSpec& spec) {
   const std::vector<int64_t> widths = Widths(spec);
   int64_t total = 0;
   for (size_t l = 0; l + 1 < widths.size(); ++l) total += (widths[l] + 1) * widths[l + 1];
+  if (spec.batch_norm) {
+    for (int64_t w : spec.hidden) total += 4 * w;
+  }
   if (total > kMaxParams) {
     return absl::InvalidArgumentError(
         absl::StrCat("MLP spec: ", total, " parameters exceed the maximum of ", kMaxParams));
@@ -53,27 +57,45 @@ Status ValidateMlpSpec(const MlpSpec& spec) {
 
 ModelLayout MlpLayout(const MlpSpec& spec) {
   const std::vector<int64_t> widths = Widths(spec);
+  const size_t hidden = spec.hidden.size();
   ModelLayout layout;
   for (size_t l = 0; l + 1 < widths.size(); ++l) {
     layout.push_back(
         {absl::StrCat("fc", l, ".weight"), DType::kFloat32, {widths[l + 1], widths[l]}});
     layout.push_back({absl::StrCat("fc", l, ".bias"), DType::kFloat32, {widths[l + 1]}});
+    if (spec.batch_norm && l < hidden) {
+      layout.push_back({absl::StrCat("bn", l, ".weight"), DType::kFloat32, {widths[l + 1]}});
+      layout.push_back({absl::StrCat("bn", l, ".bias"), DType::kFloat32, {widths[l + 1]}});
+    }
+  }
+  for (size_t l = 0; spec.batch_norm && l < hidden; ++l) {
+    layout.push_back({absl::StrCat("bn", l, ".running_mean"), DType::kFloat32, {widths[l + 1]}});
+    layout.push_back({absl::StrCat("bn", l, ".running_var"), DType::kFloat32, {widths[l + 1]}});
   }
   return layout;
+}
+
+size_t NumTrainable(const MlpSpec& spec) {
+  const size_t hidden = spec.hidden.size();
+  return 2 * (hidden + 1) + (spec.batch_norm ? 2 * hidden : 0);
 }
 
 TensorList InitMlp(const MlpSpec& spec, uint64_t seed) {
   if (!ValidateMlpSpec(spec).ok()) return {};
   const ModelLayout layout = MlpLayout(spec);
-  const size_t num_layers = layout.size() / 2;
   TensorList params;
   params.reserve(layout.size());
   for (size_t i = 0; i < layout.size(); ++i) {
     Tensor& tensor = params.emplace_back(layout[i].name, layout[i].shape);
-    if (i % 2 == 1) continue;  // biases start at zero
-    const bool followed_by_relu = i / 2 + 1 < num_layers;
+    const std::string& name = layout[i].name;
+    if (name.ends_with("running_var") || (name.starts_with("bn") && name.ends_with(".weight"))) {
+      std::fill(tensor.data.begin(), tensor.data.end(), 1.0f);
+      continue;
+    }
+    if (!name.starts_with("fc") || !name.ends_with(".weight")) continue;  // zeros
+    const bool output_layer = name == absl::StrCat("fc", spec.hidden.size(), ".weight");
     const double fan_in = static_cast<double>(layout[i].shape[1]);
-    const double bound = std::sqrt((followed_by_relu ? 6.0 : 3.0) / fan_in);
+    const double bound = std::sqrt((output_layer ? 3.0 : 6.0) / fan_in);
     Rng rng(DeriveSeed(seed, i));
     for (float& w : tensor.data) w = static_cast<float>((2.0 * rng.Uniform() - 1.0) * bound);
   }

@@ -1,13 +1,20 @@
 // Multi-layer perceptron classifier: spec, parameter layout, initialisation, training, evaluation.
 //
-// The model is  x -> [Dense -> ReLU] x len(hidden) -> Dense -> logits,  trained with softmax
-// cross-entropy by minibatch SGD. It is the readable CPU trainer every client runs; all arithmetic
-// goes through kernels/, where faster backends plug in.
+// The model is  x -> [Dense -> (BatchNorm) -> ReLU] x len(hidden) -> Dense -> logits,  trained
+// with softmax cross-entropy by minibatch SGD. It is the readable CPU trainer every client runs;
+// all arithmetic goes through kernels/, where faster backends plug in.
 //
 // Parameters live in a TensorList the caller owns, in MlpLayout order:
 //   fc0.weight [hidden[0], input_dim], fc0.bias [hidden[0]], fc1.weight [hidden[1], hidden[0]], ...
 //   fc<L>.weight [num_classes, hidden[L-1]], fc<L>.bias [num_classes]
 // (L = hidden.size(); with no hidden layers the model is multinomial logistic regression.)
+// With batch_norm, each hidden layer l also has bn<l>.weight (gamma) and bn<l>.bias (beta)
+// [hidden[l]] right after fc<l>.bias, and the list ends with the running statistics
+// bn<l>.running_mean and bn<l>.running_var [hidden[l]] of every hidden layer, which are state,
+// not trained by gradients: training updates them from each batch (kernels/batch_norm.h, momentum
+// kBatchNormMomentum) and evaluation normalises with them. They travel with the model (files,
+// federated updates, checkpoints) like the parameters. fc<l>.bias is redundant before a batch
+// norm (its gradient is about zero) and kept so that every dense layer has the same layout.
 //
 // Determinism: InitMlp is bitwise reproducible everywhere. TrainMlp is bitwise reproducible for
 // the same inputs and seed with the same build on the same CPU model (the CPU kernels are
@@ -37,7 +44,15 @@ struct MlpSpec {
   int64_t input_dim = 784;              // features per example
   std::vector<int64_t> hidden = {128};  // widths of the ReLU layers, input to output
   int64_t num_classes = 10;             // width of the output (logit) layer, >= 2
+  bool batch_norm = false;              // batch normalization before each hidden ReLU
 };
+
+// Batch normalization's constants (PyTorch's nn.BatchNorm1d defaults).
+inline constexpr double kBatchNormEps = 1e-5;
+inline constexpr double kBatchNormMomentum = 0.1;
+
+// The number of leading MlpLayout tensors that gradients train (all but the running statistics).
+size_t NumTrainable(const MlpSpec& spec);
 
 // Limits that keep layouts sane: every width in [1, 2^24] (num_classes >= 2), at most 64 hidden
 // layers, at most 2^31 parameters in total. The error names the offending field.
@@ -48,7 +63,8 @@ ModelLayout MlpLayout(const MlpSpec& spec);
 
 // Fresh parameters: weights uniform in [-b, b] with b = sqrt(6 / fan_in) for layers followed by a
 // ReLU (He/Kaiming uniform) and b = sqrt(3 / fan_in) for the output layer (LeCun uniform); biases
-// zero. Tensor i draws from Rng(DeriveSeed(seed, i)). Returns an empty list for an invalid spec.
+// zero; batch norm's gamma and running variance 1, beta and running mean 0. Tensor i draws from
+// Rng(DeriveSeed(seed, i)). Returns an empty list for an invalid spec.
 TensorList InitMlp(const MlpSpec& spec, uint64_t seed);
 
 // OK iff `params` matches MlpLayout(spec) exactly (count, names, shapes, data sizes); otherwise an

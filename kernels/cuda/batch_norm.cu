@@ -87,6 +87,14 @@ __global__ void UpdateRunningKernel(const double* __restrict__ sums, int64_t cou
   }
 }
 
+__global__ void ParamGradsKernel(const double* __restrict__ sums, int64_t features,
+                                 float* __restrict__ dgamma, float* __restrict__ dbeta) {
+  for (int64_t f = GlobalThread(); f < features; f += GridThreads()) {
+    dbeta[f] = static_cast<float>(sums[f]);
+    dgamma[f] = static_cast<float>(sums[features + f]);
+  }
+}
+
 // invstd may be var: each element is read before it is written, by the same thread.
 __global__ void InvStdKernel(const float* var, int64_t features, double eps, float* invstd) {
   for (int64_t f = GlobalThread(); f < features; f += GridThreads()) {
@@ -169,6 +177,11 @@ void LaunchBatchNormBackwardSums(cudaStream_t stream, const float* dy, const flo
                                  int64_t features, double* sums) {
   BackwardSumsKernel<<<BlocksFor(features, kColumnThreads), kColumnThreads, 0, stream>>>(
       dy, x, mean, invstd, batch, features, sums);
+}
+
+void LaunchBatchNormParamGrads(cudaStream_t stream, const double* sums, int64_t features,
+                               float* dgamma, float* dbeta) {
+  ParamGradsKernel<<<BlocksFor(features), kThreads, 0, stream>>>(sums, features, dgamma, dbeta);
 }
 
 void LaunchBatchNormBackwardInput(cudaStream_t stream, const float* dy, const float* x,

@@ -28,6 +28,8 @@ void LaunchBatchNormForward(cudaStream_t stream, const float* x, int64_t batch, 
 void LaunchBatchNormBackwardSums(cudaStream_t stream, const float* dy, const float* x,
                                  const float* mean, const float* invstd, int64_t batch,
                                  int64_t features, double* sums);
+void LaunchBatchNormParamGrads(cudaStream_t stream, const double* sums, int64_t features,
+                               float* dgamma, float* dbeta);
 void LaunchBatchNormBackwardInput(cudaStream_t stream, const float* dy, const float* x,
                                   const float* mean, const float* invstd, const float* gamma,
                                   const double* sums, int64_t count, int64_t batch,

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstring>
 
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/launch.h"
 
 namespace huddle::kernels::cuda {
@@ -195,6 +196,57 @@ class CudaBackend final : public Backend {
     Bind();
     LaunchGatherRows(stream_, features, labels, cols, rows, count, x, y);
     Launched("GatherRows");
+  }
+  void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) override {
+    Bind();
+    LaunchBatchNormSums(stream_, x, batch, features, sums);
+    Launched("BatchNormSums");
+  }
+  void BatchNormMoments(const double* sums, int64_t count, int64_t features, double eps,
+                        float* mean, float* invstd) override {
+    Bind();
+    LaunchBatchNormMoments(stream_, sums, count, features, eps, mean, invstd);
+    Launched("BatchNormMoments");
+  }
+  void BatchNormUpdateRunning(const double* sums, int64_t count, int64_t features, double momentum,
+                              float* running_mean, float* running_var) override {
+    Bind();
+    LaunchBatchNormUpdateRunning(stream_, sums, count, features, momentum, running_mean,
+                                 running_var);
+    Launched("BatchNormUpdateRunning");
+  }
+  void BatchNormInvStd(const float* var, int64_t features, double eps, float* invstd) override {
+    Bind();
+    LaunchBatchNormInvStd(stream_, var, features, eps, invstd);
+    Launched("BatchNormInvStd");
+  }
+  void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
+                        const float* invstd, const float* gamma, const float* beta,
+                        float* y) override {
+    Bind();
+    LaunchBatchNormForward(stream_, x, batch, features, mean, invstd, gamma, beta, y);
+    Launched("BatchNormForward");
+  }
+  void BatchNormBackwardSums(const float* dy, const float* x, const float* mean,
+                             const float* invstd, int64_t batch, int64_t features,
+                             double* sums) override {
+    Bind();
+    LaunchBatchNormBackwardSums(stream_, dy, x, mean, invstd, batch, features, sums);
+    Launched("BatchNormBackwardSums");
+  }
+  void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma,
+                           float* dbeta) override {
+    Bind();
+    LaunchBatchNormParamGrads(stream_, sums, features, dgamma, dbeta);
+    Launched("BatchNormParamGrads");
+  }
+  void BatchNormBackwardInput(const float* dy, const float* x, const float* mean,
+                              const float* invstd, const float* gamma, const double* sums,
+                              int64_t count, int64_t batch, int64_t features, float* dx) override {
+    Bind();
+    LaunchBatchNormBackwardInput(stream_, dy, x, mean, invstd, gamma, sums, count, batch, features,
+                                 dx);
+    Launched("BatchNormBackwardInput");
   }
   void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out, int64_t batch,
                             double* squared_norms) override {

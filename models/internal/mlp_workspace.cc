@@ -7,14 +7,17 @@
 namespace huddle::models::internal {
 
 MlpWorkspace::MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool training)
-    : backend_(&backend), training_(training) {
+    : backend_(&backend), batch_norm_(spec.batch_norm), training_(training) {
   widths_ = {spec.input_dim};
   widths_.insert(widths_.end(), spec.hidden.begin(), spec.hidden.end());
   widths_.push_back(spec.num_classes);
-  for (size_t l = 0; l + 1 < widths_.size(); ++l) {
-    sizes_.push_back(widths_[l + 1] * widths_[l]);
-    sizes_.push_back(widths_[l + 1]);
+  for (const TensorSpec& t : MlpLayout(spec)) sizes_.push_back(t.NumElements());
+  num_trainable_ = NumTrainable(spec);
+  for (size_t l = 0, i = 0; l <= num_layers(); ++l) {
+    first_param_.push_back(i);
+    i += batch_norm_ && l + 1 < num_layers() ? 4 : 2;
   }
+  first_param_.back() = num_trainable_;
   for (int64_t size : sizes_) {
     offsets_.push_back(params_span_);
     params_span_ += (size + kParamAlign - 1) / kParamAlign * kParamAlign;
@@ -37,6 +40,20 @@ StatusOr<std::unique_ptr<MlpWorkspace>> MlpWorkspace::Create(kernels::Backend& b
   ws->ResetTotals();
   ws->acts_.resize(ws->num_layers());
   if (training) ws->dacts_.resize(ws->num_layers());
+  if (ws->batch_norm_) {
+    const size_t hidden = ws->num_layers() - 1;
+    ws->pre_.resize(hidden);
+    for (size_t l = 0; l < hidden; ++l) {
+      const int64_t width = ws->widths_[l + 1];
+      HUDDLE_ASSIGN_OR_RETURN(ws->invstd_.emplace_back(),
+                              backend.Allocate(width * static_cast<int64_t>(sizeof(float))));
+      if (!training) continue;
+      HUDDLE_ASSIGN_OR_RETURN(ws->mean_.emplace_back(),
+                              backend.Allocate(width * static_cast<int64_t>(sizeof(float))));
+      HUDDLE_ASSIGN_OR_RETURN(ws->sums_.emplace_back(),
+                              backend.Allocate(2 * width * static_cast<int64_t>(sizeof(double))));
+    }
+  }
   HUDDLE_RETURN_IF_ERROR(ws->Reserve(max_batch));
   return ws;
 }
@@ -49,6 +66,9 @@ Status MlpWorkspace::Reserve(int64_t max_batch) {
                           backend_->Allocate(max_batch * static_cast<int64_t>(sizeof(int32_t))));
   for (size_t l = 0; l < num_layers(); ++l) {
     HUDDLE_ASSIGN_OR_RETURN(acts_[l], backend_->Allocate(max_batch * widths_[l + 1] * kFloat));
+    if (l < pre_.size()) {
+      HUDDLE_ASSIGN_OR_RETURN(pre_[l], backend_->Allocate(max_batch * widths_[l + 1] * kFloat));
+    }
     if (training_) {
       HUDDLE_ASSIGN_OR_RETURN(dacts_[l], backend_->Allocate(max_batch * widths_[l + 1] * kFloat));
     }
@@ -155,11 +175,41 @@ void MlpWorkspace::Gather(int64_t begin, int64_t count) {
 
 void MlpWorkspace::Forward(int64_t batch, bool training) {
   const float* input = x_.as<float>();
+  const int64_t count = sync_ != nullptr ? sync_->global_rows() : batch;
   for (size_t l = 0; l < num_layers(); ++l) {
-    const kernels::DenseShape shape{batch, widths_[l], widths_[l + 1]};
+    const int64_t width = widths_[l + 1];
+    const kernels::DenseShape shape{batch, widths_[l], width};
+    const size_t p = first_param_[l];
     float* out = layer_output(l);
-    backend_->DenseForward(shape, input, param(2 * l), param(2 * l + 1), out);
-    if (l + 1 < num_layers()) backend_->ReluForward(out, batch * widths_[l + 1]);
+    const bool hidden = l + 1 < num_layers();
+    if (!hidden || !batch_norm_) {
+      backend_->DenseForward(shape, input, param(p), param(p + 1), out);
+      if (hidden) backend_->ReluForward(out, batch * width);
+      input = out;
+      continue;
+    }
+    // Dense -> BatchNorm -> ReLU: the dense output is kept for the backward pass.
+    float* pre = pre_[l].as<float>();
+    backend_->DenseForward(shape, input, param(p), param(p + 1), pre);
+    const float* gamma = param(p + 2);
+    const float* beta = param(p + 3);
+    float* running_mean = param(num_trainable_ + 2 * l);
+    float* running_var = param(num_trainable_ + 2 * l + 1);
+    float* invstd = invstd_[l].as<float>();
+    if (training) {
+      auto* sums = sums_[l].as<double>();
+      backend_->BatchNormSums(pre, batch, width, sums);
+      if (sync_ != nullptr) sync_->AllReduceSum(sums, 2 * width);
+      float* mean = mean_[l].as<float>();
+      backend_->BatchNormMoments(sums, count, width, kBatchNormEps, mean, invstd);
+      backend_->BatchNormUpdateRunning(sums, count, width, kBatchNormMomentum, running_mean,
+                                       running_var);
+      backend_->BatchNormForward(pre, batch, width, mean, invstd, gamma, beta, out);
+    } else {
+      backend_->BatchNormInvStd(running_var, width, kBatchNormEps, invstd);
+      backend_->BatchNormForward(pre, batch, width, running_mean, invstd, gamma, beta, out);
+    }
+    backend_->ReluForward(out, batch * width);
     input = out;
   }
   backend_->SoftmaxCrossEntropy(layer_output(num_layers() - 1), labels_.as<int32_t>(), batch,
@@ -168,20 +218,36 @@ void MlpWorkspace::Forward(int64_t batch, bool training) {
 }
 
 void MlpWorkspace::Backward(int64_t batch, const LayerDone& layer_done) {
+  const int64_t count = sync_ != nullptr ? sync_->global_rows() : batch;
   for (size_t l = num_layers(); l-- > 0;) {
     const kernels::DenseShape shape{batch, widths_[l], widths_[l + 1]};
     const float* input = l == 0 ? x_.as<float>() : layer_output(l - 1);
     float* dinput = l == 0 ? nullptr : layer_grad(l - 1);
-    backend_->DenseBackward(shape, input, param(2 * l), layer_grad(l), grad(2 * l), grad(2 * l + 1),
-                            dinput);
+    const size_t p = first_param_[l];
+    backend_->DenseBackward(shape, input, param(p), layer_grad(l), grad(p), grad(p + 1), dinput);
     if (layer_done) layer_done(l);
-    if (dinput != nullptr) backend_->ReluBackward(layer_output(l - 1), dinput, batch * widths_[l]);
+    if (dinput == nullptr) continue;
+    const int64_t width = widths_[l];
+    backend_->ReluBackward(layer_output(l - 1), dinput, batch * width);
+    if (!batch_norm_) continue;
+    // Through layer l - 1's batch norm, to the gradient of its dense output.
+    const size_t q = first_param_[l - 1];
+    const float* pre = pre_[l - 1].as<float>();
+    const float* mean = mean_[l - 1].as<float>();
+    const float* invstd = invstd_[l - 1].as<float>();
+    auto* sums = sums_[l - 1].as<double>();
+    backend_->BatchNormBackwardSums(dinput, pre, mean, invstd, batch, width, sums);
+    backend_->BatchNormParamGrads(sums, width, grad(q + 2), grad(q + 3));
+    if (sync_ != nullptr) sync_->AllReduceSum(sums, 2 * width);
+    backend_->BatchNormBackwardInput(dinput, pre, mean, invstd, param(q + 2), sums, count, batch,
+                                     width, dinput);
   }
 }
 
 Status MlpWorkspace::EnsureVelocity() {
   if (!velocity_.empty()) return absl::OkStatus();
-  for (int64_t size : sizes_) {
+  for (size_t i = 0; i < num_trainable_; ++i) {
+    const int64_t size = sizes_[i];
     HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer v,
                             backend_->Allocate(size * static_cast<int64_t>(sizeof(float))));
     backend_->Zero(v.data(), v.bytes());
@@ -209,12 +275,12 @@ Status MlpWorkspace::UploadVelocity(const TensorList& velocity) {
     velocity_.clear();
     return absl::OkStatus();
   }
-  if (velocity.size() != sizes_.size()) {
+  if (velocity.size() != num_trainable_) {
     return absl::InvalidArgumentError(absl::StrCat("momentum state has ", velocity.size(),
-                                                   " tensors; the model has ", sizes_.size(),
-                                                   " parameters"));
+                                                   " tensors; the model has ", num_trainable_,
+                                                   " trained parameters"));
   }
-  for (size_t i = 0; i < sizes_.size(); ++i) {
+  for (size_t i = 0; i < num_trainable_; ++i) {
     if (static_cast<int64_t>(velocity[i].data.size()) != sizes_[i]) {
       return absl::InvalidArgumentError(absl::StrCat("momentum tensor ", i, " has ",
                                                      velocity[i].data.size(), " values; parameter ",
@@ -222,7 +288,7 @@ Status MlpWorkspace::UploadVelocity(const TensorList& velocity) {
     }
   }
   HUDDLE_RETURN_IF_ERROR(EnsureVelocity());
-  for (size_t i = 0; i < sizes_.size(); ++i) {
+  for (size_t i = 0; i < num_trainable_; ++i) {
     backend_->CopyToDevice(velocity_[i].data(), velocity[i].data.data(), velocity_[i].bytes());
   }
   return absl::OkStatus();
@@ -230,7 +296,7 @@ Status MlpWorkspace::UploadVelocity(const TensorList& velocity) {
 
 Status MlpWorkspace::Step(const kernels::SgdHyper& hyper) {
   if (hyper.momentum != 0.0f) HUDDLE_RETURN_IF_ERROR(EnsureVelocity());
-  for (size_t i = 0; i < sizes_.size(); ++i) {
+  for (size_t i = 0; i < num_trainable_; ++i) {
     float* velocity = velocity_.empty() ? nullptr : velocity_[i].as<float>();
     backend_->SgdStep(hyper, grad(i), param(i), velocity, sizes_[i]);
   }

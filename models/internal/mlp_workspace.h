@@ -8,8 +8,9 @@
 // (SetOrder). Loss totals accumulate on the device and are read when the caller chooses
 // (ReadTotals, one wait), so the inner loop never waits for the host.
 //
-// Layer l maps width(l) -> width(l + 1) with parameters param(2l) (weight [out, in]) and
-// param(2l + 1) (bias [out]); MlpLayout order.
+// Layer l maps width(l) -> width(l + 1) with parameters param(first_param(l)) (weight [out, in])
+// and param(first_param(l) + 1) (bias [out]), then, for a hidden layer of a batch-norm model,
+// gamma and beta; the running statistics follow every trainable parameter (MlpLayout order).
 // Thread-safety: an MlpWorkspace is used by one thread at a time.
 #pragma once
 
@@ -74,14 +75,32 @@ class MlpWorkspace {
   // with training, also writes dLoss/dlogits (of the batch's mean loss) into layer_grad(last).
   void Forward(int64_t batch, bool training);
   // Backward pass after Forward(training=true): fills grad(i) for every parameter, last layer
-  // first. `layer_done(l)`, when given, is called as soon as layer l's gradients (grad(2l) and
-  // grad(2l + 1)) have been enqueued on the backend: a data-parallel trainer starts reducing them
-  // while the earlier layers are still being differentiated.
+  // first. `layer_done(l)`, when given, is called as soon as layer l's gradients (grad(i) for i
+  // in [first_param(l), first_param(l + 1))) have been enqueued on the backend: a data-parallel
+  // trainer starts reducing them while the earlier layers are still being differentiated.
   using LayerDone = std::function<void(size_t layer)>;
   void Backward(int64_t batch, const LayerDone& layer_done = {});
-  // One SGD step on every parameter from grad(i). Momentum buffers are zeroed on first use.
+  // SyncBatchNorm: how a data-parallel trainer makes a batch-norm layer's statistics those of
+  // the global batch spread over its ranks (kernels/batch_norm.h's steps 2 and 7). Forward and
+  // Backward call it, on the training thread, once per batch-norm layer each.
+  class BatchNormSync {
+   public:
+    virtual ~BatchNormSync() = default;
+    // Rows of the current step's global batch over all ranks (>= 1).
+    virtual int64_t global_rows() const = 0;
+    // Sums the `count` doubles at `sums` (backend memory, enqueued work pending) over the ranks,
+    // in place. A failure is kept by the implementation and reported after the step.
+    virtual void AllReduceSum(double* sums, int64_t count) = 0;
+  };
+  // nullptr (the default): the batch is all there is (one process).
+  void set_batch_norm_sync(BatchNormSync* sync) { sync_ = sync; }
+  bool batch_norm() const { return batch_norm_; }
+
+  // One SGD step on every trainable parameter from grad(i). Momentum buffers are zeroed on first
+  // use.
   Status Step(const kernels::SgdHyper& hyper);
-  // The momentum buffers, one per parameter (empty before a step with momentum): for checkpoints.
+  // The momentum buffers, one per trainable parameter (empty before a step with momentum): for
+  // checkpoints.
   // UploadVelocity allocates them; `velocity` must be empty or match the parameters' sizes.
   Status DownloadVelocity(TensorList* velocity);
   Status UploadVelocity(const TensorList& velocity);
@@ -100,6 +119,14 @@ class MlpWorkspace {
   float* layer_output(size_t l) const { return acts_[l].as<float>(); }  // [batch, width(l + 1)]
   float* layer_grad(size_t l) const { return dacts_[l].as<float>(); }   // dLoss/d layer_output(l)
   size_t num_params() const { return sizes_.size(); }
+  // Parameters [0, num_trainable()) are trained by gradients; the rest are batch norm's running
+  // statistics, at params_base() + trainable_span() onwards.
+  size_t num_trainable() const { return num_trainable_; }
+  int64_t trainable_span() const {
+    return num_trainable_ < offsets_.size() ? offsets_[num_trainable_] : params_span_;
+  }
+  // Index of fc<l>.weight (l <= num_layers(); first_param(num_layers()) = num_trainable()).
+  size_t first_param(size_t l) const { return first_param_[l]; }
   int64_t param_size(size_t i) const { return sizes_[i]; }
   float* param(size_t i) const { return params_base() + offsets_[i]; }
   // Gradients (training only), in the parameters' layout: grad(i) = grads_base() + param_offset(i).
@@ -114,6 +141,9 @@ class MlpWorkspace {
   std::vector<int64_t> sizes_;    // elements of each parameter, MlpLayout order
   std::vector<int64_t> offsets_;  // where each starts in params_, in floats
   int64_t params_span_ = 0;       // floats in params_
+  size_t num_trainable_ = 0;
+  std::vector<size_t> first_param_;  // per layer, and num_trainable_ at the end
+  bool batch_norm_ = false;
   bool training_;
   int64_t capacity_ = 0;
   kernels::DeviceBuffer x_, labels_;             // [capacity, input_dim], [capacity]
@@ -124,6 +154,11 @@ class MlpWorkspace {
   kernels::DeviceBuffer grads_;                  // dLoss/d params (training), params_ layout
   std::vector<kernels::DeviceBuffer> velocity_;  // momentum, allocated on first use
   kernels::DeviceBuffer totals_;                 // one LossAccumulator
+  // Batch norm, per hidden layer: the dense output it normalises [capacity, width], the batch's
+  // mean and inverse std (training; evaluation keeps the inverse running std in invstd_), and
+  // the per-feature sums [2, width] (double) of the forward and then the backward pass.
+  std::vector<kernels::DeviceBuffer> pre_, mean_, invstd_, sums_;
+  BatchNormSync* sync_ = nullptr;
   // Data: features [rows, input_dim] and labels [rows] addressable by the backend; view_rows_
   // maps a view position to a row there (empty: identity, the rows were uploaded in view order).
   const float* features_ = nullptr;
