@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 #include "data/fashion_mnist.h"
+#include "models/mlp.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -59,18 +60,8 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
     std::fflush(stdout);
   };
   coordinator::Coordinator coord(o, transport, SteadyClock::Get(), evaluator, on_round);
-  std::printf(
-      "job '%s': %lld rounds, model mlp %lld-%s-%lld\n", o.job_name.c_str(),
-      static_cast<long long>(o.rounds), static_cast<long long>(o.model.input_dim),
-      [&] {
-        std::string s;
-        for (size_t i = 0; i < o.model.hidden.size(); ++i) {
-          s += (i ? "-" : "") + std::to_string(o.model.hidden[i]);
-        }
-        return s;
-      }()
-          .c_str(),
-      static_cast<long long>(o.model.num_classes));
+  std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
+              static_cast<long long>(o.rounds), models::DescribeMlp(o.model).c_str());
   std::fflush(stdout);
   Status st = coord.Run(&StopFlag());
   if (!st.ok()) {

@@ -324,11 +324,9 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
     return absl::OkStatus();
   };
   if (f.rank == 0 && !resume) {
-    std::printf("%s: %d rank(s), %s, model mlp %lld-%s-%lld, global batch %lld, %lld epochs\n",
-                kCommand, f.world_size, std::string((*collective)->backend()).c_str(),
-                static_cast<long long>(c.model.input_dim),
-                fmt::format("{}", fmt::join(c.model.hidden, "-")).c_str(),
-                static_cast<long long>(c.model.num_classes),
+    std::printf("%s: %d rank(s), %s, model %s, global batch %lld, %lld epochs\n", kCommand,
+                f.world_size, std::string((*collective)->backend()).c_str(),
+                models::DescribeMlp(c.model).c_str(),
                 static_cast<long long>(c.dp_sgd ? c.dp_sgd->dp.expected_batch_size
                                                 : c.train.batch_size * f.world_size),
                 static_cast<long long>(c.train.epochs));

@@ -118,8 +118,17 @@ Status ReadModel(ConfigMap& top, models::MlpSpec* spec) {
   HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &spec->input_dim, 1, 1 << 24));
   HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &spec->hidden, 1, 1 << 16));
   HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &spec->num_classes, 2, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(model.Optional("batch_norm", &spec->batch_norm));
   HUDDLE_RETURN_IF_ERROR(model.Finish());
   if (spec->hidden.empty()) spec->hidden = {128};
+  return absl::OkStatus();
+}
+
+// `train.dp_sgd` cannot train every model (models::CheckDpSgdModel).
+Status DpSgdFitsModel(ConfigMap& train, const models::MlpSpec& model) {
+  if (Status st = models::CheckDpSgdModel(model); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(train.Where("dp_sgd"), ": ", st.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -164,6 +173,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   if (train.Has("dp_sgd")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap dp, train.Child("dp_sgd"));
     HUDDLE_RETURN_IF_ERROR(ReadDpSgd(dp, &o.train));
+    HUDDLE_RETURN_IF_ERROR(DpSgdFitsModel(train, o.model));
   }
   HUDDLE_RETURN_IF_ERROR(train.Finish());
 
@@ -310,6 +320,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
     d.accountant =
         accountant == "pld" ? privacy::AccountantKind::kPld : privacy::AccountantKind::kRdp;
     HUDDLE_RETURN_IF_ERROR(dp.Finish());
+    HUDDLE_RETURN_IF_ERROR(DpSgdFitsModel(train, c.model));
     c.dp_sgd = d;
   }
   HUDDLE_RETURN_IF_ERROR(train.Finish());

@@ -39,10 +39,11 @@ struct CollectiveOptions {
 };
 
 // An all-reduce (sum) of one fixed buffer, set up once and run many times: a data-parallel
-// trainer's gradient buckets. Backends that can arrange their transfers in advance do (Gloo:
-// halving-doubling on the bound buffer, about 1 ms cheaper per call than a new-style all-reduce
-// here); the others run the plain all-reduce. Every rank prepares the same buffers in the same
-// order, runs them in the same order, and keeps the buffer alive while the object lives.
+// trainer's gradient buckets and batch-norm statistics. Backends that can arrange their transfers
+// in advance do (Gloo: halving-doubling on the bound buffer, about 1 ms cheaper per call than a
+// new-style all-reduce here); the others run the plain all-reduce. Every rank prepares the same
+// buffers in the same order, runs them in the same order, and keeps the buffer alive while the
+// object lives.
 class PreparedAllReduce {
  public:
   virtual ~PreparedAllReduce() = default;
@@ -63,6 +64,7 @@ class Collective {
   // The same sum, prepared once for repeated use on `data` (see PreparedAllReduce). The default
   // runs AllReduceSum each time.
   virtual StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<float> data);
+  virtual StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<double> data);
   // Copies `root`'s bytes into every rank's `data` (same size everywhere).
   virtual Status Broadcast(std::span<std::byte> data, int root) = 0;
   // out.size() == in.size() * world_size(); rank r's `in` lands at out[r * in.size(), ...).

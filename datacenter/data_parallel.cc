@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -208,14 +209,21 @@ class RankBatchNormSync final : public MlpWorkspace::BatchNormSync {
   void set_global_rows(int64_t rows) { rows_ = rows; }
   int64_t global_rows() const override { return rows_; }
 
+  // Each layer's sums buffer is prepared for repeated all-reduces on first use (the first step
+  // visits the layers in the same order on every rank, so the preparations match too).
   void AllReduceSum(double* sums, int64_t count) override {
     reducer_.RunInOrder([&]() -> Status {
       // A GPU computes asynchronously: the sums must be there before the collective reads them.
       if (backend_.kind() != kernels::DeviceKind::kCpu) {
         HUDDLE_RETURN_IF_ERROR(backend_.Synchronize());
       }
+      std::unique_ptr<PreparedAllReduce>& prepared = prepared_[sums];
+      if (prepared == nullptr) {
+        HUDDLE_ASSIGN_OR_RETURN(prepared, collective_.PrepareAllReduceSum(
+                                              std::span<double>(sums, static_cast<size_t>(count))));
+      }
       const auto start = SteadyTime::now();
-      Status s = collective_.AllReduceSum(std::span<double>(sums, static_cast<size_t>(count)));
+      Status s = prepared->Run();
       seconds_ += SecondsSince(start);
       bytes_ += count * static_cast<int64_t>(sizeof(double));
       return s;
@@ -229,6 +237,7 @@ class RankBatchNormSync final : public MlpWorkspace::BatchNormSync {
   Collective& collective_;
   kernels::Backend& backend_;
   BucketReducer& reducer_;
+  std::map<double*, std::unique_ptr<PreparedAllReduce>> prepared_;
   int64_t rows_ = 1;
   double seconds_ = 0;
   int64_t bytes_ = 0;

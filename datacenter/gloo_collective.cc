@@ -62,10 +62,12 @@ void Sum(void* c, const void* a, const void* b, size_t n) {
 }
 
 // x += y, element-wise (Gloo's legacy reduction signature).
-void SumInPlace(float* x, const float* y, size_t n) {
+template <typename T>
+void SumInPlace(T* x, const T* y, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] += y[i];
 }
-const gloo::ReductionFunction<float> kSumInPlace(gloo::SUM, &SumInPlace);
+template <typename T>
+const gloo::ReductionFunction<T> kSumInPlace(gloo::SUM, &SumInPlace<T>);
 
 class GlooCollective final : public Collective {
  public:
@@ -80,16 +82,11 @@ class GlooCollective final : public Collective {
   Status AllReduceSum(std::span<double> data) override { return AllReduce(data, &Sum<double>); }
 
   StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<float> data) override {
-    if (data.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-      return Collective::PrepareAllReduceSum(data);
-    }
-    std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> algorithm;
-    HUDDLE_RETURN_IF_ERROR(Run("all-reduce set-up", data.size_bytes(), [&] {
-      algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
-          context_, std::vector<float*>{data.data()}, static_cast<int>(data.size()), &kSumInPlace);
-    }));
-    return std::unique_ptr<PreparedAllReduce>(
-        std::make_unique<Prepared>(*this, std::move(algorithm), data.size_bytes()));
+    return Prepare(data);
+  }
+  StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(
+      std::span<double> data) override {
+    return Prepare(data);
   }
 
   Status Broadcast(std::span<std::byte> data, int root) override {
@@ -132,9 +129,10 @@ class GlooCollective final : public Collective {
  private:
   // Halving-doubling on a bound buffer: its pairs' buffers are registered once, in the same
   // order on every rank (preparation is collective), and reused by every Run.
+  template <typename T>
   class Prepared final : public PreparedAllReduce {
    public:
-    Prepared(GlooCollective& owner, std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> a,
+    Prepared(GlooCollective& owner, std::unique_ptr<gloo::AllreduceHalvingDoubling<T>> a,
              size_t bytes)
         : owner_(owner), algorithm_(std::move(a)), bytes_(bytes) {}
     Status Run() override {
@@ -143,9 +141,23 @@ class GlooCollective final : public Collective {
 
    private:
     GlooCollective& owner_;
-    std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> algorithm_;
+    std::unique_ptr<gloo::AllreduceHalvingDoubling<T>> algorithm_;
     size_t bytes_;
   };
+
+  template <typename T>
+  StatusOr<std::unique_ptr<PreparedAllReduce>> Prepare(std::span<T> data) {
+    if (data.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return Collective::PrepareAllReduceSum(data);
+    }
+    std::unique_ptr<gloo::AllreduceHalvingDoubling<T>> algorithm;
+    HUDDLE_RETURN_IF_ERROR(Run("all-reduce set-up", data.size_bytes(), [&] {
+      algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+          context_, std::vector<T*>{data.data()}, static_cast<int>(data.size()), &kSumInPlace<T>);
+    }));
+    return std::unique_ptr<PreparedAllReduce>(
+        std::make_unique<Prepared<T>>(*this, std::move(algorithm), data.size_bytes()));
+  }
 
   template <typename T>
   Status AllReduce(std::span<T> data, void (*sum)(void*, const void*, const void*, size_t)) {

@@ -66,7 +66,7 @@ struct SameFields {
   bool operator()(const wire::Welcome& a, const wire::Welcome& b) const {
     return a.job_name == b.job_name && a.model.kind == b.model.kind &&
            a.model.input_dim == b.model.input_dim && a.model.hidden == b.model.hidden &&
-           a.model.num_classes == b.model.num_classes &&
+           a.model.num_classes == b.model.num_classes && a.model.batch_norm == b.model.batch_norm &&
            a.heartbeat_interval_ms == b.heartbeat_interval_ms;
   }
   bool operator()(const wire::FitInstruction& a, const wire::FitInstruction& b) const {

@@ -75,6 +75,13 @@ ModelLayout MlpLayout(const MlpSpec& spec) {
   return layout;
 }
 
+std::string DescribeMlp(const MlpSpec& spec) {
+  std::string s = absl::StrCat("mlp ", spec.input_dim);
+  for (int64_t w : spec.hidden) absl::StrAppend(&s, "-", w);
+  absl::StrAppend(&s, "-", spec.num_classes, spec.batch_norm ? " (batch norm)" : "");
+  return s;
+}
+
 size_t NumTrainable(const MlpSpec& spec) {
   const size_t hidden = spec.hidden.size();
   return 2 * (hidden + 1) + (spec.batch_norm ? 2 * hidden : 0);

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/clock.h"
@@ -57,6 +58,9 @@ size_t NumTrainable(const MlpSpec& spec);
 // Limits that keep layouts sane: every width in [1, 2^24] (num_classes >= 2), at most 64 hidden
 // layers, at most 2^31 parameters in total. The error names the offending field.
 Status ValidateMlpSpec(const MlpSpec& spec);
+
+// For logs: "mlp 784-128-10", with " (batch norm)" when it has.
+std::string DescribeMlp(const MlpSpec& spec);
 
 // Names and shapes of the parameters (see above). Precondition: ValidateMlpSpec(spec).ok().
 ModelLayout MlpLayout(const MlpSpec& spec);

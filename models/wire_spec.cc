@@ -11,6 +11,7 @@ StatusOr<MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec) {
   m.input_dim = spec.input_dim;
   m.hidden = spec.hidden;
   m.num_classes = spec.num_classes;
+  m.batch_norm = spec.batch_norm;
   HUDDLE_RETURN_IF_ERROR(ValidateMlpSpec(m));
   return m;
 }
@@ -21,6 +22,7 @@ wire::ModelSpec MlpSpecToWire(const MlpSpec& spec) {
   w.input_dim = spec.input_dim;
   w.hidden = spec.hidden;
   w.num_classes = spec.num_classes;
+  w.batch_norm = spec.batch_norm;
   return w;
 }
 

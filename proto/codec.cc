@@ -39,6 +39,7 @@ void ToProto(const ModelSpec& m, pb::ModelSpec* p) {
   p->set_input_dim(m.input_dim);
   for (int64_t h : m.hidden) p->add_hidden(h);
   p->set_num_classes(m.num_classes);
+  p->set_batch_norm(m.batch_norm);
 }
 
 void ToProto(const TrainConfig& t, pb::TrainConfig* p) {
@@ -115,6 +116,7 @@ StatusOr<ModelSpec> FromProto(const pb::ModelSpec& p, const CodecLimits& limits)
   m.input_dim = p.input_dim();
   m.hidden.assign(p.hidden().begin(), p.hidden().end());
   m.num_classes = p.num_classes();
+  m.batch_norm = p.batch_norm();
   return m;
 }
 

@@ -53,6 +53,7 @@ struct ModelSpec {
   int64_t input_dim = 0;
   std::vector<int64_t> hidden;
   int64_t num_classes = 0;
+  bool batch_norm = false;
 };
 
 // Example-level DP-SGD inside the client (models/dp_sgd.h): Poisson batches of expected size

@@ -178,5 +178,24 @@ TEST(JobConfigTest, PrivacyMistakesAreClearErrors) {
             std::string::npos);
 }
 
+TEST(JobConfigTest, BatchNormIsReadAndRefusedWithDpSgd) {
+  auto job = LoadJobConfig(Write("bn", "model: {hidden: [16], batch_norm: true}"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->coordinator.model.batch_norm);
+  auto dc = LoadDatacenterConfig(Write("bn_dc", "model: {batch_norm: true}"));
+  ASSERT_TRUE(dc.ok()) << dc.status();
+  EXPECT_TRUE(dc->model.batch_norm);
+  const std::string refused =
+      ErrorOf("model: {batch_norm: true}\ntrain: {dp_sgd: {noise_multiplier: 1}}");
+  EXPECT_NE(refused.find("train.dp_sgd"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("batch_norm"), std::string::npos) << refused;
+  auto dc_dp = LoadDatacenterConfig(Write(
+      "bn_dc_dp", "model: {batch_norm: true}\ntrain: {dp_sgd: {expected_batch_size: 64}}"));
+  ASSERT_FALSE(dc_dp.ok());
+  EXPECT_NE(dc_dp.status().message().find("batch_norm"), std::string::npos) << dc_dp.status();
+  EXPECT_NE(ErrorOf("model: {batch_norm: yes please}").find("model.batch_norm"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace huddle::cli

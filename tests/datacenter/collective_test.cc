@@ -64,9 +64,9 @@ void ExpectAllReduceIsConsistent(int world, size_t n, bool prepared = false) {
   std::vector<std::vector<T>> results(world);
   RunRanks(world, [&](int r, Collective& c) {
     std::vector<T> data = RankInput<T>(r, n);
-    if constexpr (std::is_same_v<T, float>) {
+    {
       if (prepared) {
-        auto p = c.PrepareAllReduceSum(std::span<float>(data));
+        auto p = c.PrepareAllReduceSum(std::span<T>(data));
         ASSERT_TRUE(p.ok()) << p.status();
         for (int run = 0; run < 3; ++run) {
           const std::vector<T> fresh = RankInput<T>(r, n);
@@ -118,6 +118,8 @@ TEST(GlooCollective, PreparedAllReduceGivesEveryRankTheSameBits) {
       ExpectAllReduceIsConsistent<float>(world, n, /*prepared=*/true);
     }
   }
+  // Doubles (batch norm's statistics).
+  for (int world : {2, 3, 4}) ExpectAllReduceIsConsistent<double>(world, 512, /*prepared=*/true);
 }
 
 TEST(GlooCollective, AllReduceAtWorldSizeOneIsTheIdentity) {

@@ -43,8 +43,9 @@ inline Message SampleJoin() {
   return MakeMessage(Join{"client-17", 1234, "huddle-0.1"}, 0, "client-17");
 }
 inline Message SampleWelcome() {
-  return MakeMessage(Welcome{"mnist-fedavg", ModelSpec{"mlp", 784, {128, 64}, 10}, 1500}, 3,
-                     "coordinator");
+  return MakeMessage(
+      Welcome{"mnist-fedavg", ModelSpec{"mlp", 784, {128, 64}, 10, /*batch_norm=*/true}, 1500}, 3,
+      "coordinator");
 }
 inline Message SampleFitInstruction() {
   Message m = MakeMessage(
@@ -97,10 +98,11 @@ inline std::string Describe(const Message& m) {
     }
     std::string operator()(const Welcome& b) const {
       return fmt::format(
-          "Welcome{{job_name={} model={{kind={} input_dim={} hidden=[{}] num_classes={}}} "
+          "Welcome{{job_name={} model={{kind={} input_dim={} hidden=[{}] num_classes={} "
+          "batch_norm={}}} "
           "heartbeat_interval_ms={}}}",
           b.job_name, b.model.kind, b.model.input_dim, fmt::join(b.model.hidden, ","),
-          b.model.num_classes, b.heartbeat_interval_ms);
+          b.model.num_classes, b.model.batch_norm, b.heartbeat_interval_ms);
     }
     std::string operator()(const FitInstruction& b) const {
       const std::string dp =
