@@ -353,6 +353,44 @@ TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
       << refused[1].status;
 }
 
+// A batch-norm model's checkpoint carries the running statistics (with the parameters) and the
+// momentum of the trained tensors only; resuming from it continues the same run bitwise.
+TEST(DataParallel, BatchNormResumeEqualsAnUninterruptedRun) {
+  const models::MlpSpec spec{20, {32, 16}, 4, /*batch_norm=*/true};
+  const data::Dataset data = models::Blobs(300, spec.input_dim, spec.num_classes, 8);
+  auto options = [](int) {
+    DataParallelOptions o = BaseOptions(8);
+    o.train.epochs = 2;
+    return o;
+  };
+  auto straight = TrainModel(spec, 2, data, options);
+  ASSERT_TRUE(straight[0].status.ok()) << straight[0].status;
+  const std::string path = testing::TempDir() + "/dc_bn_resume_checkpoint.bin";
+  auto stopped = TrainModel(spec, 2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    o.state_on_rank0 = true;
+    o.on_epoch = [path, r](const EpochReport& report) -> Status {
+      if (r == 0) HUDDLE_RETURN_IF_ERROR(WriteTrainingState(path, *report.state));
+      return absl::AbortedError("killed after the first epoch");
+    };
+    return o;
+  });
+  ASSERT_TRUE(absl::IsAborted(stopped[0].status)) << stopped[0].status;
+  auto saved = ReadTrainingState(path);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->params.size(), models::MlpLayout(spec).size());
+  EXPECT_EQ(saved->velocity.size(), models::NumTrainable(spec));
+  auto resumed = TrainModel(spec, 2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    if (r == 0) o.resume = &saved.value();
+    return o;
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
+    EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
+  }
+}
+
 TEST(DataParallel, DamagedCheckpointsAreRefused) {
   TrainingState s;
   s.epochs_done = 2;
