@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "kernels/activation.h"
 #include "kernels/backend.h"
+#include "kernels/batch_norm.h"
 #include "kernels/dense.h"
 #include "kernels/dp.h"
 #include "kernels/loss.h"
@@ -260,6 +261,93 @@ TEST_F(ParityTest, OneEpochOfTrainingMatchesTheCpu) {
     std::vector<double> ref(on_cpu[t].data.begin(), on_cpu[t].data.end());
     test_util::ExpectAllNear(on_gpu[t].data, ref, 1e-3, 1e-3, on_cpu[t].spec.name);
   }
+}
+
+// The batch-norm kernels are written to give the same bits on both backends (the same double
+// operations in the same order, kernels/batch_norm.h): a SyncBatchNorm step's chain, compared
+// bit for bit at every stage.
+TEST_F(ParityTest, BatchNormKernelsAreTheSameBits) {
+  for (const auto& [batch, features] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {256, 300}}) {
+    SCOPED_TRACE(testing::Message() << batch << " x " << features);
+    Rng rng(DeriveSeed(12, batch, features));
+    const auto x = RandomVector(rng, batch * features, -3, 5);
+    const auto dy = RandomVector(rng, batch * features);
+    const auto gamma = RandomVector(rng, features, 0.5, 1.5);
+    const auto beta = RandomVector(rng, features);
+    const size_t f = static_cast<size_t>(features), n = x.size();
+    std::vector<double> sums(2 * f), bsums(2 * f);
+    std::vector<float> mean(f), invstd(f), rmean(f, 0.0f), rvar(f, 1.0f), y(n), dx(n), dgamma(f),
+        dbeta(f), eval_invstd(f);
+    BatchNormSums(x.data(), batch, features, sums.data());
+    BatchNormMoments(sums.data(), batch, features, 1e-5, mean.data(), invstd.data());
+    BatchNormUpdateRunning(sums.data(), batch, features, 0.1, rmean.data(), rvar.data());
+    BatchNormForward(x.data(), batch, features, mean.data(), invstd.data(), gamma.data(),
+                     beta.data(), y.data());
+    BatchNormBackwardSums(dy.data(), x.data(), mean.data(), invstd.data(), batch, features,
+                          bsums.data());
+    BatchNormParamGrads(bsums.data(), features, dgamma.data(), dbeta.data());
+    BatchNormBackwardInput(dy.data(), x.data(), mean.data(), invstd.data(), gamma.data(),
+                           bsums.data(), batch, batch, features, dx.data());
+    BatchNormInvStd(rvar.data(), features, 1e-5, eval_invstd.data());
+
+    DeviceBuffer gx = Upload(x), gdy = Upload(dy), ggamma = Upload(gamma), gbeta = Upload(beta);
+    DeviceBuffer gsums = Zeros<double>(2 * f), gbsums = Zeros<double>(2 * f);
+    DeviceBuffer gmean = Zeros<float>(f), ginvstd = Zeros<float>(f), gy = Zeros<float>(n),
+                 gdx = Zeros<float>(n), gdgamma = Zeros<float>(f), gdbeta = Zeros<float>(f),
+                 geval = Zeros<float>(f);
+    DeviceBuffer grmean = Upload(std::vector<float>(f, 0.0f));
+    DeviceBuffer grvar = Upload(std::vector<float>(f, 1.0f));
+    gpu_->BatchNormSums(gx.as<float>(), batch, features, gsums.as<double>());
+    gpu_->BatchNormMoments(gsums.as<double>(), batch, features, 1e-5, gmean.as<float>(),
+                           ginvstd.as<float>());
+    gpu_->BatchNormUpdateRunning(gsums.as<double>(), batch, features, 0.1, grmean.as<float>(),
+                                 grvar.as<float>());
+    gpu_->BatchNormForward(gx.as<float>(), batch, features, gmean.as<float>(), ginvstd.as<float>(),
+                           ggamma.as<float>(), gbeta.as<float>(), gy.as<float>());
+    gpu_->BatchNormBackwardSums(gdy.as<float>(), gx.as<float>(), gmean.as<float>(),
+                                ginvstd.as<float>(), batch, features, gbsums.as<double>());
+    gpu_->BatchNormParamGrads(gbsums.as<double>(), features, gdgamma.as<float>(),
+                              gdbeta.as<float>());
+    gpu_->BatchNormBackwardInput(gdy.as<float>(), gx.as<float>(), gmean.as<float>(),
+                                 ginvstd.as<float>(), ggamma.as<float>(), gbsums.as<double>(),
+                                 batch, batch, features, gdx.as<float>());
+    gpu_->BatchNormInvStd(grvar.as<float>(), features, 1e-5, geval.as<float>());
+    EXPECT_EQ(Download<double>(gsums), sums);
+    EXPECT_EQ(Download<float>(gmean), mean);
+    EXPECT_EQ(Download<float>(ginvstd), invstd);
+    EXPECT_EQ(Download<float>(grmean), rmean);
+    EXPECT_EQ(Download<float>(grvar), rvar);
+    EXPECT_EQ(Download<float>(gy), y);
+    EXPECT_EQ(Download<double>(gbsums), bsums);
+    EXPECT_EQ(Download<float>(gdgamma), dgamma);
+    EXPECT_EQ(Download<float>(gdbeta), dbeta);
+    EXPECT_EQ(Download<float>(gdx), dx);
+    EXPECT_EQ(Download<float>(geval), eval_invstd);
+  }
+}
+
+TEST_F(ParityTest, OneEpochOfBatchNormTrainingMatchesTheCpu) {
+  const models::MlpSpec spec{64, {128, 32}, 10, /*batch_norm=*/true};
+  const data::Dataset train = models::Blobs(2048, 64, 10, 9);
+  const TensorList initial = models::InitMlp(spec, 10);
+  models::TrainOptions options;
+  options.batch_size = 256;
+  options.learning_rate = 0.05;
+  options.momentum = 0.9;
+  TensorList on_cpu = initial, on_gpu = initial;
+  auto cpu = models::TrainMlp(spec, options, {&train, {}}, 11, &on_cpu);
+  options.backend = gpu_.get();
+  auto gpu = models::TrainMlp(spec, options, {&train, {}}, 11, &on_gpu);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  EXPECT_NEAR(gpu->loss, cpu->loss, 1e-4 * cpu->loss);
+  for (size_t t = 0; t < on_cpu.size(); ++t) {
+    std::vector<double> ref(on_cpu[t].data.begin(), on_cpu[t].data.end());
+    test_util::ExpectAllNear(on_gpu[t].data, ref, 1e-3, 1e-3, on_cpu[t].spec.name);
+  }
+  auto eval_cpu = models::EvaluateMlp(spec, on_cpu, {&train, {}});
+  auto eval_gpu = models::EvaluateMlp(spec, on_gpu, {&train, {}}, 1000, gpu_.get());
+  ASSERT_TRUE(eval_cpu.ok() && eval_gpu.ok());
+  EXPECT_NEAR(eval_gpu->loss, eval_cpu->loss, 1e-3 * eval_cpu->loss);
 }
 
 // DP-SGD without noise: the same Poisson draws (same seeded source) and the same clipping.
