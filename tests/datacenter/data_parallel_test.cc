@@ -101,6 +101,42 @@ double MaxAbsDiff(const TensorList& a, const TensorList& b) {
   return worst;
 }
 
+// Trains 2 ranks with options(r) until rank 0 has written its state after the first epoch (then
+// every rank stops, as if killed), and reads that checkpoint back.
+StatusOr<TrainingState> CheckpointAfterFirstEpoch(
+    const models::MlpSpec& spec, const data::Dataset& data,
+    const std::function<DataParallelOptions(int)>& options, const std::string& name) {
+  const std::string path = testing::TempDir() + "/" + name;
+  auto stopped = TrainModel(spec, 2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    o.state_on_rank0 = true;
+    o.on_epoch = [path, r](const EpochReport& report) -> Status {
+      if (r != 0) {
+        EXPECT_EQ(report.state, nullptr);  // the state is rank 0's alone
+      } else if (report.state == nullptr) {
+        return absl::InternalError("rank 0 has no state");
+      } else {
+        HUDDLE_RETURN_IF_ERROR(WriteTrainingState(path, *report.state));
+      }
+      return absl::AbortedError("killed after the first epoch");
+    };
+    return o;
+  });
+  EXPECT_TRUE(absl::IsAborted(stopped[0].status)) << stopped[0].status;
+  return ReadTrainingState(path);
+}
+
+// The same 2 ranks resumed from `saved` (read by rank 0 only).
+std::vector<RankResult> ResumeFrom(const models::MlpSpec& spec, const data::Dataset& data,
+                                   const std::function<DataParallelOptions(int)>& options,
+                                   const TrainingState& saved) {
+  return TrainModel(spec, 2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    if (r == 0) o.resume = &saved;
+    return o;
+  });
+}
+
 TEST(DataParallel, ReplicasAreBitwiseIdenticalAndMatchOneRankWithTheGlobalBatch) {
   // 1000 rows: with 4 ranks x 16 the last global batch (40 rows) splits 10/10/10/10, with 2 x 16
   // it splits 20/20; the single rank takes it whole.
@@ -291,35 +327,14 @@ TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
   auto straight = Train(2, data, options);
   ASSERT_TRUE(straight[0].status.ok()) << straight[0].status;
 
-  const std::string path = testing::TempDir() + "/dc_resume_checkpoint.bin";
-  auto stopped = Train(2, data, [&](int r) {
-    DataParallelOptions o = options(r);
-    o.state_on_rank0 = true;
-    o.on_epoch = [path, r](const EpochReport& report) -> Status {
-      if (r == 0) {
-        EXPECT_NE(report.state, nullptr);
-        HUDDLE_RETURN_IF_ERROR(WriteTrainingState(path, *report.state));
-      } else {
-        EXPECT_EQ(report.state, nullptr);
-      }
-      return absl::AbortedError("killed after the first epoch");
-    };
-    return o;
-  });
-  ASSERT_TRUE(absl::IsAborted(stopped[0].status)) << stopped[0].status;
-
-  auto saved = ReadTrainingState(path);
+  auto saved = CheckpointAfterFirstEpoch(kSpec, data, options, "dc_resume_checkpoint.bin");
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->epochs_done, 1);
   EXPECT_EQ(saved->steps, (300 + 15) / 16);
   EXPECT_EQ(saved->seed, 7u);
   EXPECT_EQ(saved->world_size, 2);
   EXPECT_EQ(saved->velocity.size(), saved->params.size());  // momentum 0.9
-  auto resumed = Train(2, data, [&](int r) {
-    DataParallelOptions o = options(r);
-    if (r == 0) o.resume = &saved.value();
-    return o;
-  });
+  auto resumed = ResumeFrom(kSpec, data, options, *saved);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
     EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
@@ -330,11 +345,7 @@ TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
   // A checkpoint of another run (another seed) is refused on every rank.
   TrainingState other = *saved;
   other.seed = 8;
-  auto refused = Train(2, data, [&](int r) {
-    DataParallelOptions o = options(r);
-    if (r == 0) o.resume = &other;
-    return o;
-  });
+  auto refused = ResumeFrom(kSpec, data, options, other);
   EXPECT_NE(refused[0].status.message().find("seed 8"), std::string::npos) << refused[0].status;
   EXPECT_NE(refused[1].status.message().find("rank 0 refused"), std::string::npos)
       << refused[1].status;
@@ -342,11 +353,7 @@ TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
   // So is one of another model, and every rank learns it (not only rank 0).
   TrainingState wrong = *saved;
   wrong.params = models::InitMlp(models::MlpSpec{20, {8}, 4}, 1);
-  refused = Train(2, data, [&](int r) {
-    DataParallelOptions o = options(r);
-    if (r == 0) o.resume = &wrong;
-    return o;
-  });
+  refused = ResumeFrom(kSpec, data, options, wrong);
   EXPECT_NE(refused[0].status.message().find("does not fit this model"), std::string::npos)
       << refused[0].status;
   EXPECT_NE(refused[1].status.message().find("rank 0 refused"), std::string::npos)
@@ -365,26 +372,11 @@ TEST(DataParallel, BatchNormResumeEqualsAnUninterruptedRun) {
   };
   auto straight = TrainModel(spec, 2, data, options);
   ASSERT_TRUE(straight[0].status.ok()) << straight[0].status;
-  const std::string path = testing::TempDir() + "/dc_bn_resume_checkpoint.bin";
-  auto stopped = TrainModel(spec, 2, data, [&](int r) {
-    DataParallelOptions o = options(r);
-    o.state_on_rank0 = true;
-    o.on_epoch = [path, r](const EpochReport& report) -> Status {
-      if (r == 0) HUDDLE_RETURN_IF_ERROR(WriteTrainingState(path, *report.state));
-      return absl::AbortedError("killed after the first epoch");
-    };
-    return o;
-  });
-  ASSERT_TRUE(absl::IsAborted(stopped[0].status)) << stopped[0].status;
-  auto saved = ReadTrainingState(path);
+  auto saved = CheckpointAfterFirstEpoch(spec, data, options, "dc_bn_resume_checkpoint.bin");
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->params.size(), models::MlpLayout(spec).size());
   EXPECT_EQ(saved->velocity.size(), models::NumTrainable(spec));
-  auto resumed = TrainModel(spec, 2, data, [&](int r) {
-    DataParallelOptions o = options(r);
-    if (r == 0) o.resume = &saved.value();
-    return o;
-  });
+  auto resumed = ResumeFrom(spec, data, options, *saved);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
     EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
@@ -467,7 +459,6 @@ TEST(DataParallel, DpSgdAcrossRanksAddsTheNoiseOnceAndMatchesOneRank) {
 // randomness) and accounts for all steps; a checkpoint of the other kind is refused.
 TEST(DataParallel, DpSgdResumesAtItsStepAndCountsEveryStep) {
   const data::Dataset data = models::Blobs(600, kSpec.input_dim, kSpec.num_classes, 9);
-  const std::string path = testing::TempDir() + "/dc_dp_checkpoint.bin";
   std::vector<privacy::NoiseSource> noise;
   for (int r = 0; r < 2; ++r) noise.push_back(privacy::NoiseSource::SeededForTesting(5 + r));
   auto dp_options = [&](int r) {
@@ -475,25 +466,11 @@ TEST(DataParallel, DpSgdResumesAtItsStepAndCountsEveryStep) {
     o.dp_sgd = DataParallelDpSgd{models::DpSgdOptions{1.0, 0.5, 60}, &noise[r]};
     return o;
   };
-  auto stopped = Train(2, data, [&](int r) {
-    DataParallelOptions o = dp_options(r);
-    o.state_on_rank0 = true;
-    o.on_epoch = [path, r](const EpochReport& report) -> Status {
-      if (r == 0) HUDDLE_RETURN_IF_ERROR(WriteTrainingState(path, *report.state));
-      return absl::AbortedError("killed after the first epoch");
-    };
-    return o;
-  });
-  ASSERT_TRUE(absl::IsAborted(stopped[0].status)) << stopped[0].status;
-  auto saved = ReadTrainingState(path);
+  auto saved = CheckpointAfterFirstEpoch(kSpec, data, dp_options, "dc_dp_checkpoint.bin");
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_TRUE(saved->dp_sgd);
   EXPECT_EQ(saved->steps, 10);  // one epoch = ceil(600 / 60) steps
-  auto resumed = Train(2, data, [&](int r) {
-    DataParallelOptions o = dp_options(r);
-    if (r == 0) o.resume = &saved.value();
-    return o;
-  });
+  auto resumed = ResumeFrom(kSpec, data, dp_options, *saved);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
     EXPECT_EQ(resumed[r].stats.steps, 20);
@@ -502,11 +479,8 @@ TEST(DataParallel, DpSgdResumesAtItsStepAndCountsEveryStep) {
   }
   EXPECT_FALSE(SameBits(resumed[0].params, saved->params));  // it trained on
   // A DP-SGD checkpoint does not continue a run without DP-SGD (nor the reverse).
-  auto refused = Train(2, data, [&](int r) {
-    DataParallelOptions o = BaseOptions(8);
-    if (r == 0) o.resume = &saved.value();
-    return o;
-  });
+  auto refused = ResumeFrom(
+      kSpec, data, [](int) { return BaseOptions(8); }, *saved);
   EXPECT_NE(refused[0].status.message().find("written by a DP-SGD run"), std::string::npos)
       << refused[0].status;
 }
