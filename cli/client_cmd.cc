@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "client/agent.h"
 #include "client/runner.h"
+#include "client/silo.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
@@ -49,7 +50,15 @@ Status ApplyFlags(const ClientFlags& f, ClientConfig* c) {
     }
     c->device = f.device;
   }
+  if (f.silo_nproc > 0) c->silo_nproc = f.silo_nproc;
   return absl::OkStatus();
+}
+
+// The device or the silo could not be set up: exit code 2, the reason on stderr.
+int SetupError(const ClientConfig& config, const Status& st) {
+  std::fprintf(stderr, "huddle client %s: %s\n", config.client_id.c_str(),
+               std::string(st.message()).c_str());
+  return 2;
 }
 
 }  // namespace
@@ -94,17 +103,29 @@ int RunClientCommand(const ClientFlags& flags) {
     std::fprintf(stderr, "huddle client: %s\n", std::string(transport.status().message()).c_str());
     return 1;
   }
-  // The device: `auto` takes a GPU where one is usable and says which; `cuda` without one is an
-  // error, never a quiet fallback to the CPU.
-  auto backend = kernels::OpenBackend(kernels::ParseDeviceRequest(config.device).value());
-  if (!backend.ok()) {
-    std::fprintf(stderr, "huddle client %s: %s\n", config.client_id.c_str(),
-                 std::string(backend.status().message()).c_str());
-    return 2;
-  }
-  spdlog::info("training on {} (device: {})", (*backend)->name(), config.device);
+  const kernels::DeviceRequest device = kernels::ParseDeviceRequest(config.device).value();
+  std::unique_ptr<kernels::Backend> backend;  // both outlive the agent
+  std::unique_ptr<client::Silo> silo;
   client::ClientAgent agent(config.client_id, &view);
-  agent.set_backend(backend->get());
+  if (config.silo_nproc > 1) {
+    // A silo: several ranks train as this one client; they connect once, here.
+    client::SiloOptions silo_options;
+    silo_options.nproc = config.silo_nproc;
+    silo_options.device = device;
+    auto created = client::Silo::Create(silo_options);
+    if (!created.ok()) return SetupError(config, created.status());
+    silo = std::move(created).value();
+    spdlog::info("training as a silo: {} (device: {})", silo->description(), config.device);
+    agent.set_silo(silo.get());
+  } else {
+    // The device: `auto` takes a GPU where one is usable and says which; `cuda` without one is an
+    // error, never a quiet fallback to the CPU.
+    auto opened = kernels::OpenBackend(device);
+    if (!opened.ok()) return SetupError(config, opened.status());
+    backend = std::move(opened).value();
+    spdlog::info("training on {} (device: {})", backend->name(), config.device);
+    agent.set_backend(backend.get());
+  }
   Status st =
       client::RunClient(agent, **transport, config.runner, *SteadyClock::Get(), &StopFlag());
   if (!st.ok()) {

@@ -48,6 +48,7 @@ struct ClientFlags {
   std::string server_key;  // the coordinator's .pub (overrides security.server_public_key)
   std::string key;         // this client's .key (overrides security.secret_key)
   std::string device;      // auto | cpu | cuda[:N] (overrides the config's device)
+  int64_t silo_nproc = 0;  // > 0: overrides silo.nproc
   bool insecure = false;
 };
 int RunClientCommand(const ClientFlags& flags);

@@ -1,5 +1,6 @@
 #include "cli/job_config.h"
 
+#include "client/silo.h"
 #include "common/config_reader.h"
 #include "kernels/backend.h"
 
@@ -152,6 +153,13 @@ Status ReadDevice(ConfigMap& map, std::string* device) {
   return absl::OkStatus();
 }
 
+// `silo: {nproc: N}` in a client's settings: N ranks train as that one client (client/silo.h).
+Status ReadSilo(ConfigMap& parent, int64_t* nproc) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap silo, parent.Child("silo"));
+  HUDDLE_RETURN_IF_ERROR(silo.Optional("nproc", nproc, 1, client::kMaxSiloRanks));
+  return silo.Finish();
+}
+
 }  // namespace
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
@@ -235,6 +243,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap client, top.Child("client"));
     HUDDLE_RETURN_IF_ERROR(ReadDevice(client, &job.client_device));
+    HUDDLE_RETURN_IF_ERROR(ReadSilo(client, &job.client_silo_nproc));
     HUDDLE_RETURN_IF_ERROR(client.Finish());
   }
   if (top.Has("simulation")) {
@@ -272,6 +281,12 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": round.quorum (", o.quorum,
                                                    ") exceeds cohort.size (", o.cohort.size,
                                                    "): no round could ever update the model"));
+  }
+  if (job.simulation && job.client_silo_nproc > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": client.silo.nproc (", job.client_silo_nproc,
+        ") applies to the client processes `huddle run` starts; simulated clients train on one "
+        "thread each (remove the simulation section or client.silo)"));
   }
   if (o.privacy.mode == privacy::PrivacyMode::kCentral &&
       o.cohort.sampling != coordinator::CohortOptions::Sampling::kPoisson) {
@@ -370,6 +385,7 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(top.Optional("coordinator", &c.coordinator));
   HUDDLE_RETURN_IF_ERROR(top.Optional("client_id", &c.client_id));
   HUDDLE_RETURN_IF_ERROR(ReadDevice(top, &c.device));
+  HUDDLE_RETURN_IF_ERROR(ReadSilo(top, &c.silo_nproc));
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));

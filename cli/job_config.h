@@ -38,6 +38,7 @@ struct JobConfig {
   data::DataSpec client_data;
   int64_t local_clients = 10;
   std::string client_device = "auto";  // `client: {device: ...}`, passed to each local client
+  int64_t client_silo_nproc = 1;       // `client: {silo: {nproc: N}}`, passed to each local client
   std::optional<SimulationOptions> simulation;
   ServerSecurity security;
   std::string log_level = "info";
@@ -58,6 +59,9 @@ struct ClientConfig {
   client::RunnerOptions runner;
   std::string log_level = "info";
   std::string device = "auto";  // auto | cpu | cuda[:N] (kernels::ParseDeviceRequest)
+  // `silo: {nproc: N}`: N ranks (CPU ranks, or GPUs from `device`'s ordinal on) train as this
+  // one client, synchronous data-parallel (client/silo.h). 1: one device, no silo.
+  int64_t silo_nproc = 1;
 };
 
 // `train.dp_sgd` of a datacenter job: DP-SGD across the ranks (datacenter::DataParallelDpSgd).

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "client/silo.h"
 #include "common/memory.h"
 
 int main(int argc, char** argv) {
@@ -48,6 +49,11 @@ int main(int argc, char** argv) {
   client->add_option("--key", kf.key, "This client's secret key file (security.secret_key)");
   client->add_option("--device", kf.device,
                      "Where to train: auto (a GPU if one is usable), cpu, cuda or cuda:N");
+  client
+      ->add_option("--silo-nproc", kf.silo_nproc,
+                   "Ranks (CPU ranks or GPUs) that train as this one client, data-parallel "
+                   "(overrides silo.nproc)")
+      ->check(CLI::Range(int64_t{1}, huddle::client::kMaxSiloRanks));
   client->add_flag("--insecure", kf.insecure, "Plaintext, unauthenticated transport (debug only)");
 
   huddle::cli::RunFlags rf;

@@ -80,6 +80,9 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
         exe,        "client",         "--coordinator", endpoint, "--client-id",     id,
         "--data",   d.path,           "--format",      d.format, "--give-up-after", "120",
         "--device", job.client_device};
+    if (job.client_silo_nproc > 1) {
+      argv.insert(argv.end(), {"--silo-nproc", std::to_string(job.client_silo_nproc)});
+    }
     if (insecure) {
       argv.push_back("--insecure");
     } else {

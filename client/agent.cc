@@ -134,9 +134,10 @@ StatusOr<models::Update> ClientAgent::TrainAndPrivatize(uint64_t round,
     options.dp_sgd->expected_batch_size = config.dp_sgd->expected_batch_size;
     options.noise = &noise();
   }
-  // Training, delta and clipping where the model lives (models/update.h).
+  // Training, delta and clipping where the model lives (models/update.h), or in the silo.
   HUDDLE_ASSIGN_OR_RETURN(models::Update update,
-                          models::TrainUpdate(*model_, options, *data_, global));
+                          silo_ != nullptr ? silo_->TrainUpdate(*model_, options, *data_, global)
+                                           : models::TrainUpdate(*model_, options, *data_, global));
   if (update.dp_sgd) LogDpSgd(round, *config.dp_sgd, *update.dp_sgd);
   if (dp_update.mode == wire::UpdatePrivacy::Mode::kLocal) {
     // Local DP: the exact discrete Gaussian, added on the host whatever the device.

@@ -7,8 +7,9 @@
 //   Welcome                 -> (remember the job's model)
 //   FitInstruction + model  -> train locally from the global model (DP-SGD when the train config
 //                              asks); delta = local - global clipped to the instruction's clip
-//                              norm, all on the training device (models/update.h); in local DP
-//                              mode add the noise on the host (privacy/noise.h)
+//                              norm, all on the training device (models/update.h), or across the
+//                              ranks of a silo (client/silo.h); in local DP mode add the noise on
+//                              the host (privacy/noise.h)
 //                              -> UploadRequest (the delta waits for a grant)
 //   UploadGrant             -> FitResult + delta tensors
 //   Heartbeat               -> (nothing; the coordinator is alive)
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "client/silo.h"
 #include "common/status.h"
 #include "data/dataset.h"
 #include "models/dp_sgd.h"
@@ -53,6 +55,10 @@ class ClientAgent {
   // Where local training runs (kernels/backend.h; not owned, must outlive the agent).
   // nullptr, the default: the CPU.
   void set_backend(kernels::Backend* backend) { backend_ = backend; }
+  // Trains every round across the ranks of `silo` (client/silo.h; not owned, must outlive the
+  // agent) instead of on the backend: the client is a silo of silo->nproc() devices. nullptr, the
+  // default: no silo.
+  void set_silo(Silo* silo) { silo_ = silo; }
 
   // Replies to one coordinator message. An error is fatal for the agent (e.g. the coordinator
   // speaks another protocol version); everything recoverable is logged and answered instead.
@@ -89,6 +95,7 @@ class ClientAgent {
   int64_t rounds_trained_ = 0;
   std::optional<privacy::NoiseSource> noise_;  // created on first use
   kernels::Backend* backend_ = nullptr;        // not owned; nullptr = the CPU
+  Silo* silo_ = nullptr;                       // not owned; nullptr = no silo
   std::vector<privacy::DpEvent> dp_sgd_events_;
 
   // The update waiting for an upload grant.

@@ -189,11 +189,40 @@ TEST(JobConfigTest, BatchNormIsReadAndRefusedWithDpSgd) {
       ErrorOf("model: {batch_norm: true}\ntrain: {dp_sgd: {noise_multiplier: 1}}");
   EXPECT_NE(refused.find("train.dp_sgd"), std::string::npos) << refused;
   EXPECT_NE(refused.find("batch_norm"), std::string::npos) << refused;
-  auto dc_dp = LoadDatacenterConfig(Write(
-      "bn_dc_dp", "model: {batch_norm: true}\ntrain: {dp_sgd: {expected_batch_size: 64}}"));
+  auto dc_dp = LoadDatacenterConfig(
+      Write("bn_dc_dp", "model: {batch_norm: true}\ntrain: {dp_sgd: {expected_batch_size: 64}}"));
   ASSERT_FALSE(dc_dp.ok());
   EXPECT_NE(dc_dp.status().message().find("batch_norm"), std::string::npos) << dc_dp.status();
-  EXPECT_NE(ErrorOf("model: {batch_norm: yes please}").find("model.batch_norm"),
+  EXPECT_NE(ErrorOf("model: {batch_norm: yes please}").find("model.batch_norm"), std::string::npos);
+}
+
+TEST(JobConfigTest, SiloNprocIsReadAndCheckedInBothFiles) {
+  auto client = LoadClientConfig(Write("silo", "device: cpu\nsilo: {nproc: 4}\n"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ(client->silo_nproc, 4);
+  auto plain = LoadClientConfig(Write("nosilo", "device: cpu\n"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->silo_nproc, 1) << "no silo by default";
+  auto bad = LoadClientConfig(Write("silo0", "silo: {nproc: 0}\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("silo.nproc: 0 is out of range [1, 1024]"),
+            absl::string_view::npos)
+      << bad.status();
+  auto typo = LoadClientConfig(Write("silotypo", "silo: {nprocs: 2}\n"));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("unknown key 'nprocs' (did you mean 'nproc'?"),
+            absl::string_view::npos)
+      << typo.status();
+  auto job = LoadJobConfig(Write("jobsilo", "client: {device: cpu, silo: {nproc: 2}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->client_silo_nproc, 2);
+  EXPECT_NE(ErrorOf("client: {silo: {nproc: 2000}}\n").find("client.silo.nproc: 2000"),
+            std::string::npos)
+      << ErrorOf("client: {silo: {nproc: 2000}}\n");
+  EXPECT_NE(ErrorOf("client: {sillo: {nproc: 2}}\n").find("did you mean 'silo'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("simulation: {clients: 10}\nclient: {silo: {nproc: 2}}\n")
+                .find("simulated clients train on one thread each"),
             std::string::npos);
 }
 
