@@ -4,15 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <cmath>
 #include <numeric>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/secure_random.h"
 #include "datacenter/data_parallel.h"
-#include "kernels/update.h"
-#include "privacy/clip.h"
 
 namespace huddle::client {
 namespace {
@@ -47,39 +44,6 @@ void OnEveryRank(int64_t nproc, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
   for (int r = 0; r < nproc; ++r) threads.emplace_back(fn, r);
   for (std::thread& t : threads) t.join();
-}
-
-// models::TrainUpdate's update rule on the host: delta = local - global, its norm and the clip by
-// the update pipeline's CPU reference (kernels/update.h), then privacy::ClipToNorm's exact bound.
-// The tensors are taken together as one vector, in order.
-StatusOr<models::Update> HostUpdate(const TensorList& local, const TensorList& global,
-                                    double clip_norm) {
-  std::vector<float> l, g;
-  for (size_t t = 0; t < global.size(); ++t) {
-    l.insert(l.end(), local[t].data.begin(), local[t].data.end());
-    g.insert(g.end(), global[t].data.begin(), global[t].data.end());
-  }
-  std::vector<float> delta(g.size());
-  kernels::UpdatePipelineParams params;
-  params.clip_norm = clip_norm;
-  kernels::UpdatePipelineStats stats;
-  kernels::UpdatePipeline(params, l.data(), g.data(), static_cast<int64_t>(g.size()), delta.data(),
-                          nullptr, nullptr, &stats);
-  if (!std::isfinite(stats.norm)) {
-    return absl::FailedPreconditionError(
-        "training diverged: the update (local - global) has non-finite values");
-  }
-  models::Update update;
-  update.delta = global;
-  auto next = delta.begin();
-  for (Tensor& t : update.delta) {
-    std::copy(next, next + static_cast<std::ptrdiff_t>(t.data.size()), t.data.begin());
-    next += static_cast<std::ptrdiff_t>(t.data.size());
-  }
-  update.norm = stats.norm;
-  update.clipped = stats.scale != 1.0;
-  if (clip_norm > 0) privacy::ClipToNorm(&update.delta, clip_norm);
-  return update;
 }
 
 double Mean(const std::vector<double>& v) {
@@ -171,13 +135,7 @@ StatusOr<models::Update> Silo::TrainUpdate(const models::MlpSpec& spec,
                                            const TensorList& global) {
   const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
-  if (!(options.clip_norm >= 0.0 && std::isfinite(options.clip_norm))) {
-    return absl::InvalidArgumentError(
-        fmt::format("clip_norm is {}; it must be finite and >= 0", options.clip_norm));
-  }
-  if (options.dp_sgd && options.noise == nullptr) {
-    return absl::InvalidArgumentError("DP-SGD needs a NoiseSource (UpdateOptions::noise)");
-  }
+  HUDDLE_RETURN_IF_ERROR(models::CheckUpdateOptions(options));
   const int64_t n = nproc();
   bool broken = collectives_.empty();
   for (const auto& c : collectives_) broken = broken || c == nullptr;
@@ -237,7 +195,8 @@ StatusOr<models::Update> Silo::TrainUpdate(const models::MlpSpec& spec,
     return Status(run.status.code(), fmt::format("{}: {}", RankName(r), run.status.message()));
   }
 
-  HUDDLE_ASSIGN_OR_RETURN(models::Update update, HostUpdate(local, global, options.clip_norm));
+  HUDDLE_ASSIGN_OR_RETURN(models::Update update,
+                          models::UpdateFromTrained(local, global, options.clip_norm));
   // SGD: every epoch has n examples, so this is the mean over all of them (as TrainMlp's);
   // DP-SGD: the mean of the epochs' means.
   update.train.loss = Mean(epoch_loss);

@@ -11,8 +11,8 @@
 //      ranks), so the group follows one client's trajectory up to the order of float sums;
 //      with DP-SGD, one release per global step with rank 0 drawing from `options.noise`
 //      (datacenter::DataParallelDpSgd): the same DpEvent a single client spends;
-//   2. delta = local - global, its norm and the clip to clip_norm, on the host, by the update
-//      pipeline's CPU reference (kernels/update.h) and privacy::ClipToNorm, as TrainUpdate does.
+//   2. delta = local - global, its norm and the clip to clip_norm, on the host, by TrainUpdate's
+//      own rule (models::UpdateFromTrained).
 // The caller then adds local-DP noise as for any client (client/agent.cc).
 //
 // Faults: a rank that fails stops its collective, so the others stop at once with Unavailable

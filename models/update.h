@@ -53,4 +53,15 @@ struct Update {
 StatusOr<Update> TrainUpdate(const MlpSpec& spec, const UpdateOptions& options,
                              const data::DatasetView& data, const TensorList& global);
 
+// TrainUpdate's checks of `options` that do not depend on the model or the data: clip_norm finite
+// and >= 0, a NoiseSource with dp_sgd (InvalidArgument naming the field).
+Status CheckUpdateOptions(const UpdateOptions& options);
+
+// TrainUpdate's update rule for a model trained elsewhere (a silo's ranks, client/silo.h), on the
+// host: delta = local - global, its norm and the clip by the update pipeline's CPU reference, then
+// the same ClipToNorm bound. Fills delta, norm and clipped; `train` and `dp_sgd` are left empty.
+// local and global must have the same layout. FailedPrecondition when the delta is not finite.
+StatusOr<Update> UpdateFromTrained(const TensorList& local, const TensorList& global,
+                                   double clip_norm);
+
 }  // namespace huddle::models

@@ -17,7 +17,6 @@ MlpWorkspace::MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool 
     first_param_.push_back(i);
     i += batch_norm_ && l + 1 < num_layers() ? 4 : 2;
   }
-  first_param_.back() = num_trainable_;
   for (int64_t size : sizes_) {
     offsets_.push_back(params_span_);
     params_span_ += (size + kParamAlign - 1) / kParamAlign * kParamAlign;
