@@ -4,6 +4,12 @@
 // out of range) exits with code 2 and "huddle privacy <cmd>: <message naming the flag>".
 // --json prints one JSON object on stdout; numbers are printed in their shortest round-trip form,
 // and an unbounded epsilon (e.g. zero noise) as null.
+//
+// Exit codes: 0 with an answer; 2 for bad input (a flag out of range, or a target the calibration
+// cannot meet); 1 for a computation the library refuses (a PLD past its 2^24-point grid, an RDP
+// past its work limits); 130 when SIGINT or SIGTERM arrives mid-computation (the library checks
+// StopFlag() in its long loops). Every computation is bounded, so without a signal each call ends
+// on its own: within a few seconds, up to ~a minute for PLD calibrations near the grid limit.
 #include <fmt/format.h>
 
 #include <charconv>
@@ -77,8 +83,9 @@ Status Epsilon(const PrivacyFlags& f) {
   HUDDLE_ASSIGN_OR_RETURN(event.steps, ParseSteps(f.steps));
   HUDDLE_ASSIGN_OR_RETURN(const double delta, ParseDelta(f.delta));
   HUDDLE_ASSIGN_OR_RETURN(const privacy::AccountantKind kind, ParseKind(f.accountant));
-  HUDDLE_ASSIGN_OR_RETURN(const privacy::Spend spend,
-                          privacy::ComputeEpsilon(std::span(&event, 1), delta, kind));
+  HUDDLE_ASSIGN_OR_RETURN(
+      const privacy::Spend spend,
+      privacy::ComputeEpsilon(std::span(&event, 1), delta, kind, {}, &StopFlag()));
   const char* name = privacy::AccountantName(kind);
   if (f.json) {
     std::string out = fmt::format(R"({{"epsilon": {}, "delta": {}, "accountant": "{}")",
@@ -96,7 +103,10 @@ Status Rdp(const PrivacyFlags& f) {
   HUDDLE_ASSIGN_OR_RETURN(const double q, ParseSamplingRate(f.sampling_rate));
   HUDDLE_ASSIGN_OR_RETURN(const double z, ParseNoise(f.noise_multiplier));
   HUDDLE_ASSIGN_OR_RETURN(const double order, ParseDouble("--order", f.order));
-  if (!(order > 1)) return Usage(fmt::format("--order must be > 1, got {}", order));
+  if (!(order > 1) || (order > privacy::kMaxRdpOrder && !std::isinf(order))) {
+    return Usage(fmt::format("--order must be > 1 and at most {} (or inf), got {}",
+                             privacy::kMaxRdpOrder, order));
+  }
   HUDDLE_ASSIGN_OR_RETURN(const double rdp, privacy::SubsampledGaussianRdp(q, z, order));
   if (f.json) {
     fmt::print("{{\"rdp\": {}}}\n", JsonNumber(rdp));
@@ -115,12 +125,15 @@ Status Noise(const PrivacyFlags& f) {
   HUDDLE_ASSIGN_OR_RETURN(const double q, ParseSamplingRate(f.sampling_rate));
   HUDDLE_ASSIGN_OR_RETURN(const int64_t steps, ParseSteps(f.steps));
   HUDDLE_ASSIGN_OR_RETURN(const privacy::AccountantKind kind, ParseKind(f.accountant));
-  HUDDLE_ASSIGN_OR_RETURN(const double z,
-                          privacy::CalibrateNoiseMultiplier(target, delta, q, steps, kind));
+  auto z = privacy::CalibrateNoiseMultiplier(target, delta, q, steps, kind, {}, &StopFlag());
+  if (absl::IsInvalidArgument(z.status())) {  // the flags are valid: the target is out of reach
+    return Usage(fmt::format("--target-epsilon: {}", z.status().message()));
+  }
+  if (!z.ok()) return z.status();
   if (f.json) {
-    fmt::print("{{\"noise_multiplier\": {}}}\n", JsonNumber(z));
+    fmt::print("{{\"noise_multiplier\": {}}}\n", JsonNumber(*z));
   } else {
-    fmt::print("noise multiplier = {} ({} accountant)\n", z, privacy::AccountantName(kind));
+    fmt::print("noise multiplier = {} ({} accountant)\n", *z, privacy::AccountantName(kind));
   }
   return absl::OkStatus();
 }
@@ -133,6 +146,10 @@ int RunPrivacyCommand(const PrivacyFlags& flags) {
   if (flags.command == "rdp") status = Rdp(flags);
   if (flags.command == "noise") status = Noise(flags);
   if (status.ok()) return 0;
+  if (absl::IsCancelled(status)) {
+    std::fprintf(stderr, "huddle privacy %s: stopped by a signal\n", flags.command.c_str());
+    return 130;
+  }
   std::fprintf(stderr, "huddle privacy %s: %s\n", flags.command.c_str(),
                std::string(status.message()).c_str());
   // Bad input (ours or the library's) is a usage error; anything else (e.g. a PLD too large).

@@ -37,17 +37,26 @@ Status CheckEvent(const DpEvent& e) {
   return absl::OkStatus();
 }
 
+Status CheckStop(const std::atomic<bool>* stop) {
+  if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
+    return absl::CancelledError("privacy accounting stopped");
+  }
+  return absl::OkStatus();
+}
+
 // Events that spend nothing: no steps, nobody sampled, or infinite noise.
 bool IsNoOp(const DpEvent& e) {
   return e.steps == 0 || e.sampling_rate == 0 || std::isinf(e.noise_multiplier);
 }
 
-StatusOr<RdpEpsilon> RdpSpend(std::span<const DpEvent> events, double delta) {
+StatusOr<RdpEpsilon> RdpSpend(std::span<const DpEvent> events, double delta,
+                              const std::atomic<bool>* stop) {
   const std::vector<double>& orders = DefaultRdpOrders();
   std::vector<double> total(orders.size(), 0.0);
   for (const DpEvent& e : events) {
     if (IsNoOp(e)) continue;
     for (size_t j = 0; j < orders.size(); ++j) {
+      HUDDLE_RETURN_IF_ERROR(CheckStop(stop));  // each order takes at most ~20 ms
       HUDDLE_ASSIGN_OR_RETURN(
           double rdp, SubsampledGaussianRdp(e.sampling_rate, e.noise_multiplier, orders[j]));
       total[j] += static_cast<double>(e.steps) * rdp;
@@ -56,7 +65,8 @@ StatusOr<RdpEpsilon> RdpSpend(std::span<const DpEvent> events, double delta) {
   return RdpToEpsilon(orders, total, delta);
 }
 
-StatusOr<double> PldSpend(std::span<const DpEvent> events, double delta, const PldOptions& opts) {
+StatusOr<double> PldSpend(std::span<const DpEvent> events, double delta, const PldOptions& opts,
+                          const std::atomic<bool>* stop) {
   const double d = opts.value_discretization_interval;
   if (!(d > 0) || std::isinf(d)) {
     return absl::InvalidArgumentError(
@@ -67,20 +77,23 @@ StatusOr<double> PldSpend(std::span<const DpEvent> events, double delta, const P
   for (const DpEvent& e : events) {
     if (IsNoOp(e)) continue;
     if (e.noise_multiplier == 0) return kInf;  // a non-private release
-    HUDDLE_ASSIGN_OR_RETURN(
-        internal::Pld one, internal::SubsampledGaussianPld(e.sampling_rate, e.noise_multiplier, d));
-    HUDDLE_ASSIGN_OR_RETURN(internal::PldPmf remove, internal::SelfCompose(one.remove, e.steps));
+    HUDDLE_RETURN_IF_ERROR(CheckStop(stop));
+    const double tail = internal::kTailMassTruncation;
+    HUDDLE_ASSIGN_OR_RETURN(internal::Pld one, internal::SubsampledGaussianPld(
+                                                   e.sampling_rate, e.noise_multiplier, d, stop));
+    HUDDLE_ASSIGN_OR_RETURN(internal::PldPmf remove,
+                            internal::SelfCompose(one.remove, e.steps, tail, stop));
     std::optional<internal::PldPmf> add;
     if (one.add) {
-      HUDDLE_ASSIGN_OR_RETURN(add, internal::SelfCompose(*one.add, e.steps));
+      HUDDLE_ASSIGN_OR_RETURN(add, internal::SelfCompose(*one.add, e.steps, tail, stop));
     }
     if (total.add || add) {  // asymmetric from now on: compose the two directions separately
-      HUDDLE_ASSIGN_OR_RETURN(
-          internal::PldPmf new_add,
-          internal::Compose(total.add ? *total.add : total.remove, add ? *add : remove));
+      HUDDLE_ASSIGN_OR_RETURN(internal::PldPmf new_add,
+                              internal::Compose(total.add ? *total.add : total.remove,
+                                                add ? *add : remove, tail, stop));
       total.add = std::move(new_add);
     }
-    HUDDLE_ASSIGN_OR_RETURN(total.remove, internal::Compose(total.remove, remove));
+    HUDDLE_ASSIGN_OR_RETURN(total.remove, internal::Compose(total.remove, remove, tail, stop));
   }
   double eps = internal::EpsilonForDelta(total.remove, delta);
   if (total.add) eps = std::max(eps, internal::EpsilonForDelta(*total.add, delta));
@@ -126,7 +139,7 @@ StatusOr<AccountantKind> ParseAccountant(const std::string& name) {
 }
 
 StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, AccountantKind kind,
-                               const PldOptions& pld) {
+                               const PldOptions& pld, const std::atomic<bool>* stop) {
   HUDDLE_RETURN_IF_ERROR(CheckDelta(delta));
   for (const DpEvent& e : events) HUDDLE_RETURN_IF_ERROR(CheckEvent(e));
   Spend spend;
@@ -134,13 +147,13 @@ StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, Ac
   spend.accountant = kind;
   switch (kind) {
     case AccountantKind::kRdp: {
-      HUDDLE_ASSIGN_OR_RETURN(RdpEpsilon r, RdpSpend(events, delta));
+      HUDDLE_ASSIGN_OR_RETURN(RdpEpsilon r, RdpSpend(events, delta, stop));
       spend.epsilon = r.epsilon;
       spend.order = r.order;
       break;
     }
     case AccountantKind::kPld: {
-      HUDDLE_ASSIGN_OR_RETURN(spend.epsilon, PldSpend(events, delta, pld));
+      HUDDLE_ASSIGN_OR_RETURN(spend.epsilon, PldSpend(events, delta, pld, stop));
       break;
     }
     case AccountantKind::kAnalytic: {
@@ -152,8 +165,8 @@ StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, Ac
 }
 
 StatusOr<double> CalibrateNoiseMultiplier(double target_epsilon, double delta, double sampling_rate,
-                                          int64_t steps, AccountantKind kind,
-                                          const PldOptions& pld) {
+                                          int64_t steps, AccountantKind kind, const PldOptions& pld,
+                                          const std::atomic<bool>* stop) {
   if (!(target_epsilon > 0) || std::isinf(target_epsilon)) {
     return absl::InvalidArgumentError(
         absl::StrCat("target epsilon must be positive and finite, got ", target_epsilon));
@@ -167,8 +180,9 @@ StatusOr<double> CalibrateNoiseMultiplier(double target_epsilon, double delta, d
                      sampling_rate, "; use the rdp or pld accountant"));
   }
   auto epsilon_at = [&](double z) -> StatusOr<double> {
+    HUDDLE_RETURN_IF_ERROR(CheckStop(stop));
     const DpEvent event{sampling_rate, z, steps};
-    HUDDLE_ASSIGN_OR_RETURN(Spend s, ComputeEpsilon(std::span(&event, 1), delta, kind, pld));
+    HUDDLE_ASSIGN_OR_RETURN(Spend s, ComputeEpsilon(std::span(&event, 1), delta, kind, pld, stop));
     return s.epsilon;
   };
 
@@ -177,7 +191,7 @@ StatusOr<double> CalibrateNoiseMultiplier(double target_epsilon, double delta, d
   double hi = 1;
   if (kind == AccountantKind::kPld) {
     HUDDLE_ASSIGN_OR_RETURN(hi, CalibrateNoiseMultiplier(target_epsilon, delta, sampling_rate,
-                                                         steps, AccountantKind::kRdp));
+                                                         steps, AccountantKind::kRdp, {}, stop));
   }
   HUDDLE_ASSIGN_OR_RETURN(double eps_hi, epsilon_at(hi));
   double lo = 0;
@@ -187,21 +201,28 @@ StatusOr<double> CalibrateNoiseMultiplier(double target_epsilon, double delta, d
     lo = hi;
     eps_lo = eps_hi;
     hi *= grow;
-    if (hi > 1e12) {
+    if (hi > kMaxCalibratedNoise) {
       return absl::InvalidArgumentError(
-          absl::StrCat("no noise multiplier reaches epsilon ", target_epsilon));
+          absl::StrCat("no noise multiplier up to ", kMaxCalibratedNoise, " reaches epsilon ",
+                       target_epsilon, " (", lo, " spends ", eps_lo, ")"));
     }
     HUDDLE_ASSIGN_OR_RETURN(eps_hi, epsilon_at(hi));
   }
   if (lo == 0) {
+    // Where epsilon is 0 (e.g. delta near 1) the answer can be far below: halve there, so that a
+    // PLD search reaches its answer, or its grid limit, in few (costly) evaluations.
     const double shrink = kind == AccountantKind::kPld ? 0.85 : 0.5;
-    lo = hi * shrink;
+    lo = hi * (eps_hi == 0 ? 0.5 : shrink);
     HUDDLE_ASSIGN_OR_RETURN(eps_lo, epsilon_at(lo));
     while (eps_lo <= target_epsilon) {
       hi = lo;
       eps_hi = eps_lo;
-      lo *= shrink;
-      if (lo < 1e-9) return hi;
+      lo *= eps_lo == 0 ? 0.5 : shrink;
+      if (lo < kMinCalibratedNoise) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "target epsilon ", target_epsilon, " is too large to calibrate: even noise multiplier ",
+            hi, " spends only ", eps_hi, " (the search stops at ", kMinCalibratedNoise, ")"));
+      }
       HUDDLE_ASSIGN_OR_RETURN(eps_lo, epsilon_at(lo));
     }
   }

@@ -26,9 +26,16 @@
 // Units: epsilon in nats (natural log), delta a probability, q in [0, 1], z > 0.
 // Thread-safety: all functions are thread-safe (no shared mutable state).
 // Errors: InvalidArgument for out-of-range or NaN inputs; FailedPrecondition for kAnalytic with
-// q < 1; ResourceExhausted when a PLD would need more than 2^24 grid points (tiny z or interval).
+// q < 1; ResourceExhausted when a computation would pass a work limit (a PLD of more than 2^24
+// grid points: tiny z or interval, or a huge number of steps; an RDP beyond its bounded exact
+// methods); Cancelled when the caller's `stop` flag turns true.
+// Work is bounded for every input: no function allocates from an unchecked value, loops without
+// an iteration bound, or throws. The PLD and calibration calls, the only ones that can take
+// seconds (a PLD near its 2^24-point limit), take an optional `stop` flag (e.g. set by a SIGINT
+// handler), checked often enough that they return Cancelled within ~0.3 s of it turning true.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -54,12 +61,19 @@ StatusOr<AccountantKind> ParseAccountant(const std::string& name);
 // 512, 1024 (156 orders).
 const std::vector<double>& DefaultRdpOrders();
 
+// The largest finite Renyi order SubsampledGaussianRdp takes (accounting uses orders <= 1024).
+inline constexpr double kMaxRdpOrder = 1e6;
+
 // One-step RDP at order alpha (> 1) of the Poisson-subsampled Gaussian with rate q and noise
 // multiplier z: log(A_alpha) / (alpha - 1) with A_alpha = E_{x~N(0,z^2)}[(1 - q + q e^{(2x-1) /
-// (2 z^2)})^alpha]. Exact (to ~1e-14 relative) for every alpha > 1, integer or not, including
-// tiny q (A_alpha - 1 is computed directly). 0 for q = 0 or z = inf; alpha / (2 z^2) for q = 1;
-// +inf where unbounded (z = 0 with q > 0, alpha = inf). InvalidArgument for q outside [0, 1],
-// z < 0, alpha <= 1, or any NaN.
+// (2 z^2)})^alpha]. Exact (to ~1e-14 relative) for every alpha in (1, kMaxRdpOrder], integer or
+// not, including tiny q (A_alpha - 1 is computed directly) and tiny z (where one term of A_alpha
+// dominates and the RDP has a closed form). 0 for q = 0 or z = inf; alpha / (2 z^2) for q = 1;
+// +inf where unbounded (z = 0 with q > 0, alpha = inf) or beyond the largest double (z below
+// ~1e-154). InvalidArgument for q outside [0, 1], z < 0, alpha <= 1, finite alpha >
+// kMaxRdpOrder, or any NaN. ResourceExhausted in the few cases no bounded method settles
+// (alpha / z above ~32000 with alpha within ~1e-6 of 1, or alpha near kMaxRdpOrder with q below
+// ~1e-200): never for DefaultRdpOrders(). Takes at most a few tens of milliseconds.
 StatusOr<double> SubsampledGaussianRdp(double q, double z, double alpha);
 
 // The smallest epsilon (and the order that gives it) that the RDP curve `rdp` (at `orders`)
@@ -101,17 +115,31 @@ struct PldOptions {
 // Epsilon at `delta` in (0, 1) spent by `events` (in any order; composition commutes). Events
 // with steps = 0, q = 0 or z = inf spend nothing (no events: epsilon 0); z = 0 with q > 0 gives
 // +inf. kAnalytic requires every event that spends anything to have q = 1 (FailedPrecondition
-// otherwise). Under kPld the events are composed in the given order, as dp_accounting does.
+// otherwise). Under kPld the events are composed in the given order, as dp_accounting does;
+// ResourceExhausted past the 2^24-point grid (at the default interval: z below ~0.03 for one step,
+// or so many steps that the composed loss spreads over more points, e.g. 2^20 steps at q = 0.1,
+// z = 1); each PLD costs O(grid) time, ~10 s on one core near the limit.
+// Cancelled if *stop turns true (checked between events and inside the PLD's long loops).
 StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, AccountantKind kind,
-                               const PldOptions& pld = {});
+                               const PldOptions& pld = {}, const std::atomic<bool>* stop = nullptr);
+
+// The noise multipliers CalibrateNoiseMultiplier searches.
+inline constexpr double kMinCalibratedNoise = 1e-9;
+inline constexpr double kMaxCalibratedNoise = 1e12;
 
 // The smallest noise multiplier z for which `steps` steps at rate q spend at most target_epsilon
 // at delta with accountant `kind`, to a relative precision of 1e-6 in z (the result errs on the
 // side of more noise: its epsilon is <= target_epsilon). 0 when q = 0 or steps = 0 (nothing is
-// released). InvalidArgument for a target that is not positive and finite, or a target no z up
-// to 1e12 reaches. kPld starts from the kRdp answer and takes ~10 PLD evaluations.
+// released). The search is over [kMinCalibratedNoise, kMaxCalibratedNoise] with a bounded number
+// of accountant evaluations: at most ~270 for kRdp and kAnalytic; kPld starts from the kRdp
+// answer and takes ~10 PLD evaluations (at most ~1000), its errors (ResourceExhausted) passing
+// through. InvalidArgument for a target that is not positive and finite, a target no z up to
+// kMaxCalibratedNoise reaches, or one that even z = kMinCalibratedNoise stays within (a target so
+// large that it protects nothing, e.g. 1e300). Cancelled if *stop turns true (checked at every
+// evaluation and inside it).
 StatusOr<double> CalibrateNoiseMultiplier(double target_epsilon, double delta, double sampling_rate,
                                           int64_t steps, AccountantKind kind,
-                                          const PldOptions& pld = {});
+                                          const PldOptions& pld = {},
+                                          const std::atomic<bool>* stop = nullptr);
 
 }  // namespace huddle::privacy

@@ -1,10 +1,13 @@
 // Privacy loss distributions of the subsampled Gaussian: construction and composition.
 #include "privacy/internal/pld.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "privacy/internal/math.h"
@@ -35,11 +38,39 @@ int64_t NextPowerOfTwo(int64_t n) {
   return p;
 }
 
-Status TooLarge(int64_t length) {
+// `length` is a double: it may be beyond int64, infinite or NaN (from an overflowed loss).
+Status TooLarge(double length) {
+  std::string needs = "an unbounded grid";
+  if (std::isfinite(length)) {
+    needs = length < 1e15 ? fmt::format("{:.0f} grid points", length)
+                          : fmt::format("{:.3g} grid points", length);
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "the privacy loss distribution needs ", length, " grid points (more than ", kMaxPldLength,
-      "): use a larger value_discretization_interval or the RDP accountant"));
+      "the privacy loss distribution needs ", needs, " (more than ", kMaxPldLength,
+      "): use a larger noise multiplier, fewer steps, a larger value_discretization_interval "
+      "or the RDP accountant"));
 }
+
+Status LossOutOfRange() {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the privacy loss distribution's losses pass ", kMaxPldLossIndex,
+      " grid steps: use fewer steps, a larger value_discretization_interval or the RDP "
+      "accountant"));
+}
+
+// A loss index (lower_loss, or lower_loss + length) within +-kMaxPldLossIndex.
+bool IndexInRange(double index) {
+  return std::fabs(index) <= static_cast<double>(kMaxPldLossIndex);
+}
+
+bool Stopped(const std::atomic<bool>* stop) {
+  return stop != nullptr && stop->load(std::memory_order_relaxed);
+}
+
+Status Cancelled() { return absl::CancelledError("privacy accounting stopped"); }
+
+// True every 2^16 iterations of a loop over `i`, where it should look at the stop flag.
+constexpr bool CheckNow(uint64_t i) { return (i & 0xFFFF) == 0; }
 
 // math.isclose(a, b) with its default rel_tol = 1e-9, as dp_accounting uses it.
 bool IsClose(double a, double b) {
@@ -64,7 +95,9 @@ struct GaussianLoss {
   double Unsample(double b) const {
     if (b == 0) return 0;
     const double d = b - std::log(q);
-    return d + std::log1p(-std::exp(std::log(1 / q - 1) - d));
+    // log(1 / q - 1), also where 1 / q overflows (a subnormal q)
+    const double log_odds = std::isinf(1 / q) ? std::log1p(-q) - std::log(q) : std::log(1 / q - 1);
+    return d + std::log1p(-std::exp(log_odds - d));
   }
   // Largest x whose loss is >= epsilon.
   double InverseRemove(double epsilon) const {
@@ -103,7 +136,8 @@ namespace {
 
 // Pessimistic connect-the-dots PMF on the grid epsilon_i = i * d, i in [lo, hi] (dp_accounting's
 // create_pmf_pessimistic_connect_dots_fixed_gap).
-StatusOr<PldPmf> ConnectTheDots(double q, double sigma, bool add, double d) {
+StatusOr<PldPmf> ConnectTheDots(double q, double sigma, bool add, double d,
+                                const std::atomic<bool>* stop) {
   const GaussianLoss loss{q, sigma};
   // Truncate the noise where its CDF is exp(-50) / 2 on each side; the remove direction's upper
   // distribution is also shifted left by the sensitivity, the add direction's lower one right.
@@ -118,15 +152,20 @@ StatusOr<PldPmf> ConnectTheDots(double q, double sigma, bool add, double d) {
   const double eps_lower = add ? loss.Add(upper_x) : loss.Remove(upper_x);
   const double lo_d = std::floor(eps_lower / d);
   const double hi_d = std::ceil(eps_upper / d);
-  if (!(hi_d - lo_d + 1 <= static_cast<double>(kMaxPldLength))) {
-    return TooLarge(static_cast<int64_t>(std::min(hi_d - lo_d + 1, 9e18)));
-  }
+  if (!(hi_d - lo_d + 1 <= static_cast<double>(kMaxPldLength))) return TooLarge(hi_d - lo_d + 1);
+  if (!IndexInRange(lo_d) || !IndexInRange(hi_d)) return LossOutOfRange();
   const auto lo = static_cast<int64_t>(lo_d);
   const auto n = static_cast<size_t>(static_cast<int64_t>(hi_d) - lo + 1);
   std::vector<double> deltas(n);
   for (size_t i = 0; i < n; ++i) {
+    if (CheckNow(i) && Stopped(stop)) return Cancelled();
     deltas[i] = SubsampledGaussianHockeyStick(
         q, sigma, add, static_cast<double>(lo + static_cast<int64_t>(i)) * d);
+    if (std::isnan(deltas[i])) {
+      return absl::InternalError(
+          absl::StrCat("the hockey-stick divergence of the Gaussian with q = ", q,
+                       ", sigma = ", sigma, " is NaN"));
+    }
     if (i > 0) deltas[i] = std::min(deltas[i], deltas[i - 1]);  // enforce monotonicity
   }
   PldPmf pmf;
@@ -180,19 +219,22 @@ void TruncateTails(PldPmf& pmf, double tail) {
 
 }  // namespace
 
-StatusOr<Pld> SubsampledGaussianPld(double q, double sigma, double discretization) {
+StatusOr<Pld> SubsampledGaussianPld(double q, double sigma, double discretization,
+                                    const std::atomic<bool>* stop) {
   Pld pld;
-  HUDDLE_ASSIGN_OR_RETURN(pld.remove, ConnectTheDots(q, sigma, false, discretization));
+  HUDDLE_ASSIGN_OR_RETURN(pld.remove, ConnectTheDots(q, sigma, false, discretization, stop));
   if (q < 1) {
-    HUDDLE_ASSIGN_OR_RETURN(PldPmf add, ConnectTheDots(q, sigma, true, discretization));
+    HUDDLE_ASSIGN_OR_RETURN(PldPmf add, ConnectTheDots(q, sigma, true, discretization, stop));
     pld.add = std::move(add);
   }
   return pld;
 }
 
-void Fft(std::vector<Complex>& data, bool inverse) {
+void Fft(std::vector<Complex>& data, bool inverse) { Fft(data, inverse, nullptr).IgnoreError(); }
+
+Status Fft(std::vector<Complex>& data, bool inverse, const std::atomic<bool>* stop) {
   const size_t n = data.size();
-  if (n <= 1) return;
+  if (n <= 1) return absl::OkStatus();
   for (size_t i = 1, j = 0; i < n; ++i) {  // bit-reversal permutation
     size_t bit = n >> 1;
     for (; j & bit; bit >>= 1) j ^= bit;
@@ -203,10 +245,12 @@ void Fft(std::vector<Complex>& data, bool inverse) {
   std::vector<Complex> twiddle(n / 2);
   const double sign = inverse ? 1.0 : -1.0;
   for (size_t k = 0; k < n / 2; ++k) {
+    if (CheckNow(k) && Stopped(stop)) return Cancelled();
     const double angle = sign * 2.0 * M_PI * static_cast<double>(k) / static_cast<double>(n);
     twiddle[k] = {std::cos(angle), std::sin(angle)};
   }
   for (size_t len = 2; len <= n; len <<= 1) {
+    if (Stopped(stop)) return Cancelled();  // a stage: n / 2 butterflies, ~50 ms at 2^24
     const size_t half = len / 2;
     const size_t stride = n / len;
     for (size_t start = 0; start < n; start += len) {
@@ -222,9 +266,11 @@ void Fft(std::vector<Complex>& data, bool inverse) {
     const double scale = 1.0 / static_cast<double>(n);
     for (Complex& c : data) c *= scale;
   }
+  return absl::OkStatus();
 }
 
-StatusOr<PldPmf> SelfCompose(const PldPmf& pmf, int64_t times, double tail_mass_truncation) {
+StatusOr<PldPmf> SelfCompose(const PldPmf& pmf, int64_t times, double tail_mass_truncation,
+                             const std::atomic<bool>* stop) {
   if (times <= 0) return PldPmf{pmf.discretization, 0, {1.0}, 0.0};
   const auto n = static_cast<int64_t>(pmf.probs.size());
   // Output window [lb, ub] (in index units of the T-fold sum) from Chernoff bounds at 40 orders
@@ -239,12 +285,14 @@ StatusOr<PldPmf> SelfCompose(const PldPmf& pmf, int64_t times, double tail_mass_
       const double order = static_cast<double>(k) / static_cast<double>(n);
       double max_exp = -kInf;
       for (int64_t i = 0; i < n; ++i) {
+        if (CheckNow(static_cast<uint64_t>(i)) && Stopped(stop)) return Cancelled();
         if (pmf.probs[static_cast<size_t>(i)] > 0) {
           max_exp = std::max(max_exp, static_cast<double>(i) * order);
         }
       }
       double sum = 0;
       for (int64_t i = 0; i < n; ++i) {
+        if (CheckNow(static_cast<uint64_t>(i)) && Stopped(stop)) return Cancelled();
         const double p = pmf.probs[static_cast<size_t>(i)];
         if (p > 0) sum += p * std::exp(static_cast<double>(i) * order - max_exp);
       }
@@ -257,22 +305,32 @@ StatusOr<PldPmf> SelfCompose(const PldPmf& pmf, int64_t times, double tail_mass_
     }
   }
   const double out_len_d = ub - lb + 1;
-  if (!(out_len_d <= static_cast<double>(kMaxPldLength))) {
-    return TooLarge(static_cast<int64_t>(std::min(out_len_d, 9e18)));
+  if (!(out_len_d <= static_cast<double>(kMaxPldLength))) return TooLarge(out_len_d);
+  if (!(out_len_d >= 1)) {  // only for a PMF whose finite mass is far below 1
+    return absl::InternalError("the self-composition's Chernoff window is empty");
+  }
+  // The output's lowest loss index, lower_loss * times + lb, and its highest must stay in range
+  // (a huge `times` of a narrow PMF: the window is small but far out).
+  const double lower_d = static_cast<double>(pmf.lower_loss) * static_cast<double>(times) + lb;
+  if (!IndexInRange(lb) || !IndexInRange(lower_d) || !IndexInRange(lower_d + out_len_d)) {
+    return LossOutOfRange();
   }
   const auto out_len = static_cast<int64_t>(out_len_d);
   const int64_t length = NextPowerOfTwo(std::max(out_len, n));
-  if (length > kMaxPldLength) return TooLarge(length);
+  if (length > kMaxPldLength) return TooLarge(static_cast<double>(length));
   // Circular convolution of length `length`: mass outside [lb, ub] (<= tail) aliases into it.
   std::vector<Complex> freq(static_cast<size_t>(length));
   for (int64_t i = 0; i < n; ++i) freq[static_cast<size_t>(i)] = pmf.probs[static_cast<size_t>(i)];
-  Fft(freq, false);
-  for (Complex& c : freq) c = Power(c, times);
-  Fft(freq, true);
+  HUDDLE_RETURN_IF_ERROR(Fft(freq, false, stop));
+  for (size_t i = 0; i < freq.size(); ++i) {
+    if (CheckNow(i) && Stopped(stop)) return Cancelled();
+    freq[i] = Power(freq[i], times);
+  }
+  HUDDLE_RETURN_IF_ERROR(Fft(freq, true, stop));
   PldPmf out;
   out.discretization = pmf.discretization;
   const auto lb_i = static_cast<int64_t>(lb);
-  out.lower_loss = pmf.lower_loss * times + lb_i;
+  out.lower_loss = pmf.lower_loss * times + lb_i;  // in range: checked above
   out.probs.resize(static_cast<size_t>(out_len));
   for (int64_t i = 0; i < out_len; ++i) {
     out.probs[static_cast<size_t>(i)] = freq[static_cast<size_t>((lb_i + i) % length)].real();
@@ -282,30 +340,37 @@ StatusOr<PldPmf> SelfCompose(const PldPmf& pmf, int64_t times, double tail_mass_
   return out;
 }
 
-StatusOr<PldPmf> Compose(const PldPmf& a, const PldPmf& b, double tail_mass_truncation) {
+StatusOr<PldPmf> Compose(const PldPmf& a, const PldPmf& b, double tail_mass_truncation,
+                         const std::atomic<bool>* stop) {
   PldPmf out;
   out.discretization = a.discretization;
-  out.lower_loss = a.lower_loss + b.lower_loss;
-  out.infinity_mass = a.infinity_mass + b.infinity_mass - a.infinity_mass * b.infinity_mass;
   const size_t na = a.probs.size();
   const size_t nb = b.probs.size();
   const size_t n = na + nb - 1;
+  const double lower_d = static_cast<double>(a.lower_loss) + static_cast<double>(b.lower_loss);
+  if (!IndexInRange(lower_d) || !IndexInRange(lower_d + static_cast<double>(n))) {
+    return LossOutOfRange();
+  }
+  out.lower_loss = a.lower_loss + b.lower_loss;
+  out.infinity_mass = a.infinity_mass + b.infinity_mass - a.infinity_mass * b.infinity_mass;
+  if (n > static_cast<size_t>(kMaxPldLength)) return TooLarge(static_cast<double>(n));
   if (std::min(na, nb) <= 32) {  // direct convolution (e.g. with the identity)
     out.probs.assign(n, 0.0);
     for (size_t i = 0; i < na; ++i) {
+      if (Stopped(stop)) return Cancelled();  // each row: up to 2^24 products
       for (size_t j = 0; j < nb; ++j) out.probs[i + j] += a.probs[i] * b.probs[j];
     }
   } else {
     const int64_t length = NextPowerOfTwo(static_cast<int64_t>(n));
-    if (length > kMaxPldLength) return TooLarge(length);
+    if (length > kMaxPldLength) return TooLarge(static_cast<double>(length));
     std::vector<Complex> fa(static_cast<size_t>(length));
     std::vector<Complex> fb(static_cast<size_t>(length));
     for (size_t i = 0; i < na; ++i) fa[i] = a.probs[i];
     for (size_t i = 0; i < nb; ++i) fb[i] = b.probs[i];
-    Fft(fa, false);
-    Fft(fb, false);
+    HUDDLE_RETURN_IF_ERROR(Fft(fa, false, stop));
+    HUDDLE_RETURN_IF_ERROR(Fft(fb, false, stop));
     for (size_t i = 0; i < fa.size(); ++i) fa[i] = Mul(fa[i], fb[i]);
-    Fft(fa, true);
+    HUDDLE_RETURN_IF_ERROR(Fft(fa, true, stop));
     out.probs.resize(n);
     for (size_t i = 0; i < n; ++i) out.probs[i] = fa[i].real();
   }

@@ -1,6 +1,8 @@
 // RDP of the Poisson-subsampled Gaussian and its conversion to (epsilon, delta).
 #include "privacy/internal/rdp.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -120,7 +122,15 @@ Piece Kronrod21(const MomentIntegrand& f, double shift, double lo, double hi) {
 
 }  // namespace
 
+double QuadratureGridPoints(double sigma, double alpha) {
+  // As LogAMinus1Quadrature computes its grid (the same expression, so the same rounding).
+  const double a = -40;
+  const double b = std::max(alpha, 0.5) / sigma + 40;
+  return std::ceil((b - a) / 0.5) + 1;
+}
+
 double LogAMinus1Integer(double q, double sigma, int64_t alpha) {
+  if (alpha > kMaxBinomialOrder) return std::nan("");
   const double log_q = std::log(q);
   const double log1m_q = std::log1p(-q);
   const double inv_2s2 = 0.5 / (sigma * sigma);
@@ -159,6 +169,9 @@ double LogAMinus1Quadrature(double q, double sigma, double alpha) {
   const double a = -40;
   const double b = std::max(alpha, 0.5) / sigma + 40;
   const double step = 0.5;
+  if (!(QuadratureGridPoints(sigma, alpha) <= static_cast<double>(kMaxQuadraturePoints))) {
+    return std::nan("");
+  }
   const auto n = static_cast<int64_t>(std::ceil((b - a) / step)) + 1;
   std::vector<double> grid(static_cast<size_t>(n));
   double shift = -kInf;
@@ -203,6 +216,22 @@ double LogAMinus1Quadrature(double q, double sigma, double alpha) {
   return shift + std::log(total);
 }
 
+StatusOr<double> DominantTermRdp(double q, double sigma, double alpha) {
+  const double log_q = std::log(q);
+  const double c = (alpha - 1) * (0.5 / sigma / sigma);
+  const double lower = alpha * (0.5 / sigma / sigma) + alpha / (alpha - 1) * log_q;
+  if (lower == kInf) return kInf;
+  const double u = std::exp(std::log1p(-q) - log_q - c);
+  const double upper = lower + alpha / (alpha - 1) * std::log1p(u);
+  if (upper > 0 && upper - lower <= 1e-15 * upper) return upper;
+  return absl::ResourceExhaustedError(fmt::format(
+      "the RDP at order {} with noise multiplier {} and sampling rate {} is beyond the "
+      "accountant's work limits (a binomial sum of at most {} terms, a quadrature grid of at most "
+      "{} points: order / noise multiplier <= ~{}): use a smaller order or a larger noise "
+      "multiplier",
+      alpha, sigma, q, kMaxBinomialOrder, kMaxQuadraturePoints, kMaxQuadraturePoints / 2 - 80));
+}
+
 }  // namespace internal
 
 const std::vector<double>& DefaultRdpOrders() {
@@ -223,15 +252,26 @@ StatusOr<double> SubsampledGaussianRdp(double q, double z, double alpha) {
   if (!(z >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("noise multiplier must be >= 0, got ", z));
   }
-  if (!(alpha > 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("Renyi order must be > 1, got ", alpha));
+  if (!(alpha > 1) || (alpha > kMaxRdpOrder && !std::isinf(alpha))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Renyi order must be in (1, ", kMaxRdpOrder, "] or +inf, got ", alpha));
   }
   if (q == 0 || std::isinf(z)) return 0.0;
   if (z == 0 || std::isinf(alpha)) return internal::kInf;
   if (q == 1) return alpha / (2 * z * z);
-  const double log_a_minus_1 = alpha == std::floor(alpha) && alpha <= 100000
-                                   ? internal::LogAMinus1Integer(q, z, static_cast<int64_t>(alpha))
-                                   : internal::LogAMinus1Quadrature(q, z, alpha);
+  // The exact methods where their work is bounded and their exponents finite; else the
+  // dominant term, which is exact there (or an error naming the limits).
+  const bool binomial =
+      alpha == std::floor(alpha) && alpha <= static_cast<double>(internal::kMaxBinomialOrder);
+  double log_a_minus_1;
+  if (binomial && std::isfinite((alpha * alpha - alpha) * (0.5 / (z * z)))) {
+    log_a_minus_1 = internal::LogAMinus1Integer(q, z, static_cast<int64_t>(alpha));
+  } else if (!binomial && internal::QuadratureGridPoints(z, alpha) <=
+                              static_cast<double>(internal::kMaxQuadraturePoints)) {
+    log_a_minus_1 = internal::LogAMinus1Quadrature(q, z, alpha);
+  } else {
+    return internal::DominantTermRdp(q, z, alpha);
+  }
   return internal::Log1pExp(log_a_minus_1) / (alpha - 1);
 }
 

@@ -10,6 +10,7 @@
 // FFT lengths are powers of two, and losses are (index * interval), not a running float sum.
 #pragma once
 
+#include <atomic>
 #include <complex>
 #include <cstdint>
 #include <optional>
@@ -36,7 +37,15 @@ struct Pld {
 
 inline constexpr double kTailMassTruncation = 1e-15;
 // Largest FFT / PMF length (2^24 doubles: 256 MiB as complex); beyond it ResourceExhausted.
+// Every PMF, FFT and output below is checked against it before it is allocated.
 inline constexpr int64_t kMaxPldLength = int64_t{1} << 24;
+// Largest |loss index| (lower_loss + i): beyond it ResourceExhausted, so that index arithmetic
+// never overflows int64 and index * discretization stays exact (losses beyond 2^52 grid steps
+// only arise from absurd step counts).
+inline constexpr int64_t kMaxPldLossIndex = int64_t{1} << 52;
+
+// The long loops below (O(length) per pass) check `stop` every 2^16 iterations and each FFT
+// stage, and return Cancelled when it is true; nullptr never stops.
 
 // Exact hockey-stick divergence delta(epsilon) of the subsampled Gaussian (sensitivity 1, noise
 // sigma, rate q in (0, 1]) for one adjacency direction, as dp_accounting's GaussianPrivacyLoss.
@@ -44,18 +53,24 @@ double SubsampledGaussianHockeyStick(double q, double sigma, bool add, double ep
 
 // The pessimistic connect-the-dots PLD (log mass truncation bound -50, as dp_accounting).
 // Requires q in (0, 1], 0 < sigma < inf, discretization > 0.
-StatusOr<Pld> SubsampledGaussianPld(double q, double sigma, double discretization);
+// ResourceExhausted if either PMF would pass kMaxPldLength points (checked before allocating).
+StatusOr<Pld> SubsampledGaussianPld(double q, double sigma, double discretization,
+                                    const std::atomic<bool>* stop = nullptr);
 
 StatusOr<PldPmf> SelfCompose(const PldPmf& pmf, int64_t times,
-                             double tail_mass_truncation = kTailMassTruncation);
+                             double tail_mass_truncation = kTailMassTruncation,
+                             const std::atomic<bool>* stop = nullptr);
 StatusOr<PldPmf> Compose(const PldPmf& a, const PldPmf& b,
-                         double tail_mass_truncation = kTailMassTruncation);
+                         double tail_mass_truncation = kTailMassTruncation,
+                         const std::atomic<bool>* stop = nullptr);
 
 double DeltaForEpsilon(const PldPmf& pmf, double epsilon);
 // Smallest epsilon >= 0 with DeltaForEpsilon <= delta (+inf if the infinity mass exceeds delta).
 double EpsilonForDelta(const PldPmf& pmf, double delta);
 
-// In-place radix-2 FFT (size a power of two); the inverse includes the 1/n factor.
+// In-place radix-2 FFT (size a power of two); the inverse includes the 1/n factor. The second
+// form returns Cancelled (leaving `data` partly transformed) once *stop is true.
 void Fft(std::vector<std::complex<double>>& data, bool inverse);
+Status Fft(std::vector<std::complex<double>>& data, bool inverse, const std::atomic<bool>* stop);
 
 }  // namespace huddle::privacy::internal
