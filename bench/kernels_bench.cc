@@ -1,7 +1,7 @@
 // Training and update-pipeline kernels on every device of this machine, as ratios to a baseline
 // measured in the same run (issue 5's figures):
 //
-//   BM_Pipeline/<dev>/N     the fused update pipeline on N floats: delta, norm, clip, noise and
+//   BM_Pipeline/<dev>/N     the fused update pipeline on N floats: delta, norm, clip and
 //                           stochastic-rounding quantization to int32 (kernels/update.h). Bytes
 //                           counted: the memory it moves, 20 per element (pass 1 reads local and
 //                           global for the norm; pass 2 reads them again and writes the int32;
@@ -11,19 +11,20 @@
 //                           8 per element (read and write)
 //   BM_SgdStep/<dev>        one minibatch SGD step (momentum 0.9) of the MLP 784-128-10, batch 256:
 //                           gather, forward, backward, step; items = examples
-//   BM_DpSgdStep/<dev>      one DP-SGD step of the same model and batch (models/dp_sgd.h):
-//   ghost-norm
-//                           per-example clipping, noise (z = 1, C = 1; on the CPU the exact
-//                           discrete Gaussian, on a GPU the device stream), the same step
-//   BM_PoissonSample/n      the host's Poisson draw of a DP-SGD batch from n examples (q = 256 /
-//   n),
-//                           which happens once per step besides the kernels
+//   BM_DpSgdStep/<dev>/B    one DP-SGD step of the same model (models/dp_sgd.h) on a sample of B
+//                           rows (expected batch B: ceil(B / 256) chunks): per chunk ghost-norm
+//                           clipping and the exact sum on the noise grid, then the exact
+//                           discrete Gaussian noise (z = 1, C = 1; drawn on the host on every
+//                           device), the conversion and the same SGD step; items = examples
+//   BM_PoissonSample/n      the host's Poisson draw of a DP-SGD batch from n examples
+//                           (q = 256 / n), which happens once per step besides the kernels
 // <dev> is 0 for the CPU and 1 for cuda:0 (registered only when a GPU is usable). A GPU
 // iteration enqueues its work and then waits for the device (the training steps: 16 steps, then
 // one wait). After the run main prints, per device, the pipeline's bandwidth over the copy's and
-// the DP-SGD step's time over the SGD step's.
+// the DP-SGD step's time (B = 256) over the SGD step's.
 //
 //   build/bench/kernels_bench [--benchmark_repetitions=3 --benchmark_filter=...]
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -97,13 +98,12 @@ void BM_Pipeline(benchmark::State& state) {
   kernels::DeviceBuffer stats = device.Allocate(sizeof(kernels::UpdatePipelineStats)).value();
   kernels::UpdatePipelineParams p;
   p.clip_norm = 1.0;  // the norm is ~sqrt(2n): always clipped
-  p.noise_stddev = 0.5;
   p.key = kernels::NoiseKeyFromSeed(3);
   p.quantum = 1.0 / 1024;
   for (auto _ : state) {
     device.UpdatePipeline(p, local.as<float>(), global.as<float>(), n, nullptr, units.as<int32_t>(),
                           scratch.as<double>(), stats.as<kernels::UpdatePipelineStats>());
-    p.noise_offset += static_cast<uint64_t>(n);  // fresh noise every time, as in a real run
+    p.rounding_offset += static_cast<uint64_t>(n);  // fresh rounding bits, as in a real run
     Wait(state, device);
   }
   state.SetBytesProcessed(state.iterations() * n * 20);
@@ -130,7 +130,7 @@ struct StepFixture {
         ws(models::internal::MlpWorkspace::Create(device, kMlp, kBatch, true).value()) {
     (void)ws->LoadData({&data, {}});
     ws->UploadParams(params);
-    std::vector<int64_t> order(static_cast<size_t>(data.size()));
+    order.resize(static_cast<size_t>(data.size()));
     std::iota(order.begin(), order.end(), int64_t{0});
     Rng(6).Shuffle(order);
     (void)ws->SetOrder(order);
@@ -151,9 +151,19 @@ struct StepFixture {
   // The first row of the k-th batch of the order (cycling).
   int64_t BatchStart(int64_t k) const { return (k * kBatch) % (data.size() - kBatch + 1); }
 
+  // The k-th DP-SGD sample of `rows` rows: the order's rows from BatchStart(k), in increasing
+  // position (a Poisson sample's form).
+  std::vector<int64_t> Sample(int64_t k, int64_t rows) const {
+    const int64_t start = (k * rows) % (data.size() - rows + 1);
+    std::vector<int64_t> sample(order.begin() + start, order.begin() + start + rows);
+    std::sort(sample.begin(), sample.end());
+    return sample;
+  }
+
   data::Dataset data;
   TensorList params;
   std::unique_ptr<models::internal::MlpWorkspace> ws;
+  std::vector<int64_t> order;
 };
 
 void BM_SgdStep(benchmark::State& state) {
@@ -181,31 +191,36 @@ void BM_DpSgdStep(benchmark::State& state) {
   models::TrainOptions options;
   options.learning_rate = 0.05;
   options.momentum = 0.9;
+  const int64_t batch = state.range(1);
   models::DpSgdOptions dp;
   dp.noise_multiplier = 1.0;
   dp.clip_norm = 1.0;
-  dp.expected_batch_size = kBatch;
+  dp.expected_batch_size = batch;
   auto plan = models::internal::PlanDpSgd(kMlp, options, dp, f.data.size());
   if (!plan.ok()) {
     state.SkipWithError(std::string(plan.status().message()).c_str());
     return;
   }
   privacy::NoiseSource noise = privacy::NoiseSource::Secure();
-  models::internal::DpSgdStepper stepper(*f.ws, *plan, options, dp, noise);
-  (void)stepper.Reserve(kBatch);
+  auto stepper = models::internal::DpSgdStepper::Create(*f.ws, *plan, options, dp, &noise);
+  if (!stepper.ok()) {
+    state.SkipWithError(std::string(stepper.status().message()).c_str());
+    return;
+  }
+  std::vector<std::vector<int64_t>> samples;
+  for (int64_t k = 0; k < kStepsPerWait; ++k) samples.push_back(f.Sample(k, batch));
   int64_t k = 0;
   for (auto _ : state) {
     for (int64_t s = 0; s < kStepsPerWait; ++s, ++k) {
-      f.ws->Gather(f.BatchStart(k), kBatch);
-      const Status st = stepper.Step(kBatch, k);
+      const auto st = (*stepper)->Step(samples[static_cast<size_t>(s)], k);
       if (!st.ok()) {
-        state.SkipWithError(std::string(st.message()).c_str());
+        state.SkipWithError(std::string(st.status().message()).c_str());
         return;
       }
     }
     Wait(state, device);
   }
-  state.SetItemsProcessed(state.iterations() * kStepsPerWait * kBatch);
+  state.SetItemsProcessed(state.iterations() * kStepsPerWait * batch);
 }
 
 void BM_PoissonSample(benchmark::State& state) {
@@ -249,7 +264,7 @@ class KernelsReporter : public benchmark::ConsoleReporter {
             << " GB/s, pipeline/copy bandwidth ratio = " << *fused / *copy << "\n";
       }
       const double* sgd = Find("BM_SgdStep/" + std::to_string(d));
-      const double* dp = Find("BM_DpSgdStep/" + std::to_string(d));
+      const double* dp = Find("BM_DpSgdStep/" + std::to_string(d) + "/" + std::to_string(kBatch));
       if (sgd != nullptr && dp != nullptr) {
         out << name << ", MLP 784-128-10 batch " << kBatch << ": SGD step " << *sgd
             << " examples/s, DP-SGD step " << *dp
@@ -288,10 +303,12 @@ void Register() {
         ->Arg(dev)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-    benchmark::RegisterBenchmark("BM_DpSgdStep", BM_DpSgdStep)
-        ->Arg(dev)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    for (int64_t batch : {kBatch, int64_t{2048}}) {
+      benchmark::RegisterBenchmark("BM_DpSgdStep", BM_DpSgdStep)
+          ->Args({dev, batch})
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   }
   benchmark::RegisterBenchmark("BM_PoissonSample", BM_PoissonSample)
       ->Arg(60'000)

@@ -28,4 +28,9 @@ StatusOr<std::unique_ptr<PreparedAllReduce>> Collective::PrepareAllReduceSum(
   return std::unique_ptr<PreparedAllReduce>(std::make_unique<PlainAllReduce<double>>(*this, data));
 }
 
+StatusOr<std::unique_ptr<PreparedAllReduce>> Collective::PrepareAllReduceSum(
+    std::span<int64_t> data) {
+  return std::unique_ptr<PreparedAllReduce>(std::make_unique<PlainAllReduce<int64_t>>(*this, data));
+}
+
 }  // namespace huddle::datacenter

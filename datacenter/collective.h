@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -61,10 +62,16 @@ class Collective {
   // Element-wise sum over all ranks, in place. Every rank ends with the same bits.
   virtual Status AllReduceSum(std::span<float> data) = 0;
   virtual Status AllReduceSum(std::span<double> data) = 0;
-  // The same sum, prepared once for repeated use on `data` (see PreparedAllReduce). The default
+  // The int64 sum is exact and wraps modulo 2^64 (two's complement; computed as uint64, so no
+  // overflow is undefined): the result is every rank's values added as integers, whatever the
+  // order, and equals the true sum whenever that lies in [-2^63, 2^63). DP-SGD's exact gradient
+  // sum (models/dp_sgd.h) depends on it.
+  virtual Status AllReduceSum(std::span<int64_t> data) = 0;
+  // The same sums, prepared once for repeated use on `data` (see PreparedAllReduce). The default
   // runs AllReduceSum each time.
   virtual StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<float> data);
   virtual StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<double> data);
+  virtual StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<int64_t> data);
   // Copies `root`'s bytes into every rank's `data` (same size everywhere).
   virtual Status Broadcast(std::span<std::byte> data, int root) = 0;
   // out.size() == in.size() * world_size(); rank r's `in` lands at out[r * in.size(), ...).

@@ -427,28 +427,24 @@ using AfterStep = std::function<Status()>;
 using EndEpoch =
     std::function<Status(int64_t epoch, int64_t epochs, SteadyTime::time_point start, double rows)>;
 
-// DataParallelDpSgd's steps: the shared Poisson sample, this rank's slice of it, the clipped sum
-// (plus the noise, on rank 0 only) over the expected batch, the all-reduce, the SGD step. An
-// "epoch" in reports is ceil(n / expected_batch_size) steps.
-Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer& reducer,
-                const models::MlpSpec& spec, const DataParallelOptions& options, int64_t n,
-                const kernels::SgdHyper& hyper, const AfterStep& after_step,
+// DataParallelDpSgd's steps: the shared Poisson sample, this rank's chunks of it and rank 0's
+// noise (models::internal::DpSgdStepper, the single process's step), the int64 all-reduce of
+// the exact sum, the SGD step. An "epoch" in reports is ceil(n / expected_batch_size) steps.
+Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, const models::MlpSpec& spec,
+                const DataParallelOptions& options, int64_t n, const AfterStep& after_step,
                 const EndEpoch& end_epoch, DataParallelStats* stats) {
   const DataParallelDpSgd& dp = *options.dp_sgd;
   const int rank = c.rank(), world = c.world_size();
-  HUDDLE_ASSIGN_OR_RETURN(models::internal::DpSgdPlan plan,
+  HUDDLE_ASSIGN_OR_RETURN(const models::internal::DpSgdPlan plan,
                           models::internal::PlanDpSgd(spec, options.train, dp.dp, n));
-  // The sampling stream's key and whether the noise is private, from rank 0.
+  // The sampling stream's key (the single process's: the first bytes of rank 0's source) and
+  // whether the noise is private, from rank 0.
   struct {
     std::array<unsigned char, 32> key;
     int64_t is_private;
   } shared{};
   if (rank == 0) {
-    for (size_t w = 0; w < 4; ++w) {
-      const uint64_t bits = dp.noise->NextU64();
-      for (size_t i = 0; i < 8; ++i)
-        shared.key[8 * w + i] = static_cast<unsigned char>(bits >> (8 * i));
-    }
+    shared.key = models::internal::DrawSamplingKey(*dp.noise);
     shared.is_private = dp.noise->is_private() ? 1 : 0;
   }
   HUDDLE_RETURN_IF_ERROR(
@@ -456,15 +452,30 @@ Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer
   privacy::NoiseSource sampling =
       privacy::NoiseSource::FromSharedKey(shared.key, shared.is_private != 0);
   std::fill(shared.key.begin(), shared.key.end(), 0);
-  // Only rank 0 adds noise; the others' stepper never draws from a source (no noise, no key).
-  if (rank != 0) plan.add_noise = false;
-  models::internal::DpSgdStepper stepper(ws, plan, options.train, dp.dp,
-                                         rank == 0 ? *dp.noise : sampling);
-  HUDDLE_RETURN_IF_ERROR(stepper.Reserve(plan.capacity));
+  // Only rank 0's stepper draws noise.
+  HUDDLE_ASSIGN_OR_RETURN(
+      std::unique_ptr<models::internal::DpSgdStepper> stepper,
+      models::internal::DpSgdStepper::Create(ws, plan, options.train, dp.dp,
+                                             rank == 0 ? dp.noise : nullptr, rank, world));
+  // The exact sum is reduced as int64 (prepared once: its buffer is the stepper's for good). A
+  // GPU's chunks must be computed before NCCL, on its own stream, reads them.
+  const std::span<int64_t> units(stepper->units(), static_cast<size_t>(stepper->units_count()));
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedAllReduce> reduce_units,
+                          c.PrepareAllReduceSum(units));
+  const bool on_gpu = ws.backend().kind() != kernels::DeviceKind::kCpu;
+  stepper->set_all_reduce([&]() -> Status {
+    if (on_gpu) HUDDLE_RETURN_IF_ERROR(ws.backend().Synchronize());
+    const auto start = SteadyTime::now();
+    HUDDLE_RETURN_IF_ERROR(reduce_units->Run());
+    stats->reduce_seconds += SecondsSince(start);
+    stats->bytes_reduced += static_cast<int64_t>(units.size_bytes());
+    return absl::OkStatus();
+  });
+  stats->buckets = 1;
 
   const int64_t m = dp.dp.expected_batch_size;
   const int64_t steps_per_epoch = std::max<int64_t>(1, (n + m - 1) / m);
-  std::vector<int64_t> rows, mine;  // the global sample, this rank's slice of it
+  std::vector<int64_t> rows;  // the global sample
   // A resume continues at its step (a multiple of steps_per_epoch: checkpoints follow epochs).
   const int64_t first_step = stats->steps;
   int64_t epoch = first_step / steps_per_epoch, epoch_rows = 0;
@@ -472,23 +483,10 @@ Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, BucketReducer
   ws.ResetTotals();
   for (int64_t step = first_step; step < plan.steps; ++step) {
     models::SamplePoissonBatch(n, m, sampling, &rows);
-    const auto b = static_cast<int64_t>(rows.size());
-    const int64_t lo = b * rank / world, hi = b * (rank + 1) / world;
-    mine.assign(rows.begin() + lo, rows.begin() + hi);
-    const auto count = static_cast<int64_t>(mine.size());
-    if (count > 0) {
-      HUDDLE_RETURN_IF_ERROR(stepper.Reserve(count));
-      HUDDLE_RETURN_IF_ERROR(ws.SetOrder(mine));
-      ws.Gather(0, count);
-    }
-    HUDDLE_RETURN_IF_ERROR(stepper.NoisyGradient(count, step));
-    reducer.StartStep();
-    for (size_t l = ws.num_layers(); l-- > 0;) reducer.LayerDone(l);
-    HUDDLE_RETURN_IF_ERROR(reducer.FinishStep(&stats->wait_seconds));
-    HUDDLE_RETURN_IF_ERROR(ws.Step(hyper));
+    HUDDLE_ASSIGN_OR_RETURN(const int64_t trained, stepper->Step(rows, step));
     ++stats->steps;
-    stats->examples += count;
-    epoch_rows += b;
+    stats->examples += trained;
+    epoch_rows += static_cast<int64_t>(rows.size());
     HUDDLE_RETURN_IF_ERROR(after_step());
     if ((step + 1) % steps_per_epoch == 0 || step + 1 == plan.steps) {
       HUDDLE_RETURN_IF_ERROR(end_epoch(epoch, (plan.steps + steps_per_epoch - 1) / steps_per_epoch,
@@ -666,8 +664,8 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   };
 
   if (options.dp_sgd) {
-    HUDDLE_RETURN_IF_ERROR(RunDpSgd(collective, *ws, scratch, reducer, spec, options, n, hyper,
-                                    after_step, end_epoch, &stats));
+    HUDDLE_RETURN_IF_ERROR(
+        RunDpSgd(collective, *ws, scratch, spec, options, n, after_step, end_epoch, &stats));
   }
   for (int64_t epoch = resume.epochs_done; !options.dp_sgd && epoch < options.train.epochs;
        ++epoch) {
@@ -726,8 +724,9 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
   ++stats.checksums;
   HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
-  stats.reduce_seconds = reducer.reduce_seconds() + sync_bn.seconds();
-  stats.bytes_reduced = reducer.bytes_reduced() + sync_bn.bytes();
+  // (DP-SGD's int64 reductions are counted there already.)
+  stats.reduce_seconds += reducer.reduce_seconds() + sync_bn.seconds();
+  stats.bytes_reduced += reducer.bytes_reduced() + sync_bn.bytes();
   stats.seconds = SecondsSince(start);
   return stats;
 }

@@ -67,21 +67,31 @@ struct EpochReport {
   const TrainingState* state = nullptr;
 };
 
-// DP-SGD across the ranks: models/dp_sgd.h's algorithm with one release per global step.
+// DP-SGD across the ranks: models/dp_sgd.h's algorithm, step for step the single process's
+// (models::internal::DpSgdStepper on every rank), with one release per global step.
 //   - Every rank draws the same secret Poisson sample of the whole data set (rate q =
 //     expected_batch_size / n, the GLOBAL expected batch) from a stream whose key rank 0 draws
-//     from `noise` and broadcasts; the sampled rows are cut into contiguous per-rank slices.
-//   - Each rank clips its examples' gradients (ghost norms) and sums them; rank 0 alone adds the
-//     Gaussian noise (z * C), once per global step; every rank divides by the expected batch.
-//   - The all-reduced sum is exactly the single-process DP-SGD release, so a run of
-//     round(epochs * n / expected_batch_size) steps spends DpEvent{q, z, steps}
-//     (DataParallelStats::dp_event), accounted by rank 0 with privacy/accountant.h.
+//     from `noise` and broadcasts: the key TrainMlpDpSgd draws from the same source.
+//   - The sample is cut into models/dp_sgd.h's K chunks by position in the data set (not by
+//     rank); rank r of W processes chunks [K r / W, K (r + 1) / W) (none when K < W and r is
+//     low), clipping each chunk's examples (ghost norms) and rounding the chunk's clipped sum to
+//     the noise grid, as integers in an int64 accumulator.
+//   - Rank 0 alone adds the exact discrete Gaussian integers (from `noise`), once per global
+//     step; the accumulators are all-reduced as int64 (exact, Collective::AllReduceSum), and
+//     every rank converts the same integers into the same float gradient and takes the same step.
+//   - Hence the released gradients, and the trained parameters, are BITWISE those of
+//     TrainMlpDpSgd (and of models::TrainUpdate with dp_sgd) with the same `noise` source state
+//     and data, whatever the number of ranks (on CPU ranks; GPU ranks match each other when
+//     their GEMMs do). A run of round(epochs * n / expected_batch_size) steps spends
+//     DpEvent{q, z, steps} (DataParallelStats::dp_event), accounted by rank 0 with
+//     privacy/accountant.h.
 // train.batch_size is not used (the batch is sampled). The guarantee needs a private `noise`
-// (NoiseSource::Secure) and trusted ranks: they all know the sample. A resume continues at the
-// checkpoint's step with fresh streams (a new sampling key from `noise`): every step is still one
-// independent release of the same mechanism, so the total spend is that of all steps; the run is
-// then not bitwise the uninterrupted one (whose randomness is not stored: a stored noise key
-// would let anyone who reads the checkpoint remove the noise).
+// (NoiseSource::Secure) and trusted ranks: they all know the sample and see each other's chunk
+// sums (rounded to the grid, not noised). A resume continues at the checkpoint's step with fresh
+// streams (a new sampling key from `noise`): every step is still one independent release of the
+// same mechanism, so the total spend is that of all steps; the run is then not bitwise the
+// uninterrupted one (whose randomness is not stored: a stored noise key would let anyone who
+// reads the checkpoint remove the noise).
 struct DataParallelDpSgd {
   models::DpSgdOptions dp;
   privacy::NoiseSource* noise = nullptr;  // rank 0's; not owned; ignored on the other ranks
@@ -121,8 +131,8 @@ struct DataParallelStats {
   double seconds = 0;
   double reduce_seconds = 0;  // inside AllReduceSum calls on the communication thread
   double wait_seconds = 0;    // the step waiting for reductions after its backward
-  int64_t bytes_reduced = 0;  // gradient bytes all-reduced
-  int64_t buckets = 0;        // per step
+  int64_t bytes_reduced = 0;  // gradient bytes all-reduced (DP-SGD: int64 units, 8 per value)
+  int64_t buckets = 0;        // per step (DP-SGD: 1, the exact sum's one int64 all-reduce)
   int64_t checksums = 0;      // replica checks passed
   // With DP-SGD: what the run spent (q, z, steps), for privacy::ComputeEpsilon; and whether the
   // noise came from a private source (rank 0's NoiseSource::is_private, known on every rank).

@@ -12,8 +12,10 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <cstdint>
 #include <exception>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "datacenter/collective.h"
@@ -52,19 +54,30 @@ class GlooStore final : public gloo::rendezvous::Store {
   milliseconds timeout_;
 };
 
-// Element-wise c = a + b, in the same order on every rank (no FMA contraction in this file).
+// a + b: IEEE addition for floating point (no FMA contraction in this file); for int64, addition
+// modulo 2^64 in uint64 (two's complement, never an undefined signed overflow).
+template <typename T>
+T Add(T a, T b) {
+  if constexpr (std::is_same_v<T, int64_t>) {
+    return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  } else {
+    return a + b;
+  }
+}
+
+// Element-wise c = a + b, in the same order on every rank.
 template <typename T>
 void Sum(void* c, const void* a, const void* b, size_t n) {
   T* out = static_cast<T*>(c);
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+  for (size_t i = 0; i < n; ++i) out[i] = Add(x[i], y[i]);
 }
 
 // x += y, element-wise (Gloo's legacy reduction signature).
 template <typename T>
 void SumInPlace(T* x, const T* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+  for (size_t i = 0; i < n; ++i) x[i] = Add(x[i], y[i]);
 }
 template <typename T>
 const gloo::ReductionFunction<T> kSumInPlace(gloo::SUM, &SumInPlace<T>);
@@ -80,12 +93,17 @@ class GlooCollective final : public Collective {
 
   Status AllReduceSum(std::span<float> data) override { return AllReduce(data, &Sum<float>); }
   Status AllReduceSum(std::span<double> data) override { return AllReduce(data, &Sum<double>); }
+  Status AllReduceSum(std::span<int64_t> data) override { return AllReduce(data, &Sum<int64_t>); }
 
   StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(std::span<float> data) override {
     return Prepare(data);
   }
   StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(
       std::span<double> data) override {
+    return Prepare(data);
+  }
+  StatusOr<std::unique_ptr<PreparedAllReduce>> PrepareAllReduceSum(
+      std::span<int64_t> data) override {
     return Prepare(data);
   }
 

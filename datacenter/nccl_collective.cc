@@ -87,6 +87,13 @@ class NcclCollective final : public Collective {
                            stream_);
     });
   }
+  // ncclUint64: the same bits as a two's-complement int64 sum, with wrap-around defined.
+  Status AllReduceSum(std::span<int64_t> data) override {
+    return Enqueue("all-reduce", data.size_bytes(), [&] {
+      return ncclAllReduce(data.data(), data.data(), data.size(), ncclUint64, ncclSum, comm_,
+                           stream_);
+    });
+  }
   Status Broadcast(std::span<std::byte> data, int root) override {
     if (root < 0 || root >= world_size()) {
       return absl::InvalidArgumentError(

@@ -29,8 +29,8 @@
 #include "kernels/batch_norm.h"
 #include "kernels/dense.h"
 #include "kernels/dp.h"
+#include "kernels/grid_sum.h"
 #include "kernels/loss.h"
-#include "kernels/noise_stream.h"
 #include "kernels/optimizer.h"
 #include "kernels/update.h"
 
@@ -157,8 +157,13 @@ class Backend {
   virtual void ClipFactors(const double* squared_norms, int64_t batch, const ClipFactorParams& p,
                            float* factors) = 0;
   virtual void ScaleRows(float* m, int64_t rows, int64_t cols, const float* factors) = 0;
-  virtual void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev, double divisor,
-                                float* data, int64_t n) = 0;
+
+  // ---- Exact sums on a power-of-two grid (kernels/grid_sum.h): DP-SGD's gradient sum ----------
+  virtual void AccumulateOnGrid(const float* x, int64_t n, int exponent, double limit, int64_t* acc,
+                                int64_t* rejected) = 0;
+  virtual void AddUnits(const int64_t* units, int64_t n, int64_t* acc) = 0;
+  virtual void UnitsToFloat(const int64_t* acc, int64_t n, int exponent, double divisor,
+                            float* out) = 0;
 
   // ---- Update pipeline and aggregation (kernels/update.h) ------------------------------------
   virtual void UpdatePipeline(const UpdatePipelineParams& p, const float* local,

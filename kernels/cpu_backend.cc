@@ -9,7 +9,6 @@
 #include "kernels/activation.h"
 #include "kernels/backend.h"
 #include "kernels/loss.h"
-#include "kernels/noise.h"
 
 namespace huddle::kernels {
 namespace {
@@ -112,9 +111,16 @@ class CpuBackend final : public Backend {
   void ScaleRows(float* m, int64_t rows, int64_t cols, const float* factors) override {
     kernels::ScaleRows(m, rows, cols, factors);
   }
-  void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev, double divisor,
-                        float* data, int64_t n) override {
-    kernels::AddGaussianNoise(key, offset, stddev, divisor, data, n);
+  void AccumulateOnGrid(const float* x, int64_t n, int exponent, double limit, int64_t* acc,
+                        int64_t* rejected) override {
+    kernels::AccumulateOnGrid(x, n, exponent, limit, acc, rejected);
+  }
+  void AddUnits(const int64_t* units, int64_t n, int64_t* acc) override {
+    kernels::AddUnits(units, n, acc);
+  }
+  void UnitsToFloat(const int64_t* acc, int64_t n, int exponent, double divisor,
+                    float* out) override {
+    kernels::UnitsToFloat(acc, n, exponent, divisor, out);
   }
   void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
                       int64_t n, float* out_values, int32_t* out_units, double* scratch,

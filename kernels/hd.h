@@ -1,5 +1,5 @@
 // HUDDLE_HD marks a function compiled for both the host and the device: the one definition the CPU
-// reference and the CUDA kernel share (kernels/noise_stream.h, kernels/update_math.h), so both
+// reference and the CUDA kernel share (kernels/update_math.h, kernels/grid_sum_math.h), so both
 // compute the same bits. Outside nvcc it expands to nothing.
 //
 // Bit-identical results need more than one definition: floating-point expressions must not be

@@ -5,7 +5,7 @@
 //   delta_i = local_i - global_i                        (float, as the CPU client computes it)
 //   norm    = sqrt(Σ double(delta_i)²)                  (one pass over memory)
 //   scale   = norm > C ? (C / norm) * (1 - 2^-20) : 1   (C = clip_norm; no clipping when C = 0)
-//   v_i     = double(delta_i) * scale + stddev * N(key, noise_offset + i)
+//   v_i     = double(delta_i) * scale
 //   quantum == 0: out_values[i] = float(v_i)
 //   quantum  > 0: out_units[i] = stochastic_round(v_i / quantum) saturated to int32, and
 //                 out_values[i] (if not null) = float(out_units[i] * quantum)
@@ -13,7 +13,9 @@
 // privacy::L2Norm of the float output never exceeds C. Stochastic rounding rounds u up with
 // probability frac(u), drawing 32 bits per element from the key's rounding stream
 // (kernels/noise_stream.h), so the rounding is unbiased and reproducible. A non-finite delta makes
-// norm NaN and scale 0 (the caller must refuse the update; outputs are then only noise).
+// norm NaN and scale 0 (the caller must refuse the update). The pipeline
+// adds no noise: privacy noise is the exact discrete Gaussian of privacy/noise.h, added on the
+// host.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +25,10 @@
 namespace huddle::kernels {
 
 struct UpdatePipelineParams {
-  double clip_norm = 0;       // C >= 0; 0 disables clipping
-  double noise_stddev = 0;    // >= 0; 0 adds no noise
-  NoiseKey key;               // noise and rounding streams
-  uint64_t noise_offset = 0;  // first index of both streams this update uses
-  double quantum = 0;         // >= 0; 0 writes floats only
+  double clip_norm = 0;          // C >= 0; 0 disables clipping
+  NoiseKey key;                  // the rounding stream's (quantum > 0)
+  uint64_t rounding_offset = 0;  // first index of the rounding stream this update uses
+  double quantum = 0;            // >= 0; 0 writes floats only
 };
 
 // Written by the pipeline in device memory (read back with the outputs).

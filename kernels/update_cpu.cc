@@ -49,24 +49,13 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
       OrderedSquaredSum(n, [&](int64_t i) { return update_math::Delta(local[i], global[i]); });
   double norm = 0;
   const double scale = update_math::ClipScale(squared, p.clip_norm, &norm);
-  // Pass 2: scale, noise, (quantize). The streams are read a ChaCha block at a time.
+  // Pass 2: scale, (quantize). The rounding stream is read a ChaCha block at a time.
   int64_t saturated = 0;
-  double normals[kNormalsPerBlock];
-  uint64_t normals_block = UINT64_MAX;
   uint32_t rounding[16] = {};
   uint64_t rounding_block = UINT64_MAX;
   for (int64_t i = 0; i < n; ++i) {
-    const uint64_t index = p.noise_offset + static_cast<uint64_t>(i);
-    double z = 0;
-    if (p.noise_stddev > 0) {
-      if (index / kNormalsPerBlock != normals_block) {
-        normals_block = index / kNormalsPerBlock;
-        StandardNormalBlock(p.key, normals_block, normals);
-      }
-      z = normals[index % kNormalsPerBlock];
-    }
-    const double v =
-        update_math::NoisedValue(update_math::Delta(local[i], global[i]), scale, p.noise_stddev, z);
+    const uint64_t index = p.rounding_offset + static_cast<uint64_t>(i);
+    const double v = hd::Mul(update_math::Delta(local[i], global[i]), scale);
     if (p.quantum > 0 && index / 16 != rounding_block) {
       rounding_block = index / 16;
       ChaCha20Block(p.key, kRoundingStream, rounding_block, rounding);

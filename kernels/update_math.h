@@ -54,12 +54,6 @@ HUDDLE_HD inline double ClipScale(double squared_norm, double clip_norm, double*
   return 1.0;
 }
 
-// v = delta * scale + stddev * z; z is ignored when stddev == 0.
-HUDDLE_HD inline double NoisedValue(double delta, double scale, double stddev, double z) {
-  const double scaled = hd::Mul(delta, scale);
-  return stddev > 0 ? hd::Add(scaled, hd::Mul(stddev, z)) : scaled;
-}
-
 // floor(v / quantum + r), r = bits * 2^-32 in [0, 1): rounds up with probability frac(v / quantum)
 // (to 2^-32). Saturates to [-(2^31 - 1), 2^31 - 1] (NaN -> 0), counting into *saturated.
 HUDDLE_HD inline int32_t StochasticRound(double v, double quantum, uint32_t bits,

@@ -61,17 +61,6 @@ void ClippedGradientSum(MlpWorkspace& ws, int64_t batch, const double* squared, 
   }
 }
 
-// A ChaCha20 key for the device noise stream, drawn from `noise` (private when it is).
-kernels::NoiseKey DrawNoiseKey(privacy::NoiseSource& noise) {
-  kernels::NoiseKey key;
-  for (int w = 0; w < 8; w += 2) {
-    const uint64_t bits = noise.NextU64();
-    key.words[w] = static_cast<uint32_t>(bits);
-    key.words[w + 1] = static_cast<uint32_t>(bits >> 32);
-  }
-  return key;
-}
-
 Status Diverged(int64_t step, double learning_rate, const std::string& what) {
   return absl::FailedPreconditionError(absl::StrCat("training diverged: ", what, " at step ", step,
                                                     " (learning_rate ", learning_rate,
@@ -149,6 +138,21 @@ void SamplePoissonBatch(int64_t n, int64_t expected, privacy::NoiseSource& noise
   }
 }
 
+StatusOr<int64_t> DpSgdSteps(int64_t epochs, int64_t n, int64_t expected_batch_size) {
+  const int64_t m = expected_batch_size;
+  if (m < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected_batch_size is ", m, "; it must be >= 1"));
+  }
+  // round(epochs * n / m), half up; 128-bit so that no epochs * n overflows.
+  const __int128 rounded = (static_cast<__int128>(epochs) * n + m / 2) / m;
+  if (rounded > std::numeric_limits<int64_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epochs is ", epochs, "; the number of steps overflows"));
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(rounded));
+}
+
 Status CheckDpSgdModel(const MlpSpec& spec) {
   if (!spec.batch_norm) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -157,6 +161,25 @@ Status CheckDpSgdModel(const MlpSpec& spec) {
 }
 
 namespace internal {
+
+namespace {
+
+constexpr double k2To62 = 4611686018427387904.0;  // 2^62
+// Per-example gradient norms the grid of a run WITHOUT noise assumes at most (its clip norm when
+// smaller): a clip norm of 1e30 ("no clipping") must not make that grid useless.
+constexpr double kNoiselessNormBound = 256.0;
+
+// Whether the sum of a chunk of at most `rows` clipped gradients of L2 norm at most `norm` (so at
+// most rows * norm on any coordinate) fits `limit` units of the grid 2^exponent with a factor 4
+// to spare: for the float error of the chunk's GEMM sums (below a third of the sum of the terms'
+// magnitudes for up to 2^22 rows) and the rounding of the clip factors.
+bool ChunkFits(int64_t rows, double norm, int exponent, double limit) {
+  const long double worst =
+      std::ldexp(4.0L * static_cast<long double>(rows) * static_cast<long double>(norm), -exponent);
+  return worst <= static_cast<long double>(limit);
+}
+
+}  // namespace
 
 StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
                               const DpSgdOptions& dp, int64_t n) {
@@ -167,41 +190,92 @@ StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
   HUDDLE_RETURN_IF_ERROR(CheckDpSgdModel(spec));
   const int64_t m = dp.expected_batch_size;
   DpSgdPlan plan;
+  plan.n = n;
+  plan.chunks = (m + kDpSgdChunkRows - 1) / kDpSgdChunkRows;  // <= ceil(n / 256) <= n
+  plan.chunk_limit = k2To62 / static_cast<double>(plan.chunks);
   plan.add_noise = dp.noise_multiplier > 0.0;
+  const int64_t dim = TotalElements(MlpLayout(spec));
+  const int64_t chunk_rows = (n + plan.chunks - 1) / plan.chunks;  // the longest chunk range
   if (plan.add_noise) {
-    // Also on a GPU, which adds its own Gaussian: the same settings are accepted on every device.
-    HUDDLE_ASSIGN_OR_RETURN(plan.grid, privacy::NoiseGridFor(dp.noise_multiplier, dp.clip_norm,
-                                                             TotalElements(MlpLayout(spec))));
+    // Every chunk's rounding may change between neighbouring data sets: 2K roundings.
+    HUDDLE_ASSIGN_OR_RETURN(
+        plan.grid, privacy::NoiseGridFor(dp.noise_multiplier, dp.clip_norm, dim, 2 * plan.chunks));
+    if (!ChunkFits(chunk_rows, dp.clip_norm, plan.grid.exponent, plan.chunk_limit)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "noise_multiplier is ", dp.noise_multiplier, "; for ", n,
+          " examples it must be larger: on its noise grid 2^", plan.grid.exponent,
+          " the exact sum of a step could need more than 63 bits (n / noise_multiplier must stay "
+          "below about 2^35)"));
+    }
+  } else {
+    // The finest grid on which the chunks' sums fit.
+    const double norm = std::min(dp.clip_norm, kNoiselessNormBound);
+    const double ratio = 4.0 * static_cast<double>(chunk_rows) * norm / plan.chunk_limit;
+    int e = ratio > 0 ? std::max(-1100, std::ilogb(ratio)) : -1100;
+    while (!ChunkFits(chunk_rows, norm, e, plan.chunk_limit)) ++e;
+    while (ChunkFits(chunk_rows, norm, e - 1, plan.chunk_limit)) --e;
+    if (e < -1000 || e > 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "clip_norm is ", dp.clip_norm, "; its exact-sum grid 2^", e, " is out of range"));
+    }
+    plan.grid.exponent = e;
   }
-  // round(epochs * n / m), half up; 128-bit so that no epochs * n overflows.
-  const __int128 scaled = static_cast<__int128>(options.epochs) * n;
-  const __int128 rounded = (scaled + m / 2) / m;
-  if (rounded > std::numeric_limits<int64_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("epochs is ", options.epochs, "; the number of steps overflows"));
-  }
-  plan.steps = std::max<int64_t>(1, static_cast<int64_t>(rounded));
-  // Room for the sampled batch in all but ~1e-9 of steps (6 standard deviations and slack); a
-  // larger sample grows the buffers: a sample is never truncated, which would void the guarantee.
-  const auto cap =
-      static_cast<int64_t>(static_cast<double>(m) + 6.0 * std::sqrt(static_cast<double>(m)) + 16.0);
-  plan.capacity = std::min(cap, n);
+  HUDDLE_ASSIGN_OR_RETURN(plan.steps, DpSgdSteps(options.epochs, n, m));
+  // Room for a chunk's sample in all but ~1e-9 of steps (6 standard deviations and slack); a
+  // larger one grows the buffers: a sample is never truncated, which would void the guarantee.
+  const double per_chunk = static_cast<double>(m) / static_cast<double>(plan.chunks);
+  const auto cap = static_cast<int64_t>(per_chunk + 6.0 * std::sqrt(per_chunk) + 16.0);
+  plan.capacity = std::min(cap, chunk_rows);
   return plan;
 }
 
+std::array<unsigned char, 32> DrawSamplingKey(privacy::NoiseSource& noise) {
+  std::array<unsigned char, 32> key{};
+  for (size_t w = 0; w < 4; ++w) {
+    const uint64_t bits = noise.NextU64();
+    for (size_t i = 0; i < 8; ++i) key[8 * w + i] = static_cast<unsigned char>(bits >> (8 * i));
+  }
+  return key;
+}
+
 DpSgdStepper::DpSgdStepper(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
-                           const DpSgdOptions& dp, privacy::NoiseSource& noise)
+                           const DpSgdOptions& dp, privacy::NoiseSource* noise, int rank, int world)
     : ws_(&ws),
       plan_(plan),
-      noise_(&noise),
-      host_noise_(ws.backend().kind() == kernels::DeviceKind::kCpu),
-      stddev_(dp.noise_multiplier * dp.clip_norm),
+      noise_(plan.add_noise && rank == 0 ? noise : nullptr),
+      world_(world),
+      first_chunk_(plan.chunks * rank / world),
+      end_chunk_(plan.chunks * (rank + 1) / world),
+      span_(ws.trainable_span()),
       clip_norm_(dp.clip_norm),
       divisor_(static_cast<double>(dp.expected_batch_size)),
       learning_rate_(options.learning_rate),
       hyper_{static_cast<float>(options.learning_rate), static_cast<float>(options.momentum),
-             static_cast<float>(options.weight_decay)} {
-  if (plan.add_noise && !host_noise_) key_ = DrawNoiseKey(noise);
+             static_cast<float>(options.weight_decay)} {}
+
+StatusOr<std::unique_ptr<DpSgdStepper>> DpSgdStepper::Create(
+    MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options, const DpSgdOptions& dp,
+    privacy::NoiseSource* noise, int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("DP-SGD rank ", rank, " of ", world));
+  }
+  if (plan.add_noise && rank == 0 && noise == nullptr) {
+    return absl::InvalidArgumentError("DP-SGD: rank 0 needs a noise source");
+  }
+  std::unique_ptr<DpSgdStepper> stepper(
+      new DpSgdStepper(ws, plan, options, dp, noise, rank, world));
+  kernels::Backend& backend = ws.backend();
+  const auto kUnit = static_cast<int64_t>(sizeof(int64_t));
+  HUDDLE_ASSIGN_OR_RETURN(stepper->units_, backend.Allocate((stepper->span_ + 1) * kUnit));
+  if (stepper->noise_ != nullptr) {
+    HUDDLE_ASSIGN_OR_RETURN(const privacy::DiscreteGaussian gaussian,
+                            privacy::DiscreteGaussian::Create(plan.grid.variance));
+    stepper->gaussian_ = gaussian;
+    HUDDLE_ASSIGN_OR_RETURN(stepper->noise_units_, backend.Allocate(stepper->span_ * kUnit));
+    stepper->noise_host_.assign(static_cast<size_t>(stepper->span_), 0);
+  }
+  HUDDLE_RETURN_IF_ERROR(stepper->Reserve(plan.capacity));
+  return stepper;
 }
 
 Status DpSgdStepper::Reserve(int64_t rows) {
@@ -214,70 +288,82 @@ Status DpSgdStepper::Reserve(int64_t rows) {
   return absl::OkStatus();
 }
 
-Status DpSgdStepper::Step(int64_t batch, int64_t step) {
-  HUDDLE_RETURN_IF_ERROR(NoisyGradient(batch, step));
-  return ws_->Step(hyper_);
+StatusOr<int64_t> DpSgdStepper::Step(const std::vector<int64_t>& sample, int64_t step) {
+  HUDDLE_ASSIGN_OR_RETURN(const int64_t rows, Gradient(sample, step));
+  HUDDLE_RETURN_IF_ERROR(ws_->Step(hyper_));
+  return rows;
 }
 
-Status DpSgdStepper::NoisyGradient(int64_t batch, int64_t step) {
+StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int64_t step) {
   MlpWorkspace& ws = *ws_;
   kernels::Backend& backend = ws.backend();
-  if (batch > capacity_) {
-    return absl::InternalError(
-        absl::StrCat("DP-SGD step of ", batch, " rows with room for ", capacity_));
+  const int exponent = plan_.grid.exponent;
+  int64_t* units = units_.as<int64_t>();
+  backend.Zero(units, (span_ + 1) * static_cast<int64_t>(sizeof(int64_t)));
+  // This rank's rows: the sample's positions inside its chunks' ranges (contiguous in `sample`).
+  const auto begin =
+      std::lower_bound(sample.begin(), sample.end(), plan_.chunk_begin(first_chunk_));
+  const auto end = std::lower_bound(begin, sample.end(), plan_.chunk_begin(end_chunk_));
+  mine_.assign(begin, end);
+  if (!mine_.empty()) HUDDLE_RETURN_IF_ERROR(ws.SetOrder(mine_));
+  // Each chunk on its own rows: the clipped sum into ws.grad(), then onto the grid.
+  auto next = mine_.begin();
+  for (int64_t j = first_chunk_; j < end_chunk_ && next != mine_.end(); ++j) {
+    const auto chunk_end = std::lower_bound(next, mine_.end(), plan_.chunk_begin(j + 1));
+    const auto rows = static_cast<int64_t>(chunk_end - next);
+    if (rows > 0) {
+      HUDDLE_RETURN_IF_ERROR(Reserve(rows));
+      ws.Gather(static_cast<int64_t>(next - mine_.begin()), rows);
+      ws.Forward(rows, /*training=*/true);
+      BackwardToLayerGrads(ws, rows, squared_.as<double>());
+      ClippedGradientSum(ws, rows, squared_.as<double>(), clip_norm_, factors_.as<float>());
+      backend.AccumulateOnGrid(ws.grads_base(), span_, exponent, plan_.chunk_limit, units,
+                               units + span_);
+    }
+    next = chunk_end;
   }
-  if (batch == 0) {
-    for (size_t i = 0; i < ws.num_params(); ++i) {
-      backend.Zero(ws.grad(i), ws.param_size(i) * static_cast<int64_t>(sizeof(float)));
+  // The noise, once per step (rank 0): drawn on the host while a GPU computes the chunks.
+  if (noise_ != nullptr) {
+    for (size_t i = 0; i < ws.num_trainable(); ++i) {
+      int64_t* out = noise_host_.data() + ws.param_offset(i);
+      for (int64_t k = 0; k < ws.param_size(i); ++k) out[k] = gaussian_->Sample(*noise_);
     }
-  } else {
-    ws.Forward(batch, /*training=*/true);
-    BackwardToLayerGrads(ws, batch, squared_.as<double>());
-    ClippedGradientSum(ws, batch, squared_.as<double>(), clip_norm_, factors_.as<float>());
+    backend.CopyToDevice(noise_units_.data(), noise_host_.data(),
+                         span_ * static_cast<int64_t>(sizeof(int64_t)));
+    backend.AddUnits(noise_units_.as<int64_t>(), span_, units);
   }
-  // Noise, then the division by the expected batch size (the realized size is secret).
-  for (size_t i = 0; i < ws.num_params(); ++i) {
-    const int64_t size = ws.param_size(i);
-    if (!host_noise_) {
-      backend.AddGaussianNoise(key_, noise_offset_, plan_.add_noise ? stddev_ : 0.0, divisor_,
-                               ws.grad(i), size);
-      noise_offset_ += static_cast<uint64_t>(size);
-      continue;
-    }
-    const std::span<float> g(ws.grad(i), static_cast<size_t>(size));
-    if (FirstNonFinite(g) >= 0) {
-      return Diverged(step, learning_rate_, "non-finite clipped gradient sum");
-    }
-    if (plan_.add_noise) {
-      const Status noised = privacy::AddDiscreteGaussianNoise(g, plan_.grid, *noise_);
-      if (!noised.ok()) return Diverged(step, learning_rate_, std::string(noised.message()));
-    }
-    for (float& v : g) v = static_cast<float>(static_cast<double>(v) / divisor_);
+  if (world_ > 1) {
+    if (!all_reduce_) return absl::InternalError("DP-SGD: a rank's stepper has no all-reduce");
+    HUDDLE_RETURN_IF_ERROR(all_reduce_());
   }
-  return absl::OkStatus();
+  int64_t rejected = 0;
+  HUDDLE_RETURN_IF_ERROR(backend.CopyToHost(&rejected, units + span_, sizeof rejected));
+  if (rejected != 0) {
+    return Diverged(step, learning_rate_,
+                    absl::StrCat(rejected,
+                                 " clipped gradient sum value(s) not finite or beyond "
+                                 "the exact sum's range"));
+  }
+  // The release: post-processing of the noised integers, the same bits on every rank.
+  backend.UnitsToFloat(units, span_, exponent, divisor_, ws.grads_base());
+  return static_cast<int64_t>(mine_.size());
 }
-
 Status RunDpSgdSteps(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
                      const DpSgdOptions& dp, int64_t n, privacy::NoiseSource& noise,
                      DpSgdStats* stats) {
   const int64_t m = dp.expected_batch_size;
-  DpSgdStepper stepper(ws, plan, options, dp, noise);
-  HUDDLE_RETURN_IF_ERROR(stepper.Reserve(plan.capacity));
+  privacy::NoiseSource sampling =
+      privacy::NoiseSource::FromSharedKey(DrawSamplingKey(noise), noise.is_private());
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<DpSgdStepper> stepper,
+                          DpSgdStepper::Create(ws, plan, options, dp, &noise));
   // Divergence shows in the running loss; it is read (one wait) about once per pass over the data.
   const int64_t check_every = std::max<int64_t>(1, n / m);
   std::vector<int64_t> rows;
-  rows.reserve(static_cast<size_t>(plan.capacity));
   kernels::LossAccumulator totals;
   for (int64_t step = 0; step < plan.steps; ++step) {
-    SamplePoissonBatch(n, m, noise, &rows);
-    const auto batch = static_cast<int64_t>(rows.size());
-    if (batch > 0) {
-      HUDDLE_RETURN_IF_ERROR(stepper.Reserve(batch));
-      HUDDLE_RETURN_IF_ERROR(ws.SetOrder(rows));
-      ws.Gather(0, batch);
-      stats->train.examples += batch;
-    }
-    HUDDLE_RETURN_IF_ERROR(stepper.Step(batch, step));
+    SamplePoissonBatch(n, m, sampling, &rows);
+    HUDDLE_ASSIGN_OR_RETURN(const int64_t trained, stepper->Step(rows, step));
+    stats->train.examples += trained;
     ++stats->train.steps;
     if ((step + 1) % check_every == 0 || step + 1 == plan.steps) {
       HUDDLE_ASSIGN_OR_RETURN(totals, ws.ReadTotals());

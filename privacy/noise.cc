@@ -350,7 +350,8 @@ constexpr double k2To24 = 16777216.0;  // 2^24
 constexpr int kMaxGridExponent = 1000;
 }  // namespace
 
-StatusOr<NoiseGrid> NoiseGridFor(double noise_multiplier, double sensitivity, int64_t dim) {
+StatusOr<NoiseGrid> NoiseGridFor(double noise_multiplier, double sensitivity, int64_t dim,
+                                 int64_t roundings) {
   const double z = noise_multiplier;
   if (!std::isfinite(z) || !(z > 0)) {
     return absl::InvalidArgumentError(
@@ -363,15 +364,20 @@ StatusOr<NoiseGrid> NoiseGridFor(double noise_multiplier, double sensitivity, in
   if (dim < 1) {
     return absl::InvalidArgumentError(fmt::format("dimension must be >= 1, got {}", dim));
   }
+  if (roundings < 1 || roundings > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        fmt::format("roundings must be in [1, 2^40], got {}", roundings));
+  }
   // In grid units the noise must be at least r(e) = z * sensitivity / 2^e + c, with the rounding
-  // term c = z * sqrt(dim) / 2 independent of e. r decreases to c as e grows; c <= 2^23 leaves
-  // room for r >= 2^24 at a finite e, with z * sensitivity / 2^e >= 2^23 (a normal double).
-  const double c = z * std::sqrt(static_cast<double>(dim)) / 2;
+  // term c = z * roundings * sqrt(dim) / 2 independent of e. r decreases to c as e grows;
+  // c <= 2^23 leaves room for r >= 2^24 at a finite e, with z * sensitivity / 2^e >= 2^23 (a
+  // normal double). roundings <= 2^40 converts to double exactly.
+  const double c = z * static_cast<double>(roundings) * std::sqrt(static_cast<double>(dim)) / 2;
   if (!(c <= k2To23)) {
     return absl::InvalidArgumentError(fmt::format(
-        "noise multiplier {} x sqrt(dimension {}) / 2 = {} exceeds 2^23: the grid rounding "
-        "alone would exceed the noise",
-        z, dim, c));
+        "noise multiplier {} x {} rounding(s) x sqrt(dimension {}) / 2 = {} exceeds 2^23: the "
+        "grid rounding alone would exceed the noise",
+        z, roundings, dim, c));
   }
   const double p = z * sensitivity;
   if (!std::isfinite(p) || p < DBL_MIN) {
@@ -389,19 +395,21 @@ StatusOr<NoiseGrid> NoiseGridFor(double noise_multiplier, double sensitivity, in
         fmt::format("noise grid 2^{} for noise multiplier {} and sensitivity {} is out of range", e,
                     z, sensitivity));
   }
-  // s >= (z * (sensitivity + 2^e sqrt(dim) / 2) / 2^e)^2 = r_true^2, exactly. With u = 2^-53:
-  // p = z * sensitivity (1 + d1), sqrt(double(dim)) = sqrt(dim) (1 + d2) with |d2| <= 1.5u,
-  // c = (z sqrt(dim) / 2)(1 + d2)(1 + d3), ldexp exact (normal result), the sum one more rounding:
-  // r_hat >= r_true (1 - 4.1u). r_up = r_hat (1 + 2^-49) rounded >= r_hat (1 + 16u)(1 - u), and
-  // r_up^2 rounded >= r_up^2 (1 - u); together r_up^2 (rounded) >= r_true^2 (1 + 20u) > r_true^2.
-  // The excess over r_true^2 is below 2^-47 relative plus the ceiling: negligible extra noise.
+  // s >= (z * (sensitivity + roundings 2^e sqrt(dim) / 2) / 2^e)^2 = r_true^2, exactly. With
+  // u = 2^-53: p = z * sensitivity (1 + d1), sqrt(double(dim)) = sqrt(dim) (1 + d2) with
+  // |d2| <= 1.5u, c = (z roundings sqrt(dim) / 2)(1 + d2)(1 + d3)(1 + d4) (the product with
+  // z and the one with roundings; / 2 exact), ldexp exact (normal result), the sum one more
+  // rounding: r_hat >= r_true (1 - 5.1u). r_up = r_hat (1 + 2^-49) rounded >= r_hat (1 + 16u)
+  // (1 - u), and r_up^2 rounded >= r_up^2 (1 - u); together r_up^2 (rounded) >= r_true^2
+  // (1 + 18u) > r_true^2. The excess over r_true^2 is below 2^-47 relative plus the ceiling:
+  // negligible extra noise.
   const double r_hat = r(e);
   const double r_up = r_hat * (1 + 0x1p-49);
   uint64_t s = static_cast<uint64_t>(std::ceil(r_up * r_up));
   // Defensive second opinion in wider arithmetic (never moves s if the bound above holds).
-  const long double r_wide =
-      std::ldexp(static_cast<long double>(z) * sensitivity, -e) +
-      static_cast<long double>(z) * std::sqrt(static_cast<long double>(dim)) / 2;
+  const long double r_wide = std::ldexp(static_cast<long double>(z) * sensitivity, -e) +
+                             static_cast<long double>(z) * static_cast<long double>(roundings) *
+                                 std::sqrt(static_cast<long double>(dim)) / 2;
   while (static_cast<long double>(s) < r_wide * r_wide) ++s;
   if (s < 1 || s > kMaxVariance) {  // r < 2^25 keeps s <= 2^50 + small
     return absl::InternalError(fmt::format("noise variance {} out of range", s));

@@ -85,17 +85,21 @@ class DiscreteGaussian {
 };
 
 // The grid and integer variance for Gaussian noise of standard deviation at least
-// noise_multiplier * (sensitivity + grid * sqrt(dim) / 2) on `dim` coordinates.
+// noise_multiplier * (sensitivity + roundings * grid * sqrt(dim) / 2) on `dim` coordinates:
+// `roundings` values, each rounded to the grid (moving it by at most grid * sqrt(dim) / 2 in L2),
+// may differ between neighbouring inputs. One for a value rounded once (the default); DP-SGD's
+// exact sum of K separately rounded chunk sums passes 2K (models/dp_sgd.h).
 struct NoiseGrid {
   int exponent = 0;       // grid = 2^exponent
   uint64_t variance = 0;  // s, in grid units squared
   double grid() const;    // 2^exponent
   double stddev() const;  // sqrt(s) * grid: the actual standard deviation in value units
 };
-// InvalidArgument unless noise_multiplier > 0, sensitivity > 0, dim >= 1 (all finite), and also
-// when noise_multiplier * sqrt(dim) / 2 > 2^23 (the grid rounding would rival the noise) or the
-// grid would fall outside [2^-1000, 2^1000].
-StatusOr<NoiseGrid> NoiseGridFor(double noise_multiplier, double sensitivity, int64_t dim);
+// InvalidArgument unless noise_multiplier > 0, sensitivity > 0, dim >= 1, roundings in [1, 2^40]
+// (all finite), and also when noise_multiplier * roundings * sqrt(dim) / 2 > 2^23 (the grid
+// rounding would rival the noise) or the grid would fall outside [2^-1000, 2^1000].
+StatusOr<NoiseGrid> NoiseGridFor(double noise_multiplier, double sensitivity, int64_t dim,
+                                 int64_t roundings = 1);
 
 // values[i] <- (round_half_even(values[i] / g) + k_i) * g, k_i ~ N_Z(0, s), rounded to float.
 // `grid` from NoiseGridFor with the same dim as values.size() (or larger when noising a model

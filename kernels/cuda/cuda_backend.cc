@@ -265,11 +265,22 @@ class CudaBackend final : public Backend {
     LaunchScaleRows(stream_, m, rows, cols, factors);
     Launched("ScaleRows");
   }
-  void AddGaussianNoise(const NoiseKey& key, uint64_t offset, double stddev, double divisor,
-                        float* data, int64_t n) override {
+  void AccumulateOnGrid(const float* x, int64_t n, int exponent, double limit, int64_t* acc,
+                        int64_t* rejected) override {
     Bind();
-    LaunchAddGaussianNoise(stream_, key, offset, stddev, divisor, data, n);
-    Launched("AddGaussianNoise");
+    LaunchAccumulateOnGrid(stream_, x, n, exponent, limit, acc, rejected);
+    Launched("AccumulateOnGrid");
+  }
+  void AddUnits(const int64_t* units, int64_t n, int64_t* acc) override {
+    Bind();
+    LaunchAddUnits(stream_, units, n, acc);
+    Launched("AddUnits");
+  }
+  void UnitsToFloat(const int64_t* acc, int64_t n, int exponent, double divisor,
+                    float* out) override {
+    Bind();
+    LaunchUnitsToFloat(stream_, acc, n, exponent, divisor, out);
+    Launched("UnitsToFloat");
   }
   void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
                       int64_t n, float* out_values, int32_t* out_units, double* scratch,

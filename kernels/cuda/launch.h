@@ -13,7 +13,6 @@
 #include "kernels/dense.h"
 #include "kernels/dp.h"
 #include "kernels/loss.h"
-#include "kernels/noise_stream.h"
 #include "kernels/optimizer.h"
 #include "kernels/update.h"
 
@@ -45,9 +44,12 @@ void LaunchClipFactors(cudaStream_t stream, const double* squared_norms, int64_t
                        const ClipFactorParams& params, float* factors);
 void LaunchScaleRows(cudaStream_t stream, float* m, int64_t rows, int64_t cols,
                      const float* factors);
-// kernels/noise.h
-void LaunchAddGaussianNoise(cudaStream_t stream, const NoiseKey& key, uint64_t offset,
-                            double stddev, double divisor, float* data, int64_t n);
+// kernels/grid_sum.h
+void LaunchAccumulateOnGrid(cudaStream_t stream, const float* x, int64_t n, int exponent,
+                            double limit, int64_t* acc, int64_t* rejected);
+void LaunchAddUnits(cudaStream_t stream, const int64_t* units, int64_t n, int64_t* acc);
+void LaunchUnitsToFloat(cudaStream_t stream, const int64_t* acc, int64_t n, int exponent,
+                        double divisor, float* out);
 // kernels/update.h
 void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, const float* local,
                           const float* global, int64_t n, float* out_values, int32_t* out_units,

@@ -2,8 +2,8 @@
 // CPU reference, so the outputs are the same bits:
 //   1. NormPartialsKernel: block b sums its chunk in update_math's lane order and halving tree;
 //   2. FinishNormKernel (one thread): block totals in order -> norm and clip scale in *stats;
-//   3. ApplyKernel: scale (read from *stats on the device: the host never waits), noise,
-//      stochastic rounding. Two passes over the vectors, the least the math allows: the scale
+//   3. ApplyKernel: scale (read from *stats on the device: the host never waits), stochastic
+//      rounding. Two passes over the vectors, the least the math allows: the scale
 //      depends on every element.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
@@ -45,42 +45,28 @@ __global__ void FinishNormKernel(const double* __restrict__ partials, int64_t bl
   stats->saturated = 0;
 }
 
-// Elements are handled in groups of 48 consecutive stream indices (8 Gaussian blocks, 3
-// rounding blocks), so no ChaCha block is computed twice.
-inline constexpr int64_t kGroup = 48;
+// Elements are handled in groups of 16 consecutive stream indices (one rounding block), so no
+// ChaCha block is computed twice.
+inline constexpr int64_t kGroup = 16;
 
 __global__ void ApplyKernel(UpdatePipelineParams p, const float* __restrict__ local,
                             const float* __restrict__ global, int64_t n,
                             float* __restrict__ out_values, int32_t* __restrict__ out_units,
                             UpdatePipelineStats* stats) {
   const double scale = stats->scale;
-  const bool noise = p.noise_stddev > 0, quantize = p.quantum > 0;
-  const uint64_t first_group = p.noise_offset / kGroup;
-  const uint64_t last_group = (p.noise_offset + static_cast<uint64_t>(n) - 1) / kGroup;
+  const bool quantize = p.quantum > 0;
+  const uint64_t first_group = p.rounding_offset / kGroup;
+  const uint64_t last_group = (p.rounding_offset + static_cast<uint64_t>(n) - 1) / kGroup;
   int64_t saturated = 0;
   for (uint64_t g = first_group + static_cast<uint64_t>(GlobalThread()); g <= last_group;
        g += static_cast<uint64_t>(GridThreads())) {
-    double normals[kNormalsPerBlock];
     uint32_t rounding[16] = {};
-    bool have_normals = false, have_rounding = false;
+    if (quantize) ChaCha20Block(p.key, kRoundingStream, g, rounding);
     for (uint64_t index = g * kGroup; index < (g + 1) * kGroup; ++index) {
-      if (index < p.noise_offset) continue;
-      const auto i = static_cast<int64_t>(index - p.noise_offset);
+      if (index < p.rounding_offset) continue;
+      const auto i = static_cast<int64_t>(index - p.rounding_offset);
       if (i >= n) break;
-      double z = 0;
-      if (noise) {
-        if (!have_normals || index % kNormalsPerBlock == 0) {
-          StandardNormalBlock(p.key, index / kNormalsPerBlock, normals);
-          have_normals = true;
-        }
-        z = normals[index % kNormalsPerBlock];
-      }
-      const double v = update_math::NoisedValue(update_math::Delta(local[i], global[i]), scale,
-                                                p.noise_stddev, z);
-      if (quantize && (!have_rounding || index % 16 == 0)) {
-        ChaCha20Block(p.key, kRoundingStream, index / 16, rounding);
-        have_rounding = true;
-      }
+      const double v = hd::Mul(update_math::Delta(local[i], global[i]), scale);
       update_math::StoreOutput(p, v, rounding[index % 16], i, out_values, out_units, &saturated);
     }
   }
@@ -112,8 +98,8 @@ void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, co
   FinishNormKernel<<<1, 1, 0, stream>>>(scratch, blocks, p.clip_norm, stats);
   if (n == 0) return;
   const int64_t groups =
-      static_cast<int64_t>((p.noise_offset + static_cast<uint64_t>(n) - 1) / kGroup -
-                           p.noise_offset / kGroup) +
+      static_cast<int64_t>((p.rounding_offset + static_cast<uint64_t>(n) - 1) / kGroup -
+                           p.rounding_offset / kGroup) +
       1;
   ApplyKernel<<<BlocksFor(groups, 128), 128, 0, stream>>>(p, local, global, n, out_values,
                                                           out_units, stats);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "client/agent.h"
 #include "common/rng.h"
@@ -142,6 +143,48 @@ TEST_F(SiloTest, RoundsReuseTheConnectedRanksAndRepeatBitwise) {
   auto again = (*other)->TrainUpdate(kSpec, options, view_, global_);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(MaxAbsDiff(again->delta, first), 0.0);
+}
+
+// A silo's DP-SGD update is bitwise a single client's (models::TrainUpdate) given the same noise
+// source state: the same sample, the same chunks wherever they are computed, their exact int64
+// sum and rank 0's single draw of noise (models/dp_sgd.h). 300 expected rows of 600 make K = 2
+// chunks: with 3 ranks, rank 0 computes none.
+TEST_F(SiloTest, DpSgdUpdateIsBitwiseTheSingleClientsUpdate) {
+  for (double clip : {0.0, 0.05}) {
+    models::UpdateOptions options = RoundOptions(clip);
+    options.dp_sgd.emplace();
+    options.dp_sgd->noise_multiplier = 1.1;
+    options.dp_sgd->clip_norm = 1.0;
+    options.dp_sgd->expected_batch_size = 300;
+    privacy::NoiseSource single_noise = privacy::NoiseSource::SeededForTesting(4);
+    options.noise = &single_noise;
+    auto single = models::TrainUpdate(kSpec, options, view_, global_);
+    ASSERT_TRUE(single.ok()) << single.status();
+    if (clip > 0) {
+      ASSERT_TRUE(single->clipped) << "the update's clip must bind to test it";
+    }
+    for (int64_t nproc : {2, 3}) {
+      SCOPED_TRACE(testing::Message() << "nproc " << nproc << ", clip_norm " << clip);
+      privacy::NoiseSource noise = privacy::NoiseSource::SeededForTesting(4);
+      options.noise = &noise;
+      auto silo = Silo::Create(CpuSilo(nproc));
+      ASSERT_TRUE(silo.ok()) << silo.status();
+      auto update = (*silo)->TrainUpdate(kSpec, options, view_, global_);
+      ASSERT_TRUE(update.ok()) << update.status();
+      ASSERT_EQ(update->delta.size(), single->delta.size());
+      for (size_t t = 0; t < single->delta.size(); ++t) {
+        const std::vector<float>& a = update->delta[t].data;
+        const std::vector<float>& b = single->delta[t].data;
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+            << single->delta[t].name();
+      }
+      EXPECT_EQ(update->norm, single->norm);
+      EXPECT_EQ(update->clipped, single->clipped);
+      EXPECT_EQ(update->dp_sgd->event().steps, single->dp_sgd->event().steps);
+      EXPECT_EQ(update->dp_sgd->train.examples, single->dp_sgd->train.examples);
+    }
+  }
 }
 
 TEST_F(SiloTest, DpSgdSpendsTheSingleClientsEventAndTheAgentAccountsIt) {

@@ -122,6 +122,55 @@ TEST(GlooCollective, PreparedAllReduceGivesEveryRankTheSameBits) {
   for (int world : {2, 3, 4}) ExpectAllReduceIsConsistent<double>(world, 512, /*prepared=*/true);
 }
 
+// The int64 sum (DP-SGD's exact gradient sum) is the integers' sum modulo 2^64 on every rank, bit
+// for bit, plain and prepared: values over the whole range make the partial sums wrap, and the
+// result is still the wrapped total (the true total wherever it fits).
+TEST(GlooCollective, Int64AllReduceIsTheExactWrappingSum) {
+  auto input = [](int rank, size_t n) {
+    std::mt19937_64 rng(77 + rank);
+    std::vector<int64_t> v(n);
+    for (auto& x : v) x = static_cast<int64_t>(rng());
+    return v;
+  };
+  for (int world : {1, 2, 3, 4}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, size_t{300007}}) {
+      for (bool prepared : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << "world " << world << ", n " << n << ", prepared " << prepared);
+        std::vector<std::vector<int64_t>> results(world);
+        RunRanks(world, [&](int r, Collective& c) {
+          std::vector<int64_t> data = input(r, n);
+          if (prepared) {
+            auto p = c.PrepareAllReduceSum(std::span<int64_t>(data));
+            ASSERT_TRUE(p.ok()) << p.status();
+            for (int run = 0; run < 2; ++run) {
+              const std::vector<int64_t> fresh = input(r, n);
+              std::copy(fresh.begin(), fresh.end(), data.begin());
+              ASSERT_TRUE((*p)->Run().ok());
+            }
+          } else {
+            ASSERT_TRUE(c.AllReduceSum(std::span<int64_t>(data)).ok());
+          }
+          ASSERT_TRUE(c.Barrier().ok());
+          results[r] = std::move(data);
+        });
+        std::vector<uint64_t> expected(n, 0);
+        for (int r = 0; r < world; ++r) {
+          const std::vector<int64_t> in = input(r, n);
+          for (size_t i = 0; i < n; ++i) expected[i] += static_cast<uint64_t>(in[i]);
+        }
+        for (int r = 0; r < world; ++r) {
+          ASSERT_EQ(results[r].size(), n);
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(static_cast<uint64_t>(results[r][i]), expected[i])
+                << "rank " << r << " @" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(GlooCollective, AllReduceAtWorldSizeOneIsTheIdentity) {
   RunRanks(1, [&](int, Collective& c) {
     std::vector<float> data = RankInput<float>(0, 1000);

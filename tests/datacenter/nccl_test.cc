@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -84,6 +85,16 @@ TEST_F(NcclTest, OneRankCommunicatorRunsEveryOperation) {
   ASSERT_TRUE(prepared_d.ok()) << prepared_d.status();
   ASSERT_TRUE((*prepared_d)->Run().ok());
   EXPECT_EQ(Download<double>(d), doubles);
+  // int64 (DP-SGD's exact sum), plain and prepared.
+  const std::vector<int64_t> integers = {INT64_MIN, -1, 0, 7, INT64_MAX};
+  kernels::DeviceBuffer i64 = Upload(integers);
+  ASSERT_TRUE(nccl_->AllReduceSum(std::span<int64_t>(i64.as<int64_t>(), integers.size())).ok());
+  EXPECT_EQ(Download<int64_t>(i64), integers);
+  auto prepared_i =
+      nccl_->PrepareAllReduceSum(std::span<int64_t>(i64.as<int64_t>(), integers.size()));
+  ASSERT_TRUE(prepared_i.ok()) << prepared_i.status();
+  ASSERT_TRUE((*prepared_i)->Run().ok());
+  EXPECT_EQ(Download<int64_t>(i64), integers);
   // Broadcast from rank 0, all-gather of one rank, barrier.
   const std::vector<std::byte> bytes = {std::byte{1}, std::byte{2}, std::byte{3}};
   kernels::DeviceBuffer b = Upload(bytes);
@@ -130,6 +141,32 @@ TEST_F(NcclTest, DataParallelTrainingOnTheGpuMatchesTheCpu) {
       for (size_t i = 0; i < on_cpu[t].data.size(); ++i) {
         ASSERT_NEAR(on_gpu[t].data[i], on_cpu[t].data[i], 1e-3 + 1e-3 * std::abs(on_cpu[t].data[i]))
             << on_cpu[t].name() << "[" << i << "]";
+      }
+    }
+  }
+  // DP-SGD through NCCL: the same sample and noise integers as the CPU's single process (the
+  // noise is drawn on the host for both), the chunks' GEMMs in cuBLAS's order: rounding level.
+  {
+    const models::MlpSpec spec{64, {32}, 10};
+    const data::Dataset data = models::Blobs(1024, 64, 10, 12);
+    const models::DpSgdOptions dp{1.0, 0.5, 300};
+    DataParallelOptions options;
+    options.train.epochs = 1;
+    options.train.learning_rate = 0.1;
+    TensorList on_cpu = models::InitMlp(spec, 13), on_gpu = on_cpu;
+    auto cpu_noise = privacy::NoiseSource::SeededForTesting(14);
+    auto cpu = models::TrainMlpDpSgd(spec, options.train, dp, {&data, {}}, cpu_noise, &on_cpu);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    auto gpu_noise = privacy::NoiseSource::SeededForTesting(14);
+    options.train.backend = gpu_.get();
+    options.dp_sgd = DataParallelDpSgd{dp, &gpu_noise};
+    auto gpu = TrainDataParallel(*nccl_, spec, options, {&data, {}}, &on_gpu);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ(gpu->examples, cpu->train.examples);
+    for (size_t t = 0; t < on_cpu.size(); ++t) {
+      for (size_t i = 0; i < on_cpu[t].data.size(); ++i) {
+        ASSERT_NEAR(on_gpu[t].data[i], on_cpu[t].data[i], 1e-3 + 1e-3 * std::abs(on_cpu[t].data[i]))
+            << "DP-SGD " << on_cpu[t].name() << "[" << i << "]";
       }
     }
   }

@@ -1,7 +1,7 @@
 // Every kernel of the CUDA backend against the CPU reference on seeded random inputs, compared by
-// atol + rtol * |ref| (bit for bit where the math is shared: noise, the update pipeline, the
-// fixed-point fold), and one local epoch of training on each. Labelled `gpu`: every test skips
-// itself, saying why, where this build has no CUDA backend or the machine no GPU.
+// atol + rtol * |ref| (bit for bit where the math is shared: the update pipeline, the fixed-point
+// fold, DP-SGD's grid sums), and one local epoch of training on each. Labelled `gpu`: every test
+// skips itself, saying why, where this build has no CUDA backend or the machine no GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,8 +19,8 @@
 #include "kernels/batch_norm.h"
 #include "kernels/dense.h"
 #include "kernels/dp.h"
+#include "kernels/grid_sum.h"
 #include "kernels/loss.h"
-#include "kernels/noise.h"
 #include "kernels/optimizer.h"
 #include "kernels/update.h"
 #include "models/dp_sgd.h"
@@ -179,16 +179,48 @@ TEST_F(ParityTest, GatherAndGhostNormClipping) {
   EXPECT_EQ(Download<float>(gscaled), scaled);
 }
 
-TEST_F(ParityTest, GaussianNoiseIsTheSameBits) {
-  const NoiseKey key = NoiseKeyFromSeed(4);
-  for (const uint64_t offset : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 40) + 3}) {
-    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{100003}}) {
-      Rng rng(DeriveSeed(5, offset, static_cast<uint64_t>(n)));
-      std::vector<float> data = RandomVector(rng, n);
-      DeviceBuffer g = Upload(data);
-      AddGaussianNoise(key, offset, 0.75, 3.0, data.data(), n);
-      gpu_->AddGaussianNoise(key, offset, 0.75, 3.0, g.as<float>(), n);
-      EXPECT_EQ(Download<float>(g), data) << "offset " << offset << " n " << n;
+// DP-SGD's exact sum (kernels/grid_sum.h): the grid rounding (half to even, refusals counted),
+// the noise integers' addition and the conversion back to float, bit for bit.
+TEST_F(ParityTest, GridSumKernelsAreTheSameBits) {
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{300007}}) {
+    SCOPED_TRACE(testing::Message() << "n " << n);
+    Rng rng(DeriveSeed(5, static_cast<uint64_t>(n)));
+    std::vector<float> x = RandomVector(rng, n, -3, 3);
+    // Exact halves (1.5 and -2.5 units of 2^-19), a value past the limit, non-finite values and
+    // a subnormal.
+    x[0] = 0x1.8p-19f;
+    if (n > 5) {
+      x[1] = -0x1.4p-18f;
+      x[2] = 1e30f;
+      x[3] = std::nanf("");
+      x[4] = -INFINITY;
+      x[5] = 1e-40f;
+    }
+    std::vector<int64_t> noise(static_cast<size_t>(n));
+    for (auto& k : noise) {
+      k = static_cast<int64_t>(rng.UniformInt(int64_t{1} << 30)) - (int64_t{1} << 29);
+    }
+    for (const int exponent : {-19, -40, 3}) {
+      std::vector<int64_t> acc(static_cast<size_t>(n) + 1, 7);
+      std::vector<float> out(static_cast<size_t>(n));
+      AccumulateOnGrid(x.data(), n, exponent, 0x1p61, acc.data(), acc.data() + n);
+      AccumulateOnGrid(x.data(), n, exponent, 0x1p61, acc.data(), acc.data() + n);  // twice
+      AddUnits(noise.data(), n, acc.data());
+      UnitsToFloat(acc.data(), n, exponent, 2048.0, out.data());
+      DeviceBuffer gx = Upload(x), gnoise = Upload(noise),
+                   gacc = Upload(std::vector<int64_t>(static_cast<size_t>(n) + 1, 7)),
+                   gout = Zeros<float>(out.size());
+      gpu_->AccumulateOnGrid(gx.as<float>(), n, exponent, 0x1p61, gacc.as<int64_t>(),
+                             gacc.as<int64_t>() + n);
+      gpu_->AccumulateOnGrid(gx.as<float>(), n, exponent, 0x1p61, gacc.as<int64_t>(),
+                             gacc.as<int64_t>() + n);
+      gpu_->AddUnits(gnoise.as<int64_t>(), n, gacc.as<int64_t>());
+      gpu_->UnitsToFloat(gacc.as<int64_t>(), n, exponent, 2048.0, gout.as<float>());
+      EXPECT_EQ(Download<int64_t>(gacc), acc) << "exponent " << exponent;
+      const std::vector<float> got = Download<float>(gout);
+      ASSERT_EQ(got.size(), out.size());
+      EXPECT_EQ(std::memcmp(got.data(), out.data(), out.size() * sizeof(float)), 0)
+          << "exponent " << exponent;
     }
   }
 }
@@ -199,9 +231,8 @@ TEST_F(ParityTest, UpdatePipelineIsTheSameBits) {
     const auto local = RandomVector(rng, n, -2, 2), global = RandomVector(rng, n);
     UpdatePipelineParams p;
     p.clip_norm = 1.5;
-    p.noise_stddev = 0.01;
     p.key = NoiseKeyFromSeed(7);
-    p.noise_offset = 11;
+    p.rounding_offset = 11;
     p.quantum = 1e-4;
     std::vector<float> values(static_cast<size_t>(n));
     std::vector<int32_t> units(static_cast<size_t>(n));
@@ -340,28 +371,34 @@ TEST_F(ParityTest, OneEpochOfBatchNormTrainingMatchesTheCpu) {
   ExpectOneEpochMatchesTheCpu(models::MlpSpec{64, {128, 32}, 10, /*batch_norm=*/true}, gpu_.get());
 }
 
-// DP-SGD without noise: the same Poisson draws (same seeded source) and the same clipping.
-TEST_F(ParityTest, DpSgdWithoutNoiseMatchesTheCpu) {
+// DP-SGD with and without noise: the same Poisson draws and the same exact discrete Gaussian
+// noise integers (same seeded source, drawn on the host for both devices), the same clipping;
+// the chunks' float GEMMs differ by rounding only, which the grid sums carry into the released
+// gradients at rounding level.
+TEST_F(ParityTest, DpSgdMatchesTheCpu) {
   const models::MlpSpec spec{64, {32}, 10};
   const data::Dataset train = models::Blobs(1024, 64, 10, 12);
   const TensorList initial = models::InitMlp(spec, 13);
-  models::TrainOptions options;
-  options.learning_rate = 0.1;
-  models::DpSgdOptions dp;
-  dp.noise_multiplier = 0;
-  dp.clip_norm = 0.5;
-  dp.expected_batch_size = 128;
-  TensorList on_cpu = initial, on_gpu = initial;
-  auto cpu_source = privacy::NoiseSource::SeededForTesting(14);
-  auto gpu_source = privacy::NoiseSource::SeededForTesting(14);
-  auto cpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, cpu_source, &on_cpu);
-  options.backend = gpu_.get();
-  auto gpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, gpu_source, &on_gpu);
-  ASSERT_TRUE(cpu.ok() && gpu.ok());
-  EXPECT_EQ(gpu->train.examples, cpu->train.examples);
-  for (size_t t = 0; t < on_cpu.size(); ++t) {
-    std::vector<double> ref(on_cpu[t].data.begin(), on_cpu[t].data.end());
-    test_util::ExpectAllNear(on_gpu[t].data, ref, 1e-3, 1e-3, on_cpu[t].spec.name);
+  for (const double z : {0.0, 1.0}) {
+    SCOPED_TRACE(testing::Message() << "noise multiplier " << z);
+    models::TrainOptions options;
+    options.learning_rate = 0.1;
+    models::DpSgdOptions dp;
+    dp.noise_multiplier = z;
+    dp.clip_norm = 0.5;
+    dp.expected_batch_size = 300;  // two chunks
+    TensorList on_cpu = initial, on_gpu = initial;
+    auto cpu_source = privacy::NoiseSource::SeededForTesting(14);
+    auto gpu_source = privacy::NoiseSource::SeededForTesting(14);
+    auto cpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, cpu_source, &on_cpu);
+    options.backend = gpu_.get();
+    auto gpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, gpu_source, &on_gpu);
+    ASSERT_TRUE(cpu.ok() && gpu.ok());
+    EXPECT_EQ(gpu->train.examples, cpu->train.examples);
+    for (size_t t = 0; t < on_cpu.size(); ++t) {
+      std::vector<double> ref(on_cpu[t].data.begin(), on_cpu[t].data.end());
+      test_util::ExpectAllNear(on_gpu[t].data, ref, 1e-3, 1e-3, on_cpu[t].spec.name);
+    }
   }
 }
 

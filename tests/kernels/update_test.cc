@@ -1,5 +1,5 @@
-// The update pipeline's CPU reference (kernels/update.h): clipping guarantee, noise from the
-// counter-based stream, unbiased stochastic rounding, saturation; the fixed-point fold against
+// The update pipeline's CPU reference (kernels/update.h): clipping guarantee, unbiased
+// stochastic rounding from the counter-based stream, saturation; the fixed-point fold against
 // aggregation's; device-request parsing and the CPU backend.
 #include "kernels/update.h"
 
@@ -40,7 +40,7 @@ Pipeline RunPipeline(const UpdatePipelineParams& p, const std::vector<float>& lo
   return out;
 }
 
-TEST(UpdatePipelineTest, WithoutClipNoiseOrQuantumItIsTheDelta) {
+TEST(UpdatePipelineTest, WithoutClipOrQuantumItIsTheDelta) {
   Rng rng(1);
   const auto local = RandomVector(rng, 1000), global = RandomVector(rng, 1000);
   const Pipeline out = RunPipeline({}, local, global);
@@ -79,18 +79,6 @@ TEST(UpdatePipelineTest, SmallUpdatesAreNotScaled) {
   EXPECT_EQ(out.values, local);
 }
 
-TEST(UpdatePipelineTest, NoiseIsTheStreamsGaussianTimesStddev) {
-  const std::vector<float> zeros(50, 0.0f);
-  UpdatePipelineParams p;
-  p.noise_stddev = 2.5;
-  p.key = NoiseKeyFromSeed(3);
-  p.noise_offset = 17;
-  const Pipeline out = RunPipeline(p, zeros, zeros);
-  for (size_t i = 0; i < zeros.size(); ++i) {
-    ASSERT_EQ(out.values[i], static_cast<float>(2.5 * StandardNormalAt(p.key, 17 + i))) << i;
-  }
-}
-
 TEST(UpdatePipelineTest, NonFiniteDeltaReportsNaNNormAndScaleZero) {
   std::vector<float> local = {1, 2, std::numeric_limits<float>::quiet_NaN()};
   const std::vector<float> global = {0, 0, 0};
@@ -125,7 +113,6 @@ TEST(UpdatePipelineTest, RoundingIsReproducibleAndKeyed) {
   const auto local = RandomVector(rng, 999), global = RandomVector(rng, 999);
   UpdatePipelineParams p;
   p.quantum = 1e-3;
-  p.noise_stddev = 0.01;
   p.key = NoiseKeyFromSeed(6);
   const Pipeline a = RunPipeline(p, local, global), b = RunPipeline(p, local, global);
   EXPECT_EQ(a.units, b.units);

@@ -1,5 +1,6 @@
 // DP-SGD: ghost norms against naive per-example gradients, exact clipping, the noise scale,
-// Poisson sampling, option checks and learning.
+// Poisson sampling, option checks and learning; the chunked exact sum (its grid and sensitivity
+// bound, its independence of how chunks are spread over ranks, the exact noise on it).
 #include "models/dp_sgd.h"
 
 #include <gmock/gmock.h>
@@ -7,12 +8,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "common/rng.h"
 #include "kernels/backend.h"
+#include "kernels/flush_denormals.h"
 #include "models/internal/mlp_workspace.h"
+#include "models/internal/train_loops.h"
 #include "models/mlp.h"
 #include "tests/models/test_data.h"
 
@@ -425,6 +430,228 @@ TEST(DpSgdTest, DivergenceIsAnError) {
   auto result = TrainMlpDpSgd(kSpec, options, dp, {&train, {}}, source, &params);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(result.status().message(), HasSubstr("diverged"));
+}
+
+// ---- The chunked exact sum (models/internal/train_loops.h) ----
+
+// The grid satisfies the sensitivity bound stated in models/dp_sgd.h: noise std >= z (C + K g
+// sqrt(d)), i.e. z times the clip norm plus the 2K grid roundings that may differ between
+// neighbouring data sets; and a chunk's largest legitimate sum fits its share of 62 bits.
+TEST(DpSgdChunksTest, GridCoversTheClipNormAndEveryChunksRounding) {
+  const MlpSpec spec{784, {128}, 10};  // d = 101,770
+  const int64_t d = 101'770;
+  for (const double z : {0.3, 1.0, 1.9287, 8.0}) {
+    for (const double clip : {1e-3, 0.5, 1.0, 40.0}) {
+      for (const auto& [n, m] : {std::pair<int64_t, int64_t>{60'000, 2048},
+                                 {60'000, 256},
+                                 {1'000'000, 65'536},
+                                 {100, 100},
+                                 {7, 3}}) {
+        SCOPED_TRACE(testing::Message() << "z " << z << " C " << clip << " n " << n << " m " << m);
+        auto plan = internal::PlanDpSgd(spec, TrainOptions{}, DpSgdOptions{z, clip, m}, n);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const int64_t k = (m + 255) / 256;
+        EXPECT_EQ(plan->chunks, k);
+        ASSERT_TRUE(plan->add_noise);
+        using ld = long double;
+        const ld g = std::ldexp(1.0L, plan->grid.exponent);
+        const ld needed = static_cast<ld>(z) *
+                          (static_cast<ld>(clip) + static_cast<ld>(k) * g * std::sqrt(ld(d)));
+        EXPECT_GE(static_cast<ld>(plan->grid.variance) * g * g, needed * needed);
+        EXPECT_GE(std::sqrt(static_cast<double>(plan->grid.variance)), 0x1p24);
+        // K chunks of at most chunk_limit units each, plus noise of at most 2^37: below 2^63.
+        EXPECT_LE(static_cast<ld>(plan->chunk_limit) * k, std::ldexp(1.0L, 62) * (1 + 1e-15L));
+        const int64_t longest = plan->chunk_begin(1) - plan->chunk_begin(0);
+        EXPECT_LE(4 * static_cast<ld>(longest) * clip / g, static_cast<ld>(plan->chunk_limit));
+      }
+    }
+  }
+  // Without noise the grid is the finest on which the (norm-capped) chunk sums fit.
+  auto plain = internal::PlanDpSgd(spec, TrainOptions{}, DpSgdOptions{0, 1e30, 2048}, 60'000);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->add_noise);
+  const long double g = std::ldexp(1.0L, plain->grid.exponent);
+  EXPECT_LE(4 * 7500 * 256.0L / g, plain->chunk_limit);
+  EXPECT_GT(4 * 7500 * 256.0L / (g / 2), plain->chunk_limit);
+  // A noise multiplier too small for the data set's exact sum is refused up front.
+  auto tiny = internal::PlanDpSgd(spec, TrainOptions{}, DpSgdOptions{1e-7, 1, 256}, 60'000);
+  EXPECT_EQ(tiny.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tiny.status().message(), HasSubstr("noise_multiplier"));
+}
+
+TEST(DpSgdChunksTest, ChunksAreContiguousPositionRangesOfTheView) {
+  auto plan = internal::PlanDpSgd(kSpec, TrainOptions{}, DpSgdOptions{1, 1, 700}, 1000);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->chunks, 3);  // ceil(700 / 256)
+  // chunk(i) = floor(3 i / 1000): [0, 334), [334, 667), [667, 1000).
+  EXPECT_EQ(plan->chunk_begin(0), 0);
+  EXPECT_EQ(plan->chunk_begin(1), 334);
+  EXPECT_EQ(plan->chunk_begin(2), 667);
+  EXPECT_EQ(plan->chunk_begin(3), 1000);
+  for (int64_t i : {0, 333, 334, 666, 667, 999}) {
+    const int64_t j = 3 * i / 1000;
+    EXPECT_LE(plan->chunk_begin(j), i);
+    EXPECT_LT(i, plan->chunk_begin(j + 1));
+  }
+}
+
+// A step on `world` steppers (one per rank, sharing one CPU backend), each rank's accumulator
+// captured where the all-reduce would sum it; returns the captured accumulators (one per rank;
+// for world 1 the stepper's own) and, per rank, the released gradient it went on to compute from
+// its un-reduced accumulator.
+struct RankCapture {
+  std::vector<int64_t> units;  // before the all-reduce (world 1: the whole sum)
+  std::vector<float> grads;    // the packed ws.grad() after the step (world 1: the release)
+  int64_t rows = 0;
+};
+
+class DpSgdStepperTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kN = 1000;
+  const MlpSpec spec_{12, {16}, 4};
+  const data::Dataset data_ = Blobs(kN, 12, 4, 3);
+  const TensorList params_ = InitMlp(spec_, 4);
+  std::unique_ptr<kernels::Backend> backend_ = kernels::OpenCpuBackend();
+
+  std::vector<RankCapture> Run(const internal::DpSgdPlan& plan, const DpSgdOptions& dp, int world,
+                               const std::vector<int64_t>& sample, uint64_t noise_seed) {
+    kernels::FlushDenormalsScope flush;
+    std::vector<RankCapture> out(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      auto ws = internal::MlpWorkspace::Create(*backend_, spec_, 8, true).value();
+      EXPECT_TRUE(ws->LoadData({&data_, {}}).ok());
+      ws->UploadParams(params_);
+      auto noise = privacy::NoiseSource::SeededForTesting(noise_seed);
+      auto stepper =
+          internal::DpSgdStepper::Create(*ws, plan, TrainOptions{}, dp, &noise, r, world);
+      EXPECT_TRUE(stepper.ok()) << stepper.status();
+      internal::DpSgdStepper& s = **stepper;
+      RankCapture& capture = out[static_cast<size_t>(r)];
+      auto copy_units = [&] {
+        capture.units.assign(s.units(), s.units() + s.units_count());
+        return absl::OkStatus();
+      };
+      s.set_all_reduce(copy_units);
+      auto rows = s.Gradient(sample, 0);
+      EXPECT_TRUE(rows.ok()) << rows.status();
+      capture.rows = rows.value_or(-1);
+      if (world == 1) (void)copy_units();
+      capture.grads.assign(ws->grads_base(), ws->grads_base() + ws->trainable_span());
+    }
+    return out;
+  }
+
+  // The ranks' accumulators added as the int64 all-reduce adds them.
+  static std::vector<int64_t> Reduce(const std::vector<RankCapture>& ranks) {
+    std::vector<int64_t> sum(ranks[0].units.size(), 0);
+    for (const RankCapture& r : ranks) {
+      for (size_t i = 0; i < sum.size(); ++i) {
+        sum[i] =
+            static_cast<int64_t>(static_cast<uint64_t>(sum[i]) + static_cast<uint64_t>(r.units[i]));
+      }
+    }
+    return sum;
+  }
+};
+
+// Would have failed before: the summed float partial sums of the ranks depended on the split
+// (and were released un-noised on every rank but 0). Now the integer sum, and hence the noised
+// release, is the same whatever the number of ranks, including ranks without a chunk.
+TEST_F(DpSgdStepperTest, IntegerSumIsTheSameHoweverTheChunksAreSpreadOverRanks) {
+  const DpSgdOptions dp{1.0, 0.3, 700};  // K = 3
+  auto plan = internal::PlanDpSgd(spec_, TrainOptions{}, dp, kN);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<int64_t> sample;
+  auto sampling = privacy::NoiseSource::SeededForTesting(21);
+  SamplePoissonBatch(kN, 700, sampling, &sample);
+  const std::vector<RankCapture> one = Run(*plan, dp, 1, sample, 5);
+  EXPECT_EQ(one[0].rows, static_cast<int64_t>(sample.size()));
+  EXPECT_EQ(one[0].units.back(), 0);  // nothing refused
+  for (int world : {2, 3, 4, 5}) {
+    SCOPED_TRACE(testing::Message() << "world " << world);
+    const std::vector<RankCapture> ranks = Run(*plan, dp, world, sample, 5);
+    EXPECT_EQ(Reduce(ranks), one[0].units);
+    int64_t rows = 0;
+    for (const RankCapture& r : ranks) rows += r.rows;
+    EXPECT_EQ(rows, static_cast<int64_t>(sample.size()));
+    if (world > 3) {
+      EXPECT_EQ(ranks[0].rows, 0) << "K = 3 chunks: rank 0 of " << world << " has none";
+    }
+  }
+}
+
+// The release is an exact function of the integer sum plus the noise: the noised accumulator
+// minus the noiseless one (same grid) is exactly the discrete Gaussian integers an identically
+// seeded source gives, one per parameter in layout order; and the gradient is
+// float((units * g) / expected_batch_size).
+TEST_F(DpSgdStepperTest, NoiseIsExactDiscreteGaussianIntegersOnTheExactSum) {
+  const DpSgdOptions dp{1.0, 0.3, 700};
+  auto plan = internal::PlanDpSgd(spec_, TrainOptions{}, dp, kN);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  internal::DpSgdPlan clean_plan = *plan;
+  clean_plan.add_noise = false;  // the same grid, no noise
+  std::vector<int64_t> sample;
+  auto sampling = privacy::NoiseSource::SeededForTesting(22);
+  SamplePoissonBatch(kN, 700, sampling, &sample);
+  const RankCapture noised = Run(*plan, dp, 1, sample, 6)[0];
+  const RankCapture clean = Run(clean_plan, dp, 1, sample, 6)[0];
+
+  auto gaussian = privacy::DiscreteGaussian::Create(plan->grid.variance).value();
+  auto source = privacy::NoiseSource::SeededForTesting(6);
+  auto backend = kernels::OpenCpuBackend();
+  auto ws = internal::MlpWorkspace::Create(*backend, spec_, 1, true).value();
+  std::vector<int64_t> expected_noise(static_cast<size_t>(ws->trainable_span()) + 1, 0);
+  for (size_t p = 0; p < ws->num_trainable(); ++p) {
+    for (int64_t k = 0; k < ws->param_size(p); ++k) {
+      expected_noise[static_cast<size_t>(ws->param_offset(p) + k)] = gaussian.Sample(source);
+    }
+  }
+  std::vector<int64_t> difference(noised.units.size());
+  for (size_t i = 0; i < difference.size(); ++i) difference[i] = noised.units[i] - clean.units[i];
+  EXPECT_EQ(difference, expected_noise);
+  const double g = std::ldexp(1.0, plan->grid.exponent);
+  for (size_t i = 0; i + 1 < noised.units.size(); ++i) {
+    const float expected = static_cast<float>((static_cast<double>(noised.units[i]) * g) / 700.0);
+    ASSERT_EQ(noised.grads[i], expected) << i;
+  }
+  // With noise on rank 0 only, the ranks' accumulators still add up to the same noised sum.
+  EXPECT_EQ(Reduce(Run(*plan, dp, 3, sample, 6)), noised.units);
+}
+
+// A single process's run is the stepper's: TrainMlpDpSgd equals stepping by hand with the
+// sampling key drawn first from the source (the key a data-parallel rank 0 broadcasts).
+TEST_F(DpSgdStepperTest, TrainMlpDpSgdIsTheStepperWithTheSamplingKeyDrawnFirst) {
+  const DpSgdOptions dp{1.0, 0.3, 300};
+  TrainOptions options;
+  options.learning_rate = 0.2;
+  options.momentum = 0.5;
+  options.epochs = 2;  // round(2 * 1000 / 300) = 7 steps
+  TensorList trained = params_;
+  auto noise = privacy::NoiseSource::SeededForTesting(8);
+  ASSERT_TRUE(TrainMlpDpSgd(spec_, options, dp, {&data_, {}}, noise, &trained).ok());
+
+  kernels::FlushDenormalsScope flush;
+  auto plan = internal::PlanDpSgd(spec_, options, dp, kN).value();
+  auto ws = internal::MlpWorkspace::Create(*backend_, spec_, plan.capacity, true).value();
+  ASSERT_TRUE(ws->LoadData({&data_, {}}).ok());
+  ws->UploadParams(params_);
+  auto by_hand = privacy::NoiseSource::SeededForTesting(8);
+  auto sampling = privacy::NoiseSource::FromSharedKey(internal::DrawSamplingKey(by_hand), false);
+  auto stepper = internal::DpSgdStepper::Create(*ws, plan, options, dp, &by_hand).value();
+  std::vector<int64_t> sample;
+  for (int64_t step = 0; step < 7; ++step) {
+    SamplePoissonBatch(kN, 300, sampling, &sample);
+    ASSERT_TRUE(stepper->Step(sample, step).ok());
+  }
+  TensorList stepped = params_;
+  ASSERT_TRUE(ws->DownloadParams(&stepped).ok());
+  for (size_t t = 0; t < stepped.size(); ++t) {
+    ASSERT_EQ(stepped[t].data.size(), trained[t].data.size());
+    EXPECT_EQ(std::memcmp(stepped[t].data.data(), trained[t].data.data(),
+                          trained[t].data.size() * sizeof(float)),
+              0)
+        << trained[t].name();
+  }
 }
 
 }  // namespace

@@ -436,6 +436,34 @@ TEST(NoiseGridTest, InvariantsHold) {
   }
 }
 
+// With R roundings (DP-SGD's exact sum of K chunks: R = 2K), the noise covers the sensitivity
+// plus R half-grid moves: sqrt(s) g >= z (Delta + R g sqrt(d) / 2), and no more than needed.
+TEST(NoiseGridTest, SeveralRoundingsAreCovered) {
+  for (const int64_t roundings : {int64_t{1}, int64_t{2}, int64_t{16}, int64_t{512}}) {
+    for (const double z : {0.5, 1.0, 1.9287, 7.0}) {
+      for (const int64_t dim : {int64_t{1}, int64_t{101'770}, int64_t{10'000'000}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "roundings " << roundings << " z " << z << " dim " << dim);
+        auto grid = NoiseGridFor(z, 1.0, dim, roundings);
+        ASSERT_TRUE(grid.ok()) << grid.status();
+        using ld = long double;
+        const ld g = std::ldexp(1.0L, grid->exponent);
+        const ld needed =
+            static_cast<ld>(z) * (1.0L + static_cast<ld>(roundings) * g * std::sqrt(ld(dim)) / 2);
+        EXPECT_GE(static_cast<ld>(grid->variance) * g * g, needed * needed);
+        EXPECT_LE(grid->stddev(), static_cast<double>(needed) * (1 + 1e-12));
+        EXPECT_GE(std::sqrt(static_cast<double>(grid->variance)), std::ldexp(1.0, 24));
+      }
+    }
+  }
+  // One rounding is the default.
+  EXPECT_EQ(NoiseGridFor(1.3, 0.7, 5000)->variance, NoiseGridFor(1.3, 0.7, 5000, 1)->variance);
+  // The rounding term z R sqrt(d) / 2 must stay below 2^23; R outside [1, 2^40] is refused.
+  EXPECT_FALSE(NoiseGridFor(1000.0, 1.0, 250'000'000, 2).ok());
+  EXPECT_FALSE(NoiseGridFor(1.0, 1.0, 10, 0).ok());
+  EXPECT_FALSE(NoiseGridFor(1.0, 1.0, 10, (int64_t{1} << 40) + 1).ok());
+}
+
 TEST(NoiseGridTest, RejectsInvalidArguments) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
