@@ -107,6 +107,24 @@ int RunClientCommand(const ClientFlags& flags) {
   std::unique_ptr<kernels::Backend> backend;  // both outlive the agent
   std::unique_ptr<client::Silo> silo;
   client::ClientAgent agent(config.client_id, &view);
+  auto guard = client::PrivacyGuard::Open(config.privacy);
+  if (!guard.ok()) return SetupError(config, guard.status());
+  if (config.privacy.any()) {
+    auto local = guard->LocalSpent();
+    auto examples = guard->DpSgdSpent();
+    spdlog::info(
+        "privacy policy: {}{}; ledger {} ({} releases; local DP epsilon {:.4g}, DP-SGD epsilon "
+        "{:.4g} so far)",
+        config.privacy.local ? (config.privacy.local->require ? "local DP required" : "local DP")
+                             : "no local DP policy",
+        config.privacy.dp_sgd ? ", DP-SGD" : "", config.privacy.ledger_path,
+        guard->entries().size(), local.ok() ? local->epsilon : -1.0,
+        examples.ok() ? examples->epsilon : -1.0);
+  } else if (!config.privacy.ledger_path.empty()) {
+    spdlog::info("privacy ledger {} ({} releases)", config.privacy.ledger_path,
+                 guard->entries().size());
+  }
+  agent.set_privacy_guard(*std::move(guard));
   if (config.silo_nproc > 1) {
     // A silo: several ranks train as this one client; they connect once, here.
     client::SiloOptions silo_options;

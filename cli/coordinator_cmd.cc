@@ -75,12 +75,17 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
     std::printf(" | final test accuracy %.4f (best %.4f at round %llu)", *s.final_test_accuracy,
                 *s.best_test_accuracy, static_cast<unsigned long long>(*s.best_round));
   }
-  if (s.epsilon) std::printf(" | epsilon %.4g at delta %g", *s.epsilon, *s.delta);
+  if (s.epsilon && s.private_noise) std::printf(" | epsilon %.4g at delta %g", *s.epsilon, *s.delta);
+  if (s.epsilon && !s.private_noise) {
+    std::printf(" | NOT PRIVATE (seeded noise; nominal epsilon %.4g)", *s.epsilon);
+  }
   std::printf(" | %.1f MB in, %.1f MB out\n", s.bytes_in / 1e6, s.bytes_out / 1e6);
   if (!s.stop_reason.empty()) std::printf("stopped early: %s\n", s.stop_reason.c_str());
   if (!o.out_dir.empty()) {
     std::printf("outputs: %s/{metrics.jsonl,summary.json,model.bin%s}\n", o.out_dir.c_str(),
-                s.epsilon ? ",privacy_ledger.jsonl" : "");
+                o.privacy.mode != privacy::PrivacyMode::kNone
+                    ? ",privacy.json,privacy_ledger.jsonl,operator_metrics.jsonl"
+                    : "");
   }
   std::fflush(stdout);
   return 0;

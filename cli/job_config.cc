@@ -1,5 +1,7 @@
 #include "cli/job_config.h"
 
+#include <algorithm>
+
 #include "client/silo.h"
 #include "common/config_reader.h"
 #include "kernels/backend.h"
@@ -60,6 +62,11 @@ Status ReadPrivacy(ConfigMap& m, privacy::PrivacyOptions* p) {
     int64_t seed = 0;
     HUDDLE_RETURN_IF_ERROR(m.Optional("noise_seed", &seed, 0, INT64_MAX));
     p->noise_seed = static_cast<uint64_t>(seed);
+  }
+  if (m.Has("expected_cohort_size")) {
+    double size = 0;
+    HUDDLE_RETURN_IF_ERROR(m.Optional("expected_cohort_size", &size, 1, 1e9));
+    p->expected_cohort_size = size;
   }
   if (m.Has("adaptive_clipping")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap a, m.Child("adaptive_clipping"));
@@ -295,6 +302,13 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
                      ": privacy.mode central needs cohort.sampling: poisson (the accountant's "
                      "amplification by sampling holds only for Poisson-sampled cohorts)"));
   }
+  if (o.privacy.mode == privacy::PrivacyMode::kCentral && !o.privacy.expected_cohort_size) {
+    // The DP mean's fixed denominator: the population the job's own configuration names (the
+    // clients `huddle run` starts or simulates), never the clients that happen to enrol.
+    const double population = static_cast<double>(
+        job.simulation ? job.simulation->clients : job.local_clients);
+    o.privacy.expected_cohort_size = std::max(1.0, o.cohort.rate * population);
+  }
   if (o.privacy.mode != privacy::PrivacyMode::kNone) {
     // Validates the budget now, so a typo or an impossible budget fails before any client joins.
     auto plan = privacy::PrivacyPlan::Create(o.privacy, o.cohort.rate, o.rounds);
@@ -379,6 +393,58 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   return c;
 }
 
+// The client's `privacy` section (client::ClientPrivacyPolicy).
+Status ReadClientPrivacy(ConfigMap& m, client::ClientPrivacyPolicy* p) {
+  HUDDLE_RETURN_IF_ERROR(m.Optional("ledger", &p->ledger_path));
+  if (m.Has("local")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap l, m.Child("local"));
+    client::LocalDpPolicy local;
+    HUDDLE_RETURN_IF_ERROR(l.Optional("require", &local.require));
+    HUDDLE_RETURN_IF_ERROR(
+        l.Optional("min_noise_multiplier", &local.min_noise_multiplier, 0.0, 1e6));
+    if (l.Has("max_epsilon")) {
+      double eps = 0;
+      HUDDLE_RETURN_IF_ERROR(l.Optional("max_epsilon", &eps, 1e-6, 1e6));
+      local.max_epsilon = eps;
+    }
+    HUDDLE_RETURN_IF_ERROR(l.Optional("delta", &local.delta, 1e-300, 0.5));
+    if (l.Has("clip_norm")) {
+      double c = 0;
+      HUDDLE_RETURN_IF_ERROR(l.Optional("clip_norm", &c, 1e-9, 1e9));
+      local.clip_norm = c;
+    }
+    HUDDLE_RETURN_IF_ERROR(
+        l.OptionalChoice("adjacency", &local.adjacency, {"replace_one", "add_remove"}));
+    HUDDLE_RETURN_IF_ERROR(l.Finish());
+    p->local = local;
+  }
+  if (m.Has("dp_sgd")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap d, m.Child("dp_sgd"));
+    client::DpSgdPolicy dp;
+    HUDDLE_RETURN_IF_ERROR(d.Optional("require", &dp.require));
+    HUDDLE_RETURN_IF_ERROR(d.Optional("min_noise_multiplier", &dp.min_noise_multiplier, 0.0, 1e6));
+    if (d.Has("max_epsilon")) {
+      double eps = 0;
+      HUDDLE_RETURN_IF_ERROR(d.Optional("max_epsilon", &eps, 1e-6, 1e6));
+      dp.max_epsilon = eps;
+    }
+    HUDDLE_RETURN_IF_ERROR(d.Optional("delta", &dp.delta, 1e-300, 0.5));
+    std::string accountant = privacy::AccountantName(dp.accountant);
+    HUDDLE_RETURN_IF_ERROR(d.OptionalChoice("accountant", &accountant, {"rdp", "pld"}));
+    dp.accountant =
+        accountant == "pld" ? privacy::AccountantKind::kPld : privacy::AccountantKind::kRdp;
+    HUDDLE_RETURN_IF_ERROR(d.Finish());
+    p->dp_sgd = dp;
+  }
+  if (p->any() && p->ledger_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        m.Where("ledger"),
+        ": required with privacy.local or privacy.dp_sgd (the client's own durable record of "
+        "what it released; keep it with the client's data, and never delete it)"));
+  }
+  return m.Finish();
+}
+
 StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
   ClientConfig c;
@@ -404,6 +470,8 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(
       OptionalSeconds(conn, "give_up_after_s", &c.runner.give_up_after_ms, 0, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(conn.Finish());
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap priv, top.Child("privacy"));
+  HUDDLE_RETURN_IF_ERROR(ReadClientPrivacy(priv, &c.privacy));
   HUDDLE_RETURN_IF_ERROR(top.Finish());
   return c;
 }

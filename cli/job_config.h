@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "client/privacy_guard.h"
 #include "client/runner.h"
 #include "common/status.h"
 #include "coordinator/options.h"
@@ -62,6 +63,9 @@ struct ClientConfig {
   // `silo: {nproc: N}`: N ranks (CPU ranks, or GPUs from `device`'s ordinal on) train as this
   // one client, synchronous data-parallel (client/silo.h). 1: one device, no silo.
   int64_t silo_nproc = 1;
+  // `privacy:` the client's own policy and ledger (client/privacy_guard.h). Empty: the
+  // coordinator's settings are trusted and releases are accounted in memory only.
+  client::ClientPrivacyPolicy privacy;
 };
 
 // `train.dp_sgd` of a datacenter job: DP-SGD across the ranks (datacenter::DataParallelDpSgd).

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +29,54 @@
 
 namespace huddle::cli {
 namespace {
+
+// The privacy policy `huddle run` gives each of its clients under DP: exactly what the job asks
+// for, as a client that protects itself would state it (client/privacy_guard.h), so that the
+// clients account their own releases and would refuse a coordinator that asked for less noise.
+client::ClientPrivacyPolicy PolicyForJob(const JobConfig& job, std::string ledger_path) {
+  client::ClientPrivacyPolicy policy;
+  const coordinator::CoordinatorOptions& o = job.coordinator;
+  if (o.privacy.mode == privacy::PrivacyMode::kLocal) {
+    auto plan = privacy::PrivacyPlan::Create(o.privacy, o.cohort.rate, o.rounds);
+    client::LocalDpPolicy local;
+    local.require = true;
+    local.delta = o.privacy.delta;
+    local.max_epsilon = o.privacy.total_epsilon;
+    if (plan.ok()) {
+      double min_z = plan->ForRound(1).noise_multiplier;
+      for (int64_t r = 2; r <= o.rounds; ++r) {
+        min_z = std::min(min_z, plan->ForRound(static_cast<uint64_t>(r)).noise_multiplier);
+      }
+      local.min_noise_multiplier = min_z;
+    }
+    policy.local = local;
+  }
+  if (o.train.dp_sgd) {
+    client::DpSgdPolicy dp;
+    dp.require = true;
+    dp.min_noise_multiplier = o.train.dp_sgd->noise_multiplier;
+    dp.delta = o.train.dp_sgd->delta;
+    policy.dp_sgd = dp;
+  }
+  if (policy.any()) policy.ledger_path = std::move(ledger_path);
+  return policy;
+}
+
+// The policy as a client YAML (`huddle client --config`), numbers in round-trip form.
+std::string PolicyYaml(const client::ClientPrivacyPolicy& p) {
+  std::string y = fmt::format("privacy:\n  ledger: \"{}\"\n", p.ledger_path);
+  if (p.local) {
+    y += fmt::format(
+        "  local: {{require: {}, min_noise_multiplier: {}, delta: {}, adjacency: {}{}}}\n",
+        p.local->require, p.local->min_noise_multiplier, p.local->delta, p.local->adjacency,
+        p.local->max_epsilon ? fmt::format(", max_epsilon: {}", *p.local->max_epsilon) : "");
+  }
+  if (p.dp_sgd) {
+    y += fmt::format("  dp_sgd: {{require: {}, min_noise_multiplier: {}, delta: {}}}\n",
+                     p.dp_sgd->require, p.dp_sgd->min_noise_multiplier, p.dp_sgd->delta);
+  }
+  return y;
+}
 
 int RunProcesses(const JobConfig& job, const std::string& config, const std::string& out,
                  const std::string& exe, bool insecure) {
@@ -88,6 +137,18 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
     } else {
       argv.insert(argv.end(), {"--server-key", keys + "/server.pub", "--key",
                                keys + "/clients/" + id + ".key"});
+    }
+    const client::ClientPrivacyPolicy policy =
+        PolicyForJob(job, fmt::format("{}/clients/{}/privacy_ledger.jsonl", out, id));
+    if (policy.any()) {
+      const std::string dir = fmt::format("{}/clients/{}", out, id);
+      const std::string yaml = dir + "/client.yaml";
+      if (Status st = MakeDirs(dir); !st.ok() || !WriteFileAtomic(yaml, PolicyYaml(policy)).ok()) {
+        std::fprintf(stderr, "huddle run: cannot write %s\n", yaml.c_str());
+        ::kill(*coord, SIGTERM);
+        return 1;
+      }
+      argv.insert(argv.end(), {"--config", yaml});
     }
     if (d.partitioned) {
       argv.insert(argv.end(),
@@ -154,8 +215,10 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
 // One simulated client: the real agent behind the in-process transport.
 class SimulatedClient final : public transport::InProcPeer {
  public:
-  SimulatedClient(std::string id, data::DatasetView view)
-      : view_(std::move(view)), agent_(std::move(id), &view_, /*routine_logs_at_info=*/false) {}
+  SimulatedClient(std::string id, data::DatasetView view, client::PrivacyGuard guard)
+      : view_(std::move(view)), agent_(std::move(id), &view_, /*routine_logs_at_info=*/false) {
+    agent_.set_privacy_guard(std::move(guard));
+  }
   std::vector<wire::Message> OnStart() override {
     std::vector<wire::Message> out;
     out.push_back(agent_.MakeJoin());
@@ -197,7 +260,13 @@ int RunSimulation(JobConfig job) {
     view.indices = std::move((*shards)[static_cast<size_t>(i)]);
     char id[32];
     std::snprintf(id, sizeof(id), "sim-%05lld", static_cast<long long>(i));
-    clients.push_back(std::make_unique<SimulatedClient>(id, std::move(view)));
+    // The job's policy with an in-memory ledger: a thousand simulated clients keep no files.
+    auto guard = client::PrivacyGuard::Open(PolicyForJob(job, ""));
+    if (!guard.ok()) {
+      std::fprintf(stderr, "huddle run: %s\n", std::string(guard.status().message()).c_str());
+      return 1;
+    }
+    clients.push_back(std::make_unique<SimulatedClient>(id, std::move(view), *std::move(guard)));
     peers.push_back(clients.back().get());
   }
   std::printf("huddle run: simulating %lld clients in-process on %lld threads\n",

@@ -22,7 +22,8 @@ ClientAgent::ClientAgent(std::string client_id, const data::DatasetView* data,
 wire::Message ClientAgent::MakeJoin() const {
   wire::Join join;
   join.client_id = client_id_;
-  join.num_examples = static_cast<uint64_t>(data_->size());
+  // A client with a privacy policy tells the coordinator nothing about its data.
+  join.num_examples = guard_.reports_nothing() ? 0 : static_cast<uint64_t>(data_->size());
   join.agent_version = kAgentVersion;
   return wire::MakeMessage(std::move(join), 0, client_id_);
 }
@@ -39,6 +40,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
                          " input features; this client's data has ", data_->base->feature_dim));
       }
       model_ = spec;
+      job_name_ = w.job_name;
       spdlog::log(routine_level_, "joined job '{}' ({} local examples)", w.job_name, data_->size());
       return Replies{};
     }
@@ -76,37 +78,70 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
         absl::StrCat("round ", msg.round,
                      ": global model does not match the job's model: ", params_ok.message()));
   }
-  spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
-  const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
-  StatusOr<models::Update> update = TrainAndPrivatize(msg.round, fit, seed, global);
-  if (!update.ok()) {
-    // Bad training settings or local data, or a diverged run: tell the coordinator (it counts
-    // the client as failed) and stay available for the next round.
-    spdlog::error("round {}: local training failed: {}", msg.round, update.status().message());
-    return Replies{};
+  // The client's own policy decides before anything is trained (client/privacy_guard.h).
+  RoundRequest request;
+  request.job = job_name_;
+  request.round = msg.round;
+  request.fit = &fit;
+  request.global = &global;
+  request.local_examples = data_->size();
+  StatusOr<Admission> admission = guard_.Admit(request);
+  if (!admission.ok()) {
+    spdlog::warn("round {}: {}", msg.round, admission.status().message());
+    return Replies{wire::MakeError(wire::ErrorCode::kRejected,
+                                   std::string(admission.status().message()), msg.round)};
   }
-  const models::TrainStats& stats = update->train;
+  const bool local = fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal;
+  const bool dp_sgd = fit.train.dp_sgd.has_value();
   Pending pending;
   pending.round = msg.round;
   pending.result.num_examples = static_cast<uint64_t>(data_->size());  // the FedAvg weight
-  pending.result.train_loss = stats.loss;
-  pending.result.train_accuracy = stats.accuracy;
-  pending.result.within_clip = !update->clipped;
-  if (fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal) {
-    // Local DP protects this client even from the coordinator: report nothing else about the data.
+  pending.result.model_version = fit.model_version;
+  pending.result.nonce = fit.nonce;
+  if (admission->again) {
+    // Asked again for a release already made (the coordinator restarted, or this client rejoined
+    // mid-round): the same tensors, so that no second noised version of the update exists.
+    spdlog::log(routine_level_, "round {}: sending again the update released for it before",
+                msg.round);
+    pending.delta = std::make_shared<const TensorList>(*std::move(admission->again));
+  } else {
+    spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
+    const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
+    StatusOr<models::Update> update =
+        TrainAndPrivatize(fit, admission->clip_norm, seed, global);
+    if (!update.ok()) {
+      // Bad training settings or local data, or a diverged run: tell the coordinator (it counts
+      // the client as failed) and stay available for the next round.
+      spdlog::error("round {}: local training failed: {}", msg.round, update.status().message());
+      return Replies{};
+    }
+    const models::TrainStats& stats = update->train;
+    pending.result.train_loss = stats.loss;
+    pending.result.train_accuracy = stats.accuracy;
+    pending.result.train_seconds = stats.seconds;
+    // The clip bit is what adaptive clipping noises centrally; under local DP nothing noises it.
+    pending.result.within_clip = !local && !update->clipped;
+    std::optional<privacy::DpEvent> dp_event;
+    if (update->dp_sgd) dp_event = update->dp_sgd->event();
+    // Durable before the update can leave (a failure here is fatal: the spend could not be kept).
+    HUDDLE_RETURN_IF_ERROR(
+        guard_.Record(request, *admission, update->delta, dp_event, noise().Describe()));
+    spdlog::log(routine_level_,
+                "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
+                msg.round, stats.examples, stats.loss, stats.accuracy, stats.seconds);
+    LogSpend(msg.round, local, dp_sgd);
+    pending.delta = std::make_shared<const TensorList>(std::move(update->delta));
+    ++rounds_trained_;
+  }
+  if (local || dp_sgd || guard_.reports_nothing()) {
+    // What the DP release does not cover is not sent: no example count (weights become uniform),
+    // no loss, accuracy or timing, all computed from the data without noise.
     pending.result.num_examples = 1;
     pending.result.train_loss = 0;
     pending.result.train_accuracy = 0;
+    pending.result.train_seconds = 0;
   }
-  pending.result.train_seconds = stats.seconds;
-  pending.result.model_version = fit.model_version;
-  pending.result.nonce = fit.nonce;
-  pending.delta = std::make_shared<const TensorList>(std::move(update->delta));
   pending_ = std::move(pending);
-  ++rounds_trained_;
-  spdlog::log(routine_level_,
-              "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
-              msg.round, stats.examples, stats.loss, stats.accuracy, stats.seconds);
   return Replies{
       wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce},
                         msg.round, client_id_)};
@@ -117,16 +152,16 @@ privacy::NoiseSource& ClientAgent::noise() {
   return *noise_;
 }
 
-StatusOr<models::Update> ClientAgent::TrainAndPrivatize(uint64_t round,
-                                                        const wire::FitInstruction& fit,
-                                                        uint64_t seed, const TensorList& global) {
+StatusOr<models::Update> ClientAgent::TrainAndPrivatize(const wire::FitInstruction& fit,
+                                                        double clip_norm, uint64_t seed,
+                                                        const TensorList& global) {
   const wire::TrainConfig& config = fit.train;
   const wire::UpdatePrivacy& dp_update = fit.privacy;
   models::UpdateOptions options;
   options.train = models::TrainOptionsFromWire(config);
   options.train.backend = backend_;
   options.seed = seed;
-  if (dp_update.mode != wire::UpdatePrivacy::Mode::kNone) options.clip_norm = dp_update.clip_norm;
+  if (dp_update.mode != wire::UpdatePrivacy::Mode::kNone) options.clip_norm = clip_norm;
   if (config.dp_sgd) {
     options.dp_sgd.emplace();
     options.dp_sgd->noise_multiplier = config.dp_sgd->noise_multiplier;
@@ -138,11 +173,10 @@ StatusOr<models::Update> ClientAgent::TrainAndPrivatize(uint64_t round,
   HUDDLE_ASSIGN_OR_RETURN(models::Update update,
                           silo_ != nullptr ? silo_->TrainUpdate(*model_, options, *data_, global)
                                            : models::TrainUpdate(*model_, options, *data_, global));
-  if (update.dp_sgd) LogDpSgd(round, *config.dp_sgd, *update.dp_sgd);
   if (dp_update.mode == wire::UpdatePrivacy::Mode::kLocal) {
     // Local DP: the exact discrete Gaussian, added on the host whatever the device.
     HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
-                            privacy::NoiseGridFor(dp_update.noise_multiplier, dp_update.clip_norm,
+                            privacy::NoiseGridFor(dp_update.noise_multiplier, clip_norm,
                                                   TotalElements(models::MlpLayout(*model_))));
     for (Tensor& t : update.delta) {
       HUDDLE_RETURN_IF_ERROR(privacy::AddDiscreteGaussianNoise(t.data, grid, noise()));
@@ -151,19 +185,27 @@ StatusOr<models::Update> ClientAgent::TrainAndPrivatize(uint64_t round,
   return update;
 }
 
-void ClientAgent::LogDpSgd(uint64_t round, const wire::DpSgdConfig& config,
-                           const models::DpSgdStats& stats) {
-  dp_sgd_events_.push_back(stats.event());
-  auto spent = privacy::ComputeEpsilon(dp_sgd_events_, config.delta, privacy::AccountantKind::kRdp);
-  if (spent.ok()) {
-    spdlog::log(routine_level_,
-                "round {}: DP-SGD {} steps (q {:.4g}, z {:g}, C {:g}); this client's examples: "
-                "epsilon {:.4f} at delta {:g} so far ({}){}",
-                round, stats.steps, stats.sampling_rate, config.noise_multiplier, config.clip_norm,
-                spent->epsilon, config.delta, privacy::AccountantName(spent->accountant),
-                noise().is_private() ? "" : " [seeded noise: NOT PRIVATE]");
-  } else {
-    spdlog::warn("round {}: DP-SGD accounting failed: {}", round, spent.status().message());
+void ClientAgent::LogSpend(uint64_t round, bool local, bool dp_sgd) {
+  const char* seeded = noise().is_private() ? "" : " [seeded noise: NOT PRIVATE]";
+  if (local) {
+    auto spent = guard_.LocalSpent();
+    if (spent.ok()) {
+      spdlog::log(routine_level_,
+                  "round {}: local DP release accounted; this client's data: epsilon {:.4f} at "
+                  "delta {:g} so far ({}){}",
+                  round, spent->epsilon, spent->delta, privacy::AccountantName(spent->accountant),
+                  seeded);
+    }
+  }
+  if (dp_sgd) {
+    auto spent = guard_.DpSgdSpent();
+    if (spent.ok()) {
+      spdlog::log(routine_level_,
+                  "round {}: DP-SGD accounted; this client's examples: epsilon {:.4f} at delta {:g} "
+                  "so far ({}){}",
+                  round, spent->epsilon, spent->delta, privacy::AccountantName(spent->accountant),
+                  seeded);
+    }
   }
 }
 

@@ -5,11 +5,16 @@
 //
 //   Start()                 -> Join
 //   Welcome                 -> (remember the job's model)
-//   FitInstruction + model  -> train locally from the global model (DP-SGD when the train config
+//   FitInstruction + model  -> the client's privacy guard admits the round or refuses it
+//                              (client/privacy_guard.h: its own policy and ledger)
+//                              -> Error rejected (refused: nothing is trained or sent), or
+//                              train locally from the global model (DP-SGD when the train config
 //                              asks); delta = local - global clipped to the instruction's clip
 //                              norm, all on the training device (models/update.h), or across the
 //                              ranks of a silo (client/silo.h); in local DP mode add the noise on
-//                              the host (privacy/noise.h)
+//                              the host (privacy/noise.h); a DP release is in the guard's ledger
+//                              before it leaves, and a release asked for again (a coordinator
+//                              restart) is the same tensors, not a new draw
 //                              -> UploadRequest (the delta waits for a grant)
 //   UploadGrant             -> FitResult + delta tensors
 //   Heartbeat               -> (nothing; the coordinator is alive)
@@ -31,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "client/privacy_guard.h"
 #include "client/silo.h"
 #include "common/status.h"
 #include "data/dataset.h"
@@ -68,8 +74,10 @@ class ClientAgent {
   const std::string& client_id() const { return client_id_; }
   // Rounds trained so far (for logs and tests).
   int64_t rounds_trained() const { return rounds_trained_; }
-  // DP-SGD steps this agent has taken on its data, as accountant events (example-level DP).
-  const std::vector<privacy::DpEvent>& dp_sgd_events() const { return dp_sgd_events_; }
+  // The client's privacy policy and the releases it accounted (by default: no policy, the
+  // coordinator's settings are trusted, the ledger is in memory).
+  void set_privacy_guard(PrivacyGuard guard) { guard_ = std::move(guard); }
+  const PrivacyGuard& privacy_guard() const { return guard_; }
 
   // Replaces the OS-keyed noise source (local DP noise, DP-SGD) with `source`, e.g. a seeded one
   // in tests. A seeded source is NOT PRIVATE.
@@ -79,11 +87,11 @@ class ClientAgent {
   StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
                                              const wire::FitInstruction& fit);
   std::vector<wire::Message> OnGrant(const wire::Message& msg);
-  // Trains from `global` and returns the update, clipped (and in local mode noised) as the
-  // instruction says.
-  StatusOr<models::Update> TrainAndPrivatize(uint64_t round, const wire::FitInstruction& fit,
+  // Trains from `global` and returns the update, clipped to clip_norm (the instruction's, or the
+  // client policy's if smaller) and in local mode noised as the instruction says.
+  StatusOr<models::Update> TrainAndPrivatize(const wire::FitInstruction& fit, double clip_norm,
                                              uint64_t seed, const TensorList& global);
-  void LogDpSgd(uint64_t round, const wire::DpSgdConfig& config, const models::DpSgdStats& stats);
+  void LogSpend(uint64_t round, bool local, bool dp_sgd);
   privacy::NoiseSource& noise();
   StatusOr<std::vector<wire::Message>> OnError(const wire::Message& msg, const wire::Error& err);
 
@@ -91,12 +99,13 @@ class ClientAgent {
   const data::DatasetView* data_;
   spdlog::level::level_enum routine_level_;
   std::optional<models::MlpSpec> model_;
+  std::string job_name_;  // from the Welcome
+  PrivacyGuard guard_ = PrivacyGuard::Trusting();
   bool done_ = false;
   int64_t rounds_trained_ = 0;
   std::optional<privacy::NoiseSource> noise_;  // created on first use
   kernels::Backend* backend_ = nullptr;        // not owned; nullptr = the CPU
   Silo* silo_ = nullptr;                       // not owned; nullptr = no silo
-  std::vector<privacy::DpEvent> dp_sgd_events_;
 
   // The update waiting for an upload grant.
   struct Pending {

@@ -10,8 +10,10 @@
 namespace huddle::coordinator {
 namespace {
 
-// C2 added clip_norm after bytes_out; C1 files (without it) are still read.
-constexpr char kMagic[] = "HUDDLEC2";
+// C2 added clip_norm after bytes_out, C3 privacy_mode after clip_norm; C1 and C2 files are still
+// read.
+constexpr char kMagic[] = "HUDDLEC3";
+constexpr char kMagicV2[] = "HUDDLEC2";
 constexpr char kMagicV1[] = "HUDDLEC1";
 
 }  // namespace
@@ -26,6 +28,7 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   AppendU64(c.bytes_in, &out);
   AppendU64(c.bytes_out, &out);
   AppendU64(std::bit_cast<uint64_t>(c.clip_norm), &out);
+  AppendU64(static_cast<uint64_t>(c.privacy_mode), &out);
   AppendTensorList(c.model, &out);
   AppendTensorList(c.optimizer_state, &out);
   return WriteFileAtomic(path, out);
@@ -36,7 +39,8 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   ByteReader r(bytes, path);
   HUDDLE_ASSIGN_OR_RETURN(std::string magic, r.Bytes(8));
   const bool v1 = magic == std::string(kMagicV1, 8);
-  if (!v1 && magic != std::string(kMagic, 8)) {
+  const bool v2 = magic == std::string(kMagicV2, 8);
+  if (!v1 && !v2 && magic != std::string(kMagic, 8)) {
     return absl::DataLossError(absl::StrCat(path, ": not a Huddle checkpoint (bad magic)"));
   }
   Checkpoint c;
@@ -56,6 +60,11 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
     if (!(c.clip_norm >= 0) || !std::isfinite(c.clip_norm)) {
       return absl::DataLossError(absl::StrCat(path, ": corrupt clip norm"));
     }
+  }
+  if (!v1 && !v2) {
+    HUDDLE_ASSIGN_OR_RETURN(const uint64_t mode, r.U64());
+    if (mode > 2) return absl::DataLossError(absl::StrCat(path, ": corrupt privacy mode"));
+    c.privacy_mode = static_cast<int64_t>(mode);
   }
   HUDDLE_ASSIGN_OR_RETURN(c.model, r.TensorListValue());
   HUDDLE_ASSIGN_OR_RETURN(c.optimizer_state, r.TensorListValue());

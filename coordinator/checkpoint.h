@@ -23,7 +23,14 @@ struct Checkpoint {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   double clip_norm = 0;  // adaptive clipping: C for the next round (0: not in use)
+  // The privacy mode of the job that wrote it (privacy::PrivacyMode as 0 none, 1 central, 2
+  // local), so that a DP job is not resumed without DP or the reverse; -1 in files written before
+  // it was recorded.
+  int64_t privacy_mode = -1;
 };
+// A checkpoint is operator-only: it holds the global model, the server optimizer state and the
+// seeded cohort stream of non-DP jobs. DP jobs draw their cohorts from the OS CSPRNG and store no
+// sampling key, so the checkpoint reveals nothing about who was sampled.
 
 inline constexpr char kCheckpointFile[] = "checkpoint.bin";
 

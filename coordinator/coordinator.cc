@@ -14,6 +14,8 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/update_check.h"
 #include "models/wire_spec.h"
+#include "privacy/report.h"
+#include "privacy/sampling.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -55,6 +57,15 @@ Status Coordinator::Initialise() {
           absl::StrCat(ckpt_path, " was written by a job with seed ", ckpt.seed,
                        "; this job has seed ", options_.seed));
     }
+    const auto mode = static_cast<int64_t>(options_.privacy.mode);
+    if (ckpt.privacy_mode >= 0 && ckpt.privacy_mode != mode) {
+      // A DP job continued without DP (or the reverse) would release models whose guarantee no
+      // ledger describes.
+      return absl::FailedPreconditionError(absl::StrCat(
+          ckpt_path, " was written by a job with privacy.mode ",
+          privacy::PrivacyModeName(static_cast<privacy::PrivacyMode>(ckpt.privacy_mode)),
+          "; this job has privacy.mode ", privacy::PrivacyModeName(options_.privacy.mode)));
+    }
     HUDDLE_RETURN_IF_ERROR(models::CheckParams(options_.model, ckpt.model));
     model_ = std::move(ckpt.model);
     model_version_ = ckpt.model_version;
@@ -69,22 +80,25 @@ Status Coordinator::Initialise() {
     bytes_out_base_ = ckpt.bytes_out;
     summary_.rounds_completed = ckpt.completed_round;
     // Drop metrics lines of rounds after the checkpoint (written just before a crash).
-    HUDDLE_RETURN_IF_ERROR(
-        KeepJsonLinesUpTo(Path(options_.out_dir, "metrics.jsonl"), "round", ckpt.completed_round));
+    for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile}) {
+      HUDDLE_RETURN_IF_ERROR(
+          KeepJsonLinesUpTo(Path(options_.out_dir, file), "round", ckpt.completed_round));
+    }
     spdlog::info("resuming job '{}' after round {} from {}", options_.job_name,
                  ckpt.completed_round, ckpt_path);
   } else {
     model_ = models::InitMlp(options_.model, DeriveSeed(options_.seed, kInitStream));
     if (!options_.out_dir.empty()) {
       std::error_code ec;
-      std::filesystem::remove(Path(options_.out_dir, "metrics.jsonl"), ec);
+      std::filesystem::remove(Path(options_.out_dir, kMetricsFile), ec);
+      std::filesystem::remove(Path(options_.out_dir, privacy::kOperatorMetricsFile), ec);
     }
   }
   layout_ = LayoutOf(model_);
   HUDDLE_ASSIGN_OR_RETURN(auto agg,
                           aggregation::StreamingAggregator::Create(layout_, options_.aggregation));
   aggregator_.emplace(std::move(agg));
-  return InitialisePrivacy(clip_norm_);
+  return InitialisePrivacy(clip_norm_, next_round_ - 1);
 }
 
 Status Coordinator::Run(const std::atomic<bool>* stop) {
@@ -130,7 +144,8 @@ Status Coordinator::WaitForClients(const std::atomic<bool>* stop) {
 }
 
 // One round, step by step:
-//   1. Sample the cohort from the live enrolled clients (seeded; fixed-size or Poisson).
+//   1. Sample the cohort from the live enrolled clients (fixed-size or Poisson; under DP from the
+//      OS CSPRNG, so that no participant can predict it; otherwise from the job seed).
 //   2. Send each member a FitInstruction with the global model (one shared copy, zero-copy).
 //   3. Pump messages until every member has reported or failed, or the deadline passes:
 //      UploadRequest -> queue for a slot; at most upload_slots uploads are in flight;
@@ -159,6 +174,11 @@ Status Coordinator::RunRound(uint64_t number) {
   } else {
     aggregator_->Reset();
   }
+  // Clients' training seeds. Under secret sampling they are fresh random numbers: a value derived
+  // from the job seed (an invertible mix) would let any client recover the seed and predict every
+  // cohort.
+  round.client_seed = secret_sampling() ? sampler_->NextU64()
+                                        : DeriveSeed(options_.seed, kClientStream, number);
 
   // 1-2.
   for (const std::string& id : SampleCohort()) {
@@ -213,11 +233,17 @@ std::vector<std::string> Coordinator::SampleCohort() {
   std::vector<std::string> cohort;
   if (options_.cohort.sampling == CohortOptions::Sampling::kPoisson) {
     for (const std::string& id : live) {
-      if (rng_.Uniform() < options_.cohort.rate) cohort.push_back(id);
+      const bool in = secret_sampling() ? privacy::BernoulliTrial(options_.cohort.rate, *sampler_)
+                                        : rng_.Uniform() < options_.cohort.rate;
+      if (in) cohort.push_back(id);
     }
     return cohort;
   }
-  rng_.Shuffle(live);
+  if (secret_sampling()) {
+    privacy::SecretShuffle(&live, *sampler_);
+  } else {
+    rng_.Shuffle(live);
+  }
   const size_t n = std::min(live.size(), static_cast<size_t>(options_.cohort.size));
   cohort.assign(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n));
   std::sort(cohort.begin(), cohort.end());
@@ -229,7 +255,7 @@ void Coordinator::SendFit(const std::string& id) {
   wire::FitInstruction fit;
   fit.model_version = model_version_;
   fit.train = options_.train;
-  fit.seed = DeriveSeed(options_.seed, kClientStream, round.number);
+  fit.seed = round.client_seed;
   fit.deadline_ms =
       static_cast<uint32_t>(std::max<int64_t>(0, round.deadline_ms - clock_->NowMs()));
   // A fresh nonce per instruction: the answering request and result must carry it, so a result
@@ -315,6 +341,9 @@ void Coordinator::Handle(transport::Inbound in) {
       return;
     case wire::MessageType::kFitResult:
       OnFitResult(id, msg);
+      return;
+    case wire::MessageType::kError:
+      OnClientError(id, msg);
       return;
     default:
       spdlog::warn("client {}: unexpected {} message", id, wire::MessageTypeName(msg.type()));
@@ -405,6 +434,30 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
   m->second = MemberState::kWaitingSlot;
   round_->waiting.push_back(id);
   GrantSlots();
+}
+
+void Coordinator::OnClientError(const std::string& id, const wire::Message& msg) {
+  // A client declines the round it was sent (its own privacy policy refuses it): it fails for
+  // the round at once instead of at the deadline. One message per instruction at most, so one log
+  // line each, its text cut short.
+  const auto& err = std::get<wire::Error>(msg.body);
+  if (!round_ || msg.round != round_->number) {
+    (round_ ? round_->metrics.stale : pending_stale_)++;
+    return;
+  }
+  auto m = round_->members.find(id);
+  if (m == round_->members.end() || m->second != MemberState::kTraining) {
+    round_->metrics.rejected++;
+    return;
+  }
+  round_->metrics.declined++;
+  constexpr size_t kMaxText = 300;
+  const std::string text = err.message.size() > kMaxText
+                               ? err.message.substr(0, kMaxText) + "..."
+                               : err.message;
+  spdlog::warn("round {}: client {} declined ({}): {}", round_->number, id,
+               wire::ErrorCodeName(err.code), text);
+  FailMember(id, "declined the round");
 }
 
 void Coordinator::GrantSlots() {
@@ -613,7 +666,15 @@ Status Coordinator::FinishRound(Round& round) {
   summary_.bytes_in = bytes_in_base_ + transport_->bytes_in();
   summary_.bytes_out = bytes_out_base_ + transport_->bytes_out();
   if (!options_.out_dir.empty()) {
-    HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, "metrics.jsonl"), m.ToJson()));
+    if (dp()) {
+      // What the DP guarantee covers, and apart from it what only the operator may see.
+      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, kMetricsFile), m.PublicJson()));
+      HUDDLE_RETURN_IF_ERROR(
+          AppendLine(Path(options_.out_dir, privacy::kOperatorMetricsFile), m.OperatorJson()));
+      HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());
+    } else {
+      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, kMetricsFile), m.ToJson()));
+    }
     HUDDLE_RETURN_IF_ERROR(SaveCheckpoint());
   }
   if (on_round_) on_round_(m);
@@ -631,6 +692,7 @@ Status Coordinator::SaveCheckpoint() {
   c.bytes_in = summary_.bytes_in;
   c.bytes_out = summary_.bytes_out;
   c.clip_norm = clip_norm_;
+  c.privacy_mode = static_cast<int64_t>(options_.privacy.mode);
   c.model = std::move(model_);  // lent to the checkpoint, not copied (the model can be large)
   Status st = WriteCheckpoint(Path(options_.out_dir, kCheckpointFile), c);
   model_ = std::move(c.model);
@@ -643,6 +705,7 @@ Status Coordinator::Finish() {
   }
   if (options_.out_dir.empty()) return absl::OkStatus();
   HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(options_.out_dir, "model.bin"), model_));
+  if (dp()) HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());
   return WriteFileAtomic(Path(options_.out_dir, "summary.json"), summary_.ToJson(options_));
 }
 
@@ -656,15 +719,31 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
   j["final_test_loss"] = opt(final_test_loss);
   j["best_test_accuracy"] = opt(best_test_accuracy);
   j["best_round"] = opt(best_round);
-  j["elapsed_s"] = elapsed_s;
-  j["bytes_in"] = bytes_in;
-  j["bytes_out"] = bytes_out;
+  const bool dp = options.privacy.mode != privacy::PrivacyMode::kNone;
+  if (!dp) {
+    j["elapsed_s"] = elapsed_s;
+    j["bytes_in"] = bytes_in;
+    j["bytes_out"] = bytes_out;
+  }
   j["model_file"] = "model.bin";
-  if (epsilon) {
-    j["privacy"] = {{"mode", privacy::PrivacyModeName(options.privacy.mode)},
-                    {"epsilon", *epsilon},
-                    {"delta", *delta},
-                    {"ledger", privacy::kLedgerFile}};
+  if (dp) {
+    nlohmann::ordered_json p;
+    p["mode"] = privacy::PrivacyModeName(options.privacy.mode);
+    p["private"] = private_noise;
+    p["epsilon"] = epsilon && private_noise ? nlohmann::ordered_json(*epsilon) : nullptr;
+    if (!private_noise) {
+      p["not_private_because"] = "privacy.noise_seed: the noise can be recomputed from the seed";
+      p["nominal_epsilon"] = opt(epsilon);
+    }
+    p["delta"] = options.privacy.delta;
+    p["ledger"] = privacy::kLedgerFile;
+    p["report"] = privacy::kPrivacyReportFile;
+    j["privacy"] = std::move(p);
+    // Timings and traffic reveal how many clients took part: for the operator only.
+    j["operator"] = {{"note", privacy::kOperatorOnly},
+                          {"elapsed_s", elapsed_s},
+                          {"bytes_in", bytes_in},
+                          {"bytes_out", bytes_out}};
   }
   if (!stop_reason.empty()) j["stopped_early"] = stop_reason;
   return j.dump(2) + "\n";

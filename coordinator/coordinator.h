@@ -51,9 +51,10 @@ struct JobSummary {
   double elapsed_s = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
-  std::optional<double> epsilon;  // under DP: spent at the job's delta
+  std::optional<double> epsilon;  // under DP: the accountant's spend at the job's delta
   std::optional<double> delta;
-  std::string stop_reason;  // why the job ended before its last round ("" = it did not)
+  bool private_noise = true;  // false (seeded noise): epsilon is nominal, reported as not private
+  std::string stop_reason;    // why the job ended before its last round ("" = it did not)
   std::string ToJson(const CoordinatorOptions& options) const;
 };
 
@@ -94,7 +95,8 @@ class Coordinator {
     double noise_multiplier = 0;        // z accounted for the round
     double value_noise_multiplier = 0;  // z of the update sum (z, or less under adaptive clipping)
     int64_t within_clip = 0;            // results that were within C before clipping
-    double expected_cohort = 0;         // q * population: the fixed denominator
+    double expected_cohort = 0;         // central: the fixed denominator (expected cohort size)
+    uint64_t client_seed = 0;           // fit.seed of the round's instructions
   };
 
   Status Initialise();
@@ -109,6 +111,7 @@ class Coordinator {
   void RefuseIdentity(const transport::Inbound& in, const std::string& why);
   void OnUploadRequest(const std::string& id, const wire::Message& msg);
   void OnFitResult(const std::string& id, const wire::Message& msg);
+  void OnClientError(const std::string& id, const wire::Message& msg);
   Status FoldResult(const std::string& id, const wire::Message& msg, const wire::FitResult& result);
   void GrantSlots();
   void FailMember(const std::string& id, const char* why);
@@ -122,13 +125,19 @@ class Coordinator {
   Status FinishRound(Round& round);
   // DP (coordinator/dp_round.cc).
   bool dp() const { return privacy_ && privacy_->enabled(); }
-  Status InitialisePrivacy(double checkpoint_clip_norm);
+  // `resumed_round`: the checkpoint's completed round (0 when starting afresh).
+  Status InitialisePrivacy(double checkpoint_clip_norm, uint64_t resumed_round);
+  // Cohorts and client seeds come from the OS CSPRNG (secret sampling) rather than the job seed:
+  // under DP with private noise.
+  bool secret_sampling() const { return sampler_.has_value(); }
   // Before round `number` is sampled: false (with *why) if it would exceed the budget.
   StatusOr<bool> PrivacyAllowsRound(uint64_t number, std::string* why);
   Status ConfigureRoundPrivacy(Round& round);
   Status CheckUpdateNorm(const Round& round, std::span<const std::span<const float>> update) const;
   // Noise, ledger (durable), mean over the expected cohort: the round's releasable update.
   Status PrivateMean(Round& round, TensorList* mean);
+  // OUT/privacy.json from the ledger and the job's settings (privacy/report.h).
+  Status WritePrivacyReport() const;
   Status SaveCheckpoint();
   Status Finish();
 
@@ -159,6 +168,7 @@ class Coordinator {
   std::optional<privacy::PrivacyPlan> privacy_;
   std::optional<privacy::PrivacyLedger> ledger_;
   std::optional<privacy::NoiseSource> noise_;
+  std::optional<privacy::NoiseSource> sampler_;  // secret cohorts and client seeds (see above)
   double clip_norm_ = 0;     // adaptive clipping: C of the next round
   double count_stddev_ = 0;  // adaptive clipping: sigma_b (fixed at the first DP round)
 

@@ -10,6 +10,7 @@
 
 #include "coordinator/coordinator.h"
 #include "privacy/clip.h"
+#include "privacy/report.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -24,7 +25,7 @@ std::string LedgerPath(const std::string& dir) {
 
 }  // namespace
 
-Status Coordinator::InitialisePrivacy(double checkpoint_clip_norm) {
+Status Coordinator::InitialisePrivacy(double checkpoint_clip_norm, uint64_t resumed_round) {
   const privacy::PrivacyOptions& p = options_.privacy;
   if (p.mode == PrivacyMode::kNone) return absl::OkStatus();
   if (p.mode == PrivacyMode::kCentral &&
@@ -48,14 +49,37 @@ Status Coordinator::InitialisePrivacy(double checkpoint_clip_norm) {
         " DP releases of an earlier run: continue that job with --resume, or use a new output "
         "directory (deleting the ledger would forget privacy already spent)"));
   }
+  // Every DP round appends its entry before it completes, so a checkpoint after round R needs
+  // entries for rounds 1..R: otherwise the ledger was deleted, truncated or replaced, and the
+  // spend of the model being resumed is unknown.
+  if (resumed_round > 0) {
+    std::vector<bool> covered(resumed_round + 1, false);
+    for (const privacy::LedgerEntry& e : ledger.entries()) {
+      if (e.round >= 1 && e.round <= resumed_round) covered[e.round] = true;
+    }
+    for (uint64_t r = 1; r <= resumed_round; ++r) {
+      if (!covered[r]) {
+        return absl::DataLossError(absl::StrCat(
+            "--resume: the checkpoint has completed ", resumed_round, " DP rounds but ", path,
+            " records no release for round ", r,
+            " (it holds ", ledger.entries().size(),
+            " entries): the privacy already spent cannot be established; restore the ledger, or "
+            "start the job afresh in a new output directory"));
+      }
+    }
+  }
   ledger_.emplace(std::move(ledger));
   if (p.noise_seed) {
     noise_.emplace(privacy::NoiseSource::SeededForTesting(*p.noise_seed));
+    summary_.private_noise = false;
     spdlog::warn(
-        "privacy.noise_seed is set: the DP noise is reproducible and NOT PRIVATE (anyone with the "
-        "seed can remove it); use it only for tests and experiments");
+        "privacy.noise_seed is set: the DP noise and the cohorts are reproducible and the job is "
+        "NOT PRIVATE (anyone with the seed can remove the noise); use it only for tests");
   } else {
     noise_.emplace(privacy::NoiseSource::Secure());
+    // Cohorts and client seeds: a separate OS-keyed stream, so that no participant can predict
+    // who is sampled (amplification by sampling assumes it) and a re-run round draws afresh.
+    sampler_.emplace(privacy::NoiseSource::Secure());
   }
   clip_norm_ = checkpoint_clip_norm > 0 ? checkpoint_clip_norm : privacy_->ForRound(1).clip_norm;
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
@@ -88,12 +112,9 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
   round.noise_multiplier = plan.noise_multiplier;
   round.value_noise_multiplier = plan.noise_multiplier;
   round.clip_norm = p.adaptive.enabled ? clip_norm_ : plan.clip_norm;
-  const double population = static_cast<double>(LiveClients());
-  const double q =
-      options_.cohort.sampling == CohortOptions::Sampling::kPoisson
-          ? options_.cohort.rate
-          : std::min(1.0, static_cast<double>(options_.cohort.size) / std::max(1.0, population));
-  round.expected_cohort = std::max(q * population, 1.0);
+  // Central: the configured denominator, which depends on no one's enrolment (PrivacyPlan
+  // requires it). Local: the mean over the results (PrivateMean).
+  round.expected_cohort = p.expected_cohort_size.value_or(1.0);
   aggregation::AggregatorOptions agg = options_.aggregation;
   agg.max_weight = 1;
   if (p.mode == PrivacyMode::kLocal) {
@@ -143,6 +164,7 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean) {
   const bool central = p.mode == PrivacyMode::kCentral;
   RoundMetrics::Privacy info;
   info.mode = privacy::PrivacyModeName(p.mode);
+  info.is_private = noise_->is_private();
   info.noise_multiplier = round.noise_multiplier;
   info.clip_norm = round.clip_norm;
   info.budget_epsilon = p.total_epsilon;
@@ -178,6 +200,8 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } else {
     info.noise_stddev = round.noise_multiplier * round.clip_norm;
+    // Local: every update is private on its own; the mean over the results is post-processing.
+    round.expected_cohort = static_cast<double>(std::max<int64_t>(1, round.metrics.results));
   }
   // Durable before anything computed from the noised sum leaves this function.
   privacy::LedgerEntry entry;
@@ -187,6 +211,9 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean) {
   entry.clip_norm = round.clip_norm;
   entry.mode = info.mode;
   entry.noise = central ? noise_->Describe() : "client-side";
+  entry.unit = privacy::kUnitClient;
+  entry.adjacency = privacy_->adjacency();
+  entry.job = options_.job_name;
   HUDDLE_RETURN_IF_ERROR(ledger_->Append(entry));
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
   info.epsilon = spent.epsilon;
@@ -199,6 +226,80 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean) {
   // Central: divide by the expected cohort size, never the realized count (that would make the
   // sensitivity depend on the cohort). Local: the updates are already private; the same estimator.
   return aggregator_->Finalize(round.expected_cohort, mean);
+}
+
+Status Coordinator::WritePrivacyReport() const {
+  const privacy::PrivacyOptions& p = options_.privacy;
+  const bool central = p.mode == PrivacyMode::kCentral;
+  privacy::PrivacyReport r;
+  r.job = options_.job_name;
+  r.scope = "federated";
+  r.unit = privacy::kUnitClient;
+  r.adjacency = privacy_->adjacency();
+  r.delta = p.delta;
+  r.budget_epsilon = p.total_epsilon;
+  r.ledger = privacy::kLedgerFile;
+  HUDDLE_ASSIGN_OR_RETURN(const privacy::Spend spent, privacy_->Spent(ledger_->Events()));
+  r.nominal_epsilon = spent.epsilon;
+  r.accountant = privacy::AccountantName(spent.accountant);
+  r.releases = privacy::GroupReleases(ledger_->entries());
+  r.noise_source = central ? noise_->Describe() : "each client's own (client-side)";
+  r.is_private = noise_->is_private();
+  if (!r.is_private) {
+    r.not_private_because.push_back(
+        "privacy.noise_seed is set: the noise (and the cohorts) can be recomputed from the seed");
+  }
+  r.stopped_early = summary_.stop_reason;
+  if (central) {
+    r.mechanism = fmt::format(
+        "DP-FedAvg with central noise: each update clipped to L2 norm C (checked by the "
+        "coordinator), summed with weight 1 in exact fixed point, exact discrete Gaussian noise of "
+        "std >= z * (C + grid rounding) added to the sum, divided by the fixed expected cohort size "
+        "{:g}{}",
+        p.expected_cohort_size.value_or(0),
+        p.adaptive.enabled ? "; adaptive clipping (Andrew et al. 2021) spends part of each round's "
+                             "noise on the clipped-count query, accounted in the same z"
+                           : "");
+    r.sampling = fmt::format(
+        "Poisson: each live enrolled client independently with probability q = {:g}, drawn on "
+        "the coordinator from {}; no participant sees the draws, and a client learns only its "
+        "own participation. Amplification by sampling assumes the adversary does not learn "
+        "whether the target client took part",
+        options_.cohort.rate,
+        secret_sampling() ? "the OS CSPRNG" : "the job seed (NOT secret: privacy.noise_seed)");
+    r.assumptions = {
+        "the coordinator is trusted: it sees each client's clipped update in the clear (there is "
+        "no secure aggregation yet); the guarantee protects the released models and outputs",
+        "the unit of privacy is one client's whole data; a person whose data is spread over "
+        "several clients is protected only to the extent of the composition over those clients",
+        "the adversary does not learn the cohort of a round (sampling above)",
+        "epsilon is an upper bound from the accountant named above on the ledger's releases; "
+        "every round that released a model is in the ledger, fsync'd before the release",
+        "the fixed denominator does not depend on who enrolled",
+    };
+  } else {
+    r.mechanism =
+        "local DP: each client clips its update to L2 norm C and adds exact discrete Gaussian "
+        "noise of std z * C itself before sending it; the coordinator averages the results";
+    r.sampling =
+        "none assumed: the coordinator knows who took part, so every round is accounted as if "
+        "each client took part (q = 1)";
+    r.assumptions = {
+        "replace-one adjacency: a client's data replaced by any other changes its update by up to "
+        "2C, so each round is accounted as a Gaussian mechanism with multiplier z / 2",
+        "the numbers here assume every client added the noise the coordinator asked for; a "
+        "client's own privacy policy and ledger (huddle client's privacy section) are what bind "
+        "it: a client refuses instructions beyond its policy and accounts every release itself",
+        "the unit of privacy is one client's whole data",
+    };
+  }
+  r.not_covered = {
+      "operator_metrics.jsonl, the coordinator's logs and its terminal output: counts of clients, "
+      "results and examples, timings and traffic, computed without noise (operator-only)",
+      "checkpoint.bin: operator-only (the model and server optimizer state)",
+      "side channels: timing, message sizes, which clients are online",
+  };
+  return privacy::WritePrivacyReport(options_.out_dir, r);
 }
 
 }  // namespace huddle::coordinator

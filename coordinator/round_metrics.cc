@@ -6,42 +6,92 @@
 
 namespace huddle::coordinator {
 
-std::string RoundMetrics::ToJson() const {
-  nlohmann::ordered_json j;
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+template <typename T>
+Json Maybe(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+// The DP-protected (or configuration-fixed) privacy fields.
+Json PublicPrivacy(const RoundMetrics::Privacy& p) {
+  Json j;
+  j["mode"] = p.mode;
+  j["private"] = p.is_private;
+  if (!p.is_private) j["nominal_epsilon"] = p.epsilon;
+  j["accountant"] = p.accountant;
+  j["budget_epsilon"] = Maybe(p.budget_epsilon);
+  j["noise_multiplier"] = p.noise_multiplier;
+  j["clip_norm"] = p.clip_norm;
+  j["noise_stddev"] = p.noise_stddev;
+  j["next_clip_norm"] = Maybe(p.next_clip_norm);
+  return j;
+}
+
+// What only the operator may see under DP: counts of clients and messages.
+void AddCounts(const RoundMetrics& m, Json* j) {
+  (*j)["clients_enrolled"] = m.clients_enrolled;
+  (*j)["clients_sampled"] = m.clients_sampled;
+  (*j)["results"] = m.results;
+  (*j)["dropped"] = m.dropped;
+  (*j)["rejected"] = m.rejected;
+  (*j)["stale"] = m.stale;
+  (*j)["malformed"] = m.malformed;
+  (*j)["auth_rejected"] = m.auth_rejected;
+  (*j)["rate_limited"] = m.rate_limited;
+  (*j)["declined"] = m.declined;
+}
+
+// ... and timings and traffic.
+void AddTimings(const RoundMetrics& m, Json* j) {
+  (*j)["duration_s"] = m.duration_s;
+  (*j)["bytes_in"] = m.bytes_in;
+  (*j)["bytes_out"] = m.bytes_out;
+  (*j)["elapsed_s"] = m.elapsed_s;
+}
+
+}  // namespace
+
+std::string RoundMetrics::PublicJson() const {
+  if (!privacy) return ToJson();
+  Json j;
   j["round"] = round;
-  j["clients_enrolled"] = clients_enrolled;
-  j["clients_sampled"] = clients_sampled;
-  j["results"] = results;
-  j["dropped"] = dropped;
-  j["rejected"] = rejected;
-  j["stale"] = stale;
-  j["malformed"] = malformed;
-  j["auth_rejected"] = auth_rejected;
-  j["rate_limited"] = rate_limited;
+  j["updated"] = updated;
+  j["test_accuracy"] = Maybe(test_accuracy);
+  j["test_loss"] = Maybe(test_loss);
+  j["epsilon"] = privacy->is_private ? Json(privacy->epsilon) : Json(nullptr);
+  j["delta"] = privacy->delta;
+  j["privacy"] = PublicPrivacy(*privacy);
+  return j.dump();
+}
+
+std::string RoundMetrics::OperatorJson() const {
+  Json j;
+  j["round"] = round;
+  AddCounts(*this, &j);
+  j["examples"] = examples;
+  j["train_loss"] = Maybe(train_loss);
+  AddTimings(*this, &j);
+  if (privacy) {
+    j["within_clip"] = privacy->within_clip >= 0 ? Json(privacy->within_clip) : Json(nullptr);
+    j["noise_seconds"] = privacy->noise_seconds;
+  }
+  return j.dump();
+}
+
+std::string RoundMetrics::ToJson() const {
+  if (privacy) return PublicJson();
+  Json j;
+  j["round"] = round;
+  AddCounts(*this, &j);
   j["updated"] = updated;
   j["examples"] = examples;
-  j["train_loss"] = train_loss ? nlohmann::ordered_json(*train_loss) : nullptr;
-  j["test_accuracy"] = test_accuracy ? nlohmann::ordered_json(*test_accuracy) : nullptr;
-  j["test_loss"] = test_loss ? nlohmann::ordered_json(*test_loss) : nullptr;
-  j["duration_s"] = duration_s;
-  j["bytes_in"] = bytes_in;
-  j["bytes_out"] = bytes_out;
-  j["elapsed_s"] = elapsed_s;
-  if (privacy) {
-    const Privacy& p = *privacy;
-    j["epsilon"] = p.epsilon;
-    j["delta"] = p.delta;
-    j["privacy"] = {
-        {"mode", p.mode},
-        {"accountant", p.accountant},
-        {"budget_epsilon", p.budget_epsilon ? nlohmann::ordered_json(*p.budget_epsilon) : nullptr},
-        {"noise_multiplier", p.noise_multiplier},
-        {"clip_norm", p.clip_norm},
-        {"noise_stddev", p.noise_stddev},
-        {"within_clip", p.within_clip >= 0 ? nlohmann::ordered_json(p.within_clip) : nullptr},
-        {"next_clip_norm", p.next_clip_norm ? nlohmann::ordered_json(*p.next_clip_norm) : nullptr},
-        {"noise_seconds", p.noise_seconds}};
-  }
+  j["train_loss"] = Maybe(train_loss);
+  j["test_accuracy"] = Maybe(test_accuracy);
+  j["test_loss"] = Maybe(test_loss);
+  AddTimings(*this, &j);
   return j.dump();
 }
 
@@ -55,10 +105,13 @@ std::string RoundMetrics::ProgressLine() const {
   }
   if (auth_rejected > 0) line += fmt::format(" | {} auth refused", auth_rejected);
   if (rate_limited > 0) line += fmt::format(" | {} rate-limited", rate_limited);
+  if (declined > 0) line += fmt::format(" | {} declined by their privacy policy", declined);
   if (!updated) line += " | no quorum, model unchanged";
   if (test_accuracy)
     line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);
-  if (privacy) {
+  if (privacy && !privacy->is_private) {
+    line += fmt::format(" | NOT PRIVATE (seeded noise; nominal eps {:.4g})", privacy->epsilon);
+  } else if (privacy) {
     line += fmt::format(" | eps {:.4g}", privacy->epsilon);
     if (privacy->budget_epsilon) line += fmt::format("/{:.4g}", *privacy->budget_epsilon);
     line += fmt::format(" (delta {:.0e})", privacy->delta);

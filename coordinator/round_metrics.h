@@ -1,5 +1,13 @@
 // What one round did, as written to metrics.jsonl (one JSON object per line) and shown in the
 // live progress line.
+//
+// Under DP the values split in two (docs/privacy.md, "What is public"): metrics.jsonl holds only
+// what the DP guarantee covers or the configuration fixes (PublicJson: the round, the evaluation
+// of the released model on the coordinator's own test set, epsilon and the mechanism's settings,
+// the noised adaptive clip norm); operator_metrics.jsonl holds the operator-only diagnostics,
+// computed from the clients' data or behaviour without noise (OperatorJson: counts of clients,
+// results and examples, the raw adaptive-clipping count, timings, bytes). Without DP everything is
+// in metrics.jsonl (ToJson).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +15,8 @@
 #include <string>
 
 namespace huddle::coordinator {
+
+inline constexpr char kMetricsFile[] = "metrics.jsonl";
 
 struct RoundMetrics {
   uint64_t round = 0;
@@ -20,6 +30,7 @@ struct RoundMetrics {
   int64_t malformed = 0;      // messages that failed to decode
   int64_t auth_rejected = 0;  // handshakes refused (unknown/revoked key) + identity refusals
   int64_t rate_limited = 0;   // messages dropped by the per-peer rate limit
+  int64_t declined = 0;       // members whose own privacy policy refused the round
   bool updated = false;       // quorum met and the model changed
   int64_t examples = 0;       // sum of the accepted results' example counts
   std::optional<double> train_loss;     // example-weighted mean over accepted results
@@ -32,7 +43,8 @@ struct RoundMetrics {
   // Under DP (privacy.mode central or local): the round's mechanism and the job's spend so far.
   struct Privacy {
     std::string mode;    // "central" | "local"
-    double epsilon = 0;  // spent after this round, at `delta`
+    bool is_private = true;  // false (seeded noise): `epsilon` is nominal and reported as null
+    double epsilon = 0;      // spent after this round, at `delta`
     double delta = 0;
     std::optional<double> budget_epsilon;  // the total, when configured
     std::string accountant;                // "rdp" | "pld" | "analytic"
@@ -45,7 +57,11 @@ struct RoundMetrics {
   };
   std::optional<Privacy> privacy;
 
+  // metrics.jsonl's line: every field without DP; under DP (privacy set) PublicJson().
   std::string ToJson() const;
+  std::string PublicJson() const;
+  // operator_metrics.jsonl's line under DP.
+  std::string OperatorJson() const;
   // "round 3/20 | updates 10/10 | test acc 0.8312 loss 0.4710 | 1.24 s"
   std::string ProgressLine() const;
 };

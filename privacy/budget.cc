@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "privacy/ledger.h"
+
 namespace huddle::privacy {
 namespace {
 
@@ -19,6 +21,18 @@ const char* PrivacyModeName(PrivacyMode mode) {
       break;
   }
   return "none";
+}
+
+const char* AdjacencyOf(PrivacyMode mode) {
+  return mode == PrivacyMode::kLocal ? kReplaceOne : kAddRemove;
+}
+
+DpEvent PrivacyPlan::RoundEvent(double noise_multiplier) const {
+  LedgerEntry e;
+  e.sampling_rate = accounting_rate_;
+  e.noise_multiplier = noise_multiplier;
+  e.adjacency = adjacency();
+  return e.event();
 }
 
 StatusOr<double> ValueNoiseMultiplier(double z, double count_stddev) {
@@ -55,6 +69,22 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
         "privacy: give a total budget (privacy.epsilon and privacy.delta) or a per-round "
         "schedule (privacy.schedule)");
   }
+  if (options.mode == PrivacyMode::kLocal && options.adaptive.enabled) {
+    return absl::InvalidArgumentError(
+        "privacy.adaptive_clipping needs privacy.mode central: in local mode each client adds its "
+        "own noise and the coordinator has no noised count to adapt the clip norm from");
+  }
+  if (options.expected_cohort_size &&
+      !(Positive(*options.expected_cohort_size) && *options.expected_cohort_size >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "privacy.expected_cohort_size must be finite and >= 1, got ", *options.expected_cohort_size));
+  }
+  if (options.mode == PrivacyMode::kCentral && !options.expected_cohort_size) {
+    return absl::InvalidArgumentError(
+        "privacy.expected_cohort_size is required in central mode: the fixed denominator of the "
+        "noised mean (cohort.rate x the population you expect); dividing by the live population "
+        "would publish its size without noise");
+  }
   plan.accounting_rate_ = options.mode == PrivacyMode::kCentral ? cohort_rate : 1.0;
   const double q = plan.accounting_rate_;
   if (!(q > 0 && q <= 1)) {
@@ -62,6 +92,8 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
   }
   // With q = 1 the exact analytic Gaussian is both tighter and exact.
   const AccountantKind kind = q == 1 ? AccountantKind::kAnalytic : options.accountant;
+  // Calibration finds the accounted multiplier; under replace-one the noise must be twice it.
+  const double sensitivity_factor = options.mode == PrivacyMode::kLocal ? 2.0 : 1.0;
   plan.rounds_.assign(static_cast<size_t>(rounds), RoundPrivacy{});
   std::vector<bool> covered(static_cast<size_t>(rounds), false);
   for (size_t i = 0; i < options.schedule.size(); ++i) {
@@ -92,7 +124,7 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
         return absl::InvalidArgumentError(
             absl::StrCat(where, ".epsilon: ", calibrated.status().message()));
       }
-      z = *calibrated;
+      z = *calibrated * sensitivity_factor;
     }
     const double c = r.clip_norm.value_or(options.clip_norm);
     if (!Positive(c)) {
@@ -115,7 +147,7 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
           absl::StrCat("privacy.epsilon: cannot fit ", rounds, " rounds at sampling rate ", q,
                        " into epsilon ", *options.total_epsilon, ": ", z.status().message()));
     }
-    for (RoundPrivacy& r : plan.rounds_) r = {*z, options.clip_norm};
+    for (RoundPrivacy& r : plan.rounds_) r = {*z * sensitivity_factor, options.clip_norm};
   } else {
     for (int64_t k = 1; k <= rounds; ++k) {
       if (!covered[static_cast<size_t>(k - 1)]) {
@@ -147,7 +179,7 @@ StatusOr<Spend> PrivacyPlan::Spent(const std::vector<DpEvent>& events) const {
 
 StatusOr<std::pair<Spend, bool>> PrivacyPlan::WouldSpend(std::vector<DpEvent> events,
                                                          uint64_t round) const {
-  events.push_back({accounting_rate_, ForRound(round).noise_multiplier, 1});
+  events.push_back(RoundEvent(ForRound(round).noise_multiplier));
   HUDDLE_ASSIGN_OR_RETURN(Spend spend, Spent(events));
   const bool exceeds = options_.total_epsilon && spend.epsilon > *options_.total_epsilon;
   return std::make_pair(spend, exceeds);

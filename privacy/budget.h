@@ -7,6 +7,9 @@
 //  - local: each client clips and adds the full noise std z*C itself; the guarantee holds even
 //    against the coordinator, with no amplification by sampling (the coordinator knows who took
 //    part), so every round is accounted as q = 1, as if the client took part in every round.
+//    Local DP's adjacency is replace-one (a client's data swapped for any other): two updates of
+//    norm <= C differ by up to 2C, so a round is the Gaussian mechanism with multiplier z / 2.
+//    Calibration from a budget accounts for that (z comes out twice the add/remove value).
 //
 // The budget is either a total (epsilon, delta), from which z is calibrated so that all `rounds`
 // rounds fit, or a per-round schedule (ranges of rounds, each with its noise multiplier or its
@@ -62,9 +65,18 @@ struct PrivacyOptions {
   AccountantKind accountant = AccountantKind::kRdp;  // events with q = 1 use kAnalytic (exact)
   std::vector<ScheduleRange> schedule;
   // Reproducible noise for tests and experiments: NOT PRIVATE (anyone with the seed can remove
-  // the noise). Unset: noise from the OS CSPRNG.
+  // the noise), and cohorts then come from the job seed too. Unset: noise and cohorts from the
+  // OS CSPRNG.
   std::optional<uint64_t> noise_seed;
+  // Central mode: the fixed denominator of the noised mean (the expected cohort size, q times the
+  // population the job expects). It must not depend on who enrols: dividing by q * (live clients)
+  // would publish the population size without noise. Required in central mode.
+  std::optional<double> expected_cohort_size;
 };
+
+// The adjacency a mode's releases are accounted under (ledger.h): add/remove for central,
+// replace-one for local.
+const char* AdjacencyOf(PrivacyMode mode);
 
 // What one round does.
 struct RoundPrivacy {
@@ -84,6 +96,10 @@ class PrivacyPlan {
   bool enabled() const { return options_.mode != PrivacyMode::kNone; }
   // The q the accountant uses: the cohort rate in central mode, 1 in local mode.
   double accounting_rate() const { return accounting_rate_; }
+  // kAddRemove (central) or kReplaceOne (local).
+  const char* adjacency() const { return AdjacencyOf(options_.mode); }
+  // The accountant's event of one round with noise multiplier z (z / 2 under replace-one).
+  DpEvent RoundEvent(double noise_multiplier) const;
   // Round `round` in [1, rounds].
   RoundPrivacy ForRound(uint64_t round) const;
 

@@ -43,6 +43,10 @@ std::string LedgerLine(const LedgerEntry& e) {
   j["mode"] = e.mode;
   j["steps"] = e.steps;
   j["noise"] = e.noise;
+  j["unit"] = e.unit;
+  j["adjacency"] = e.adjacency;
+  if (!e.job.empty()) j["job"] = e.job;
+  if (!e.release.empty()) j["release"] = e.release;
   return j.dump();
 }
 
@@ -83,6 +87,27 @@ StatusOr<LedgerEntry> ParseLedgerLine(const std::string& line) {
   }
   e.steps = j["steps"].get<int64_t>();
   HUDDLE_ASSIGN_OR_RETURN(e.noise, text("noise"));
+  // Fields added later: absent in older ledgers, whose events were all client-level add/remove.
+  auto optional_text = [&](const char* key, std::string* out) -> Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    HUDDLE_ASSIGN_OR_RETURN(*out, text(key));
+    return absl::OkStatus();
+  };
+  HUDDLE_RETURN_IF_ERROR(optional_text("unit", &e.unit));
+  HUDDLE_RETURN_IF_ERROR(optional_text("adjacency", &e.adjacency));
+  HUDDLE_RETURN_IF_ERROR(optional_text("job", &e.job));
+  HUDDLE_RETURN_IF_ERROR(optional_text("release", &e.release));
+  if (e.unit != kUnitClient && e.unit != kUnitExample) {
+    return absl::DataLossError(absl::StrCat("unknown unit '", e.unit, "'"));
+  }
+  if (e.adjacency != kAddRemove && e.adjacency != kReplaceOne) {
+    return absl::DataLossError(absl::StrCat("unknown adjacency '", e.adjacency, "'"));
+  }
+  if (e.adjacency == kReplaceOne && e.sampling_rate != 1) {
+    return absl::DataLossError(
+        absl::StrCat("adjacency replace_one with sampling_rate ", e.sampling_rate,
+                     " (only unsampled releases are accounted under replace-one)"));
+  }
   return e;
 }
 
@@ -156,17 +181,32 @@ Status PrivacyLedger::Append(const LedgerEntry& entry) {
   return absl::OkStatus();
 }
 
-std::vector<DpEvent> PrivacyLedger::Events() const {
+DpEvent LedgerEntry::event() const {
+  const double z = adjacency == kReplaceOne ? noise_multiplier / 2 : noise_multiplier;
+  return {sampling_rate, z, steps};
+}
+
+std::vector<DpEvent> PrivacyLedger::Events(std::string_view unit) const {
   std::vector<DpEvent> events;
   for (const LedgerEntry& e : entries_) {
-    if (!events.empty() && events.back().sampling_rate == e.sampling_rate &&
-        events.back().noise_multiplier == e.noise_multiplier) {
-      events.back().steps += e.steps;
+    if (!unit.empty() && e.unit != unit) continue;
+    const DpEvent event = e.event();
+    if (!events.empty() && events.back().sampling_rate == event.sampling_rate &&
+        events.back().noise_multiplier == event.noise_multiplier) {
+      events.back().steps += event.steps;
     } else {
-      events.push_back(e.event());
+      events.push_back(event);
     }
   }
   return events;
+}
+
+const LedgerEntry* PrivacyLedger::FindRelease(std::string_view release) const {
+  if (release.empty()) return nullptr;
+  for (const LedgerEntry& e : entries_) {
+    if (e.release == release) return &e;
+  }
+  return nullptr;
 }
 
 }  // namespace huddle::privacy

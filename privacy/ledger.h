@@ -1,8 +1,17 @@
 // The privacy ledger: a durable, append-only record of every DP release a job has made.
 //
-// One line of JSON per event, in a file the coordinator owns (OUT/privacy_ledger.jsonl):
+// One line of JSON per event, in a file its writer owns (a coordinator's OUT/privacy_ledger.jsonl,
+// a datacenter job's, or a client's own ledger of what it released):
 //   {"round":3,"mechanism":"poisson_gaussian","sampling_rate":0.1,"noise_multiplier":1.1,
-//    "clip_norm":1.0,"mode":"central","steps":1,"noise":"os-csprng"}
+//    "clip_norm":1.0,"mode":"central","steps":1,"noise":"os-csprng","unit":"client",
+//    "adjacency":"add_remove"}
+// optionally with "job" and "release" (what was released, for a client's ledger). Lines written
+// before `unit` and `adjacency` existed read as client-level add/remove events.
+//
+// Adjacency decides what noise_multiplier means to the accountant. Add/remove: one record is
+// present or absent, the sensitivity is C, and the event is the Gaussian of multiplier z.
+// Replace-one: one record is swapped for any other, the sensitivity is 2C, and the event is the
+// Gaussian of multiplier z / 2; only unsampled releases (q = 1, local DP) may be replace-one.
 // Append() writes the whole line with one write(2) on an O_APPEND descriptor and returns only after
 // fsync(2) has made it durable. The coordinator appends a round's event *before* it releases
 // anything computed from that round's noised aggregate (the new model, a checkpoint, metrics), so
@@ -19,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -26,17 +36,27 @@
 
 namespace huddle::privacy {
 
+inline constexpr char kUnitClient[] = "client";    // client-level DP (a client's whole data)
+inline constexpr char kUnitExample[] = "example";  // example-level DP (DP-SGD)
+inline constexpr char kAddRemove[] = "add_remove";
+inline constexpr char kReplaceOne[] = "replace_one";
+
 struct LedgerEntry {
-  uint64_t round = 0;
+  uint64_t round = 0;  // the round (federated) or epoch (datacenter) the release belongs to
   std::string mechanism = "poisson_gaussian";  // the only mechanism so far
   double sampling_rate = 1.0;                  // q
-  double noise_multiplier = 0;                 // z (effective, after any split between queries)
-  double clip_norm = 0;                        // C (for the record; epsilon does not depend on it)
-  std::string mode;                            // "central" | "local"
+  double noise_multiplier = 0;  // z: noise std / C (effective, after any split between queries)
+  double clip_norm = 0;         // C (for the record; epsilon does not depend on it)
+  std::string mode;             // "central" | "local" | "dp_sgd"
   int64_t steps = 1;
   std::string noise;  // the noise source: "os-csprng" or "seeded (NOT PRIVATE)"
+  std::string unit = kUnitClient;       // whose privacy the event spends: kUnitClient / kUnitExample
+  std::string adjacency = kAddRemove;   // kAddRemove / kReplaceOne (then sampling_rate is 1)
+  std::string job;                      // optional: the job the release was made for
+  std::string release;                  // optional: an id of the released value (client ledgers)
 
-  DpEvent event() const { return {sampling_rate, noise_multiplier, steps}; }
+  // The accountant's event: z as given under add/remove, z / 2 under replace-one.
+  DpEvent event() const;
 };
 
 inline constexpr char kLedgerFile[] = "privacy_ledger.jsonl";
@@ -55,8 +75,11 @@ class PrivacyLedger {
   Status Append(const LedgerEntry& entry);
 
   const std::vector<LedgerEntry>& entries() const { return entries_; }
-  // The entries as accountant events (identical consecutive (q, z) merged into one event).
-  std::vector<DpEvent> Events() const;
+  // The entries as accountant events (identical consecutive (q, z) merged into one event); with a
+  // `unit`, only that unit's entries.
+  std::vector<DpEvent> Events(std::string_view unit = {}) const;
+  // The entry whose `release` is `release` (non-empty), or nullptr.
+  const LedgerEntry* FindRelease(std::string_view release) const;
   const std::string& path() const { return path_; }
 
  private:

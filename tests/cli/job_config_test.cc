@@ -178,6 +178,68 @@ TEST(JobConfigTest, PrivacyMistakesAreClearErrors) {
             std::string::npos);
 }
 
+TEST(JobConfigTest, TheDpDenominatorIsConfiguredNotEnrolment) {
+  // Default: the cohort rate times the population the job itself names (simulated or started).
+  auto sim = LoadJobConfig(Write("denom_sim",
+                                 "cohort: {sampling: poisson, rate: 0.1}\n"
+                                 "simulation: {clients: 1000}\n"
+                                 "privacy: {mode: central, epsilon: 8}\n"));
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_DOUBLE_EQ(*sim->coordinator.privacy.expected_cohort_size, 100.0);
+  auto set = LoadJobConfig(Write("denom_set",
+                                 "cohort: {sampling: poisson, rate: 0.1}\n"
+                                 "privacy: {mode: central, epsilon: 8, expected_cohort_size: 42}\n"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_DOUBLE_EQ(*set->coordinator.privacy.expected_cohort_size, 42.0);
+  EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\n"
+                    "privacy: {mode: central, epsilon: 8, expected_cohort_size: 0.5}")
+                .find("privacy.expected_cohort_size"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("privacy: {mode: local, epsilon: 8, adaptive_clipping: {}}")
+                .find("adaptive_clipping"),
+            std::string::npos);
+}
+
+TEST(JobConfigTest, TheClientsPrivacyPolicyIsReadAndChecked) {
+  auto client = LoadClientConfig(Write("cpriv",
+                                       "privacy:\n"
+                                       "  ledger: /var/lib/huddle/ledger.jsonl\n"
+                                       "  local: {require: true, min_noise_multiplier: 1.5,"
+                                       " max_epsilon: 8, delta: 1.0e-6, clip_norm: 0.5,"
+                                       " adjacency: add_remove}\n"
+                                       "  dp_sgd: {min_noise_multiplier: 0.8, max_epsilon: 3,"
+                                       " accountant: pld}\n"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const client::ClientPrivacyPolicy& p = client->privacy;
+  EXPECT_EQ(p.ledger_path, "/var/lib/huddle/ledger.jsonl");
+  ASSERT_TRUE(p.local && p.dp_sgd);
+  EXPECT_TRUE(p.local->require);
+  EXPECT_EQ(p.local->min_noise_multiplier, 1.5);
+  EXPECT_EQ(*p.local->max_epsilon, 8.0);
+  EXPECT_EQ(p.local->delta, 1e-6);
+  EXPECT_EQ(*p.local->clip_norm, 0.5);
+  EXPECT_EQ(p.local->adjacency, "add_remove");
+  EXPECT_FALSE(p.dp_sgd->require);
+  EXPECT_EQ(*p.dp_sgd->max_epsilon, 3.0);
+  EXPECT_EQ(p.dp_sgd->accountant, privacy::AccountantKind::kPld);
+  // A policy without its ledger, and typos, are errors naming the key.
+  auto no_ledger = LoadClientConfig(Write("cpriv2", "privacy: {local: {require: true}}\n"));
+  ASSERT_FALSE(no_ledger.ok());
+  EXPECT_NE(no_ledger.status().message().find("privacy.ledger"), absl::string_view::npos)
+      << no_ledger.status();
+  auto typo = LoadClientConfig(
+      Write("cpriv3", "privacy: {ledger: l.jsonl, local: {min_noise: 1}}\n"));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("min_noise"), absl::string_view::npos);
+  auto adjacency = LoadClientConfig(
+      Write("cpriv4", "privacy: {ledger: l.jsonl, local: {adjacency: swap}}\n"));
+  ASSERT_FALSE(adjacency.ok());
+  EXPECT_NE(adjacency.status().message().find("replace_one"), absl::string_view::npos);
+  auto none = LoadClientConfig(Write("cpriv5", "device: cpu\n"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->privacy.any());
+}
+
 TEST(JobConfigTest, BatchNormIsReadAndRefusedWithDpSgd) {
   auto job = LoadJobConfig(Write("bn", "model: {hidden: [16], batch_norm: true}"));
   ASSERT_TRUE(job.ok()) << job.status();

@@ -235,10 +235,12 @@ TEST_F(SiloTest, DpSgdSpendsTheSingleClientsEventAndTheAgentAccountsIt) {
   ASSERT_TRUE(replies.ok()) << replies.status();
   ASSERT_EQ(replies->size(), 1u);
   EXPECT_EQ((*replies)[0].type(), wire::MessageType::kUploadRequest);
-  ASSERT_EQ(agent.dp_sgd_events().size(), 1u);
-  EXPECT_EQ(agent.dp_sgd_events()[0].steps, 19);
-  EXPECT_DOUBLE_EQ(agent.dp_sgd_events()[0].sampling_rate, 64.0 / 600.0);
-  EXPECT_DOUBLE_EQ(agent.dp_sgd_events()[0].noise_multiplier, 1.1);
+  const auto& accounted = agent.privacy_guard().entries();
+  ASSERT_EQ(accounted.size(), 1u);
+  EXPECT_EQ(accounted[0].unit, privacy::kUnitExample);
+  EXPECT_EQ(accounted[0].steps, 19);
+  EXPECT_DOUBLE_EQ(accounted[0].sampling_rate, 64.0 / 600.0);
+  EXPECT_DOUBLE_EQ(accounted[0].noise_multiplier, 1.1);
 }
 
 TEST_F(SiloTest, BadNprocAndTooFewGpusAreRefused) {

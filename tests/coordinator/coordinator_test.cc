@@ -8,9 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <fstream>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "aggregation/server_optimizer.h"
+#include "common/file_util.h"
 #include "coordinator/checkpoint.h"
 #include "privacy/ledger.h"
 #include "tests/coordinator/fake_federation.h"
@@ -244,6 +248,22 @@ TEST_F(CoordinatorTest, ClientsHoldingUploadSlotsWithoutUploadingAreRevoked) {
   EXPECT_LT(metrics[0].duration_s, 20.0) << "closed well before the 60 s deadline";
 }
 
+TEST_F(CoordinatorTest, AClientThatDeclinesFailsForTheRoundAtOnce) {
+  CoordinatorOptions o = Options(2, 3);
+  std::vector<SyntheticClient> clients = Clients(3);
+  clients[2].behaviour = Behaviour::kDeclines;
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, clients, 1, &metrics);
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const RoundMetrics& m : metrics) {
+    EXPECT_EQ(m.results, 2);
+    EXPECT_EQ(m.declined, 1);
+    EXPECT_EQ(m.malformed, 0);
+    // Closed when the others reported, not at the 60 s deadline.
+    EXPECT_LT(m.duration_s, 10.0);
+  }
+}
+
 TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchanged) {
   CoordinatorOptions o = Options(1, 3);
   o.quorum = 3;
@@ -382,6 +402,7 @@ class DpCoordinatorTest : public CoordinatorTest {
     o.cohort.sampling = CohortOptions::Sampling::kPoisson;
     o.cohort.rate = 1.0;  // every client, so the expected cohort is n
     o.privacy.mode = privacy::PrivacyMode::kCentral;
+    o.privacy.expected_cohort_size = n;
     o.privacy.clip_norm = 1.0;
     o.privacy.delta = 1e-5;
     o.privacy.noise_seed = 11;
@@ -393,14 +414,32 @@ class DpCoordinatorTest : public CoordinatorTest {
     o.out_dir = TempDir(dir);
     return o;
   }
-  // init + (sum of the honest deltas) / n: the noiseless DP-FedAvg step with uniform weights.
-  TensorList NoiselessStep(const CoordinatorOptions& o, int n) {
+  // The root mean square of a - b over every value (the noise std of a model against its
+  // noiseless counterpart).
+  static double RmsDifference(const TensorList& a, const TensorList& b) {
+    double sum2 = 0;
+    int64_t count = 0;
+    for (size_t t = 0; t < a.size(); ++t) {
+      for (size_t i = 0; i < a[t].data.size(); ++i) {
+        const double e = a[t].data[i] - b[t].data[i];
+        sum2 += e * e;
+        ++count;
+      }
+    }
+    return std::sqrt(sum2 / static_cast<double>(count));
+  }
+  // init + (sum of the honest deltas) / divisor (n by default): the noiseless DP-FedAvg step with
+  // uniform weights.
+  TensorList NoiselessStep(const CoordinatorOptions& o, int n, double divisor = 0) {
+    if (divisor == 0) divisor = n;
     TensorList expected = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
     const ModelLayout layout = models::MlpLayout(o.model);
     for (int c = 0; c < n; ++c) {
       const TensorList d = testing::HonestDelta(layout, 1, "c" + std::to_string(c));
       for (size_t t = 0; t < layout.size(); ++t) {
-        for (size_t i = 0; i < d[t].data.size(); ++i) expected[t].data[i] += d[t].data[i] / n;
+        for (size_t i = 0; i < d[t].data.size(); ++i) {
+          expected[t].data[i] += static_cast<float>(d[t].data[i] / divisor);
+        }
       }
     }
     return expected;
@@ -425,16 +464,7 @@ TEST_F(DpCoordinatorTest, UniformWeightsExpectedCohortAndNoiseOfTheConfiguredStd
   // z = 1, C = 1: the noise on the mean has std z*C/4 per coordinate.
   CoordinatorOptions loud = DpOptions(1, 4, 1.0, "dp_loud");
   model = RunJob(loud, Clients(4), 1, &metrics);
-  double sum2 = 0;
-  int64_t count = 0;
-  for (size_t t = 0; t < model.size(); ++t) {
-    for (size_t i = 0; i < model[t].data.size(); ++i) {
-      const double e = model[t].data[i] - expected[t].data[i];
-      sum2 += e * e;
-      ++count;
-    }
-  }
-  const double std = std::sqrt(sum2 / count);
+  const double std = RmsDifference(model, expected);
   EXPECT_GT(std, 0.25 * 0.7) << "53 draws: within 30% of 0.25";
   EXPECT_LT(std, 0.25 * 1.3);
   EXPECT_GE(metrics.back().privacy->noise_stddev, 1.0);
@@ -499,6 +529,211 @@ TEST_F(DpCoordinatorTest, CentralModeNeedsPoissonSamplingAndAnOutputDirectory) {
   o.out_dir.clear();
   st = Coordinator(o, &fed, &clock).Run();
   EXPECT_NE(st.message().find("ledger"), absl::string_view::npos) << st;
+}
+
+// The cohort-prediction attack of the privacy audit. A client knows the coordinator's code. It
+// receives fit.seed; when that is DeriveSeed(job_seed, "clnt", round), an invertible SplitMix
+// chain, it recovers the job seed, replays the cohort stream and predicts who is sampled in every
+// round, so amplification by sampling no longer holds.
+class CohortAttack {
+ public:
+  // The job seed that would have produced `fit_seed` in `round`.
+  static uint64_t RecoverJobSeed(uint64_t fit_seed, uint64_t round) {
+    const uint64_t h2 = Unmix(fit_seed) ^ round;  // DeriveSeed's last step: Mix(h2 ^ round)
+    const uint64_t h1 = Unmix(h2) ^ 0x636c6e74;   // Mix(h1 ^ "clnt")
+    return Unmix(h1);                             // Mix(job_seed)
+  }
+  // Poisson cohorts of `rounds` rounds over `ids` (sorted) as a seeded coordinator draws them.
+  static std::vector<std::vector<bool>> PredictCohorts(uint64_t job_seed, double rate,
+                                                       size_t ids, uint64_t rounds) {
+    Rng rng(DeriveSeed(job_seed, 0x636f686f));  // the cohort stream
+    std::vector<std::vector<bool>> cohorts(rounds, std::vector<bool>(ids));
+    for (auto& round : cohorts) {
+      for (size_t i = 0; i < ids; ++i) round[i] = rng.Uniform() < rate;
+    }
+    return cohorts;
+  }
+
+ private:
+  static uint64_t UnshiftXor(uint64_t y, int s) {
+    uint64_t x = y;
+    for (int i = 0; i < 64 / s + 1; ++i) x = y ^ (x >> s);
+    return x;
+  }
+  static uint64_t Inverse(uint64_t a) {  // of an odd a modulo 2^64 (Newton)
+    uint64_t x = a;
+    for (int i = 0; i < 6; ++i) x *= 2 - a * x;
+    return x;
+  }
+  // The inverse of one SplitMix64 output step (including its increment).
+  static uint64_t Unmix(uint64_t z) {
+    z = UnshiftXor(z, 31);
+    z *= Inverse(0x94d049bb133111ebULL);
+    z = UnshiftXor(z, 27);
+    z *= Inverse(0xbf58476d1ce4e5b9ULL);
+    z = UnshiftXor(z, 30);
+    return z - 0x9e3779b97f4a7c15ULL;
+  }
+};
+
+// Fraction of (round, client) memberships the attack predicts right, from what client c0 saw.
+double CohortPredictionAccuracy(const FakeFederation& fed, int clients, uint64_t rounds,
+                                double rate) {
+  const auto& fits = fed.fits();
+  std::vector<std::vector<bool>> actual(rounds, std::vector<bool>(clients));
+  std::optional<std::pair<uint64_t, uint64_t>> seen;  // c0's first (round, fit.seed)
+  for (const auto& f : fits) {
+    const int index = std::stoi(f.peer.substr(1));  // ids c0..c9 sort as 0..9 for < 10 clients
+    actual[f.round - 1][index] = true;
+    if (f.peer == "c0" && !seen) seen = std::make_pair(f.round, f.seed);
+  }
+  EXPECT_TRUE(seen.has_value()) << "c0 was never sampled";
+  if (!seen) return 0;
+  const uint64_t job_seed = CohortAttack::RecoverJobSeed(seen->second, seen->first);
+  const auto predicted = CohortAttack::PredictCohorts(job_seed, rate, clients, rounds);
+  int64_t right = 0;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    for (int i = 0; i < clients; ++i) right += predicted[r][i] == actual[r][i];
+  }
+  return static_cast<double>(right) / static_cast<double>(rounds * clients);
+}
+
+TEST_F(DpCoordinatorTest, ClientsCannotPredictTheCohortsOfAPrivateJob) {
+  constexpr int kClients = 10;
+  constexpr uint64_t kRounds = 30;
+  constexpr double kRate = 0.5;
+  auto run = [&](bool seeded_noise, const std::string& dir) {
+    CoordinatorOptions o = DpOptions(kRounds, kClients, 1.0, dir);
+    o.cohort.rate = kRate;
+    o.min_clients = kClients;
+    if (!seeded_noise) o.privacy.noise_seed.reset();
+    FakeFederation* fed = nullptr;
+    RunJob(o, Clients(kClients), 1, nullptr, &fed);
+    return std::unique_ptr<FakeFederation>(fed);
+  };
+  // The attack works where the cohorts come from the job seed (privacy.noise_seed, which is
+  // reported as not private): every membership of every round is predicted.
+  auto seeded = run(true, "attack_seeded");
+  EXPECT_EQ(CohortPredictionAccuracy(*seeded, kClients, kRounds, kRate), 1.0);
+  // With private noise the cohorts and the seeds come from the OS CSPRNG: the recovered "seed"
+  // predicts nothing (chance is 0.5; 300 memberships: 0.75 is > 8 standard deviations away).
+  auto secret = run(false, "attack_secret");
+  EXPECT_LT(CohortPredictionAccuracy(*secret, kClients, kRounds, kRate), 0.75);
+  // And the same job seed does not give the same cohorts twice.
+  auto again = run(false, "attack_secret_again");
+  std::set<std::pair<uint64_t, std::string>> a, b;
+  for (const auto& f : secret->fits()) a.insert({f.round, f.peer});
+  for (const auto& f : again->fits()) b.insert({f.round, f.peer});
+  EXPECT_NE(a, b);
+  // A client's fit.seed is not the job-seed derivation either.
+  for (const auto& f : secret->fits()) {
+    EXPECT_NE(f.seed, DeriveSeed(7, 0x636c6e74, f.round));
+  }
+}
+
+TEST_F(DpCoordinatorTest, TheDenominatorIsTheConfiguredExpectedCohortNotThePopulation) {
+  // The same job with 8 and with 9 enrolled clients: the noise on the mean has the same std
+  // z*C/4 (the configured expected cohort), not z*C/(q*N) (0.125 vs 0.111 for q = 1), so the
+  // population size is not published through the noise scale.
+  for (int n : {8, 9}) {
+    CoordinatorOptions o = DpOptions(1, n, 1.0, "denominator_" + std::to_string(n));
+    o.privacy.expected_cohort_size = 4;
+    TensorList model = RunJob(o, Clients(n), 1);
+    const double std = RmsDifference(model, NoiselessStep(o, n, 4.0));
+    EXPECT_GT(std, 0.25 * 0.7) << n << " clients: 53 draws within 30% of 0.25";
+    EXPECT_LT(std, 0.25 * 1.3) << n << " clients";
+  }
+  CoordinatorOptions o = DpOptions(1, 3, 1.0, "denominator_missing");
+  o.privacy.expected_cohort_size.reset();
+  ManualClock clock;
+  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  Status st = Coordinator(o, &fed, &clock).Run();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_NE(st.message().find("expected_cohort_size"), absl::string_view::npos) << st;
+}
+
+TEST_F(DpCoordinatorTest, ResumeIsRefusedWhenTheLedgerDoesNotCoverTheCheckpoint) {
+  CoordinatorOptions o = DpOptions(3, 3, 2.0, "dp_ledger_gone");
+  RunJob(o, Clients(3), 1);
+  const std::string ledger = o.out_dir + "/" + privacy::kLedgerFile;
+  // The ledger deleted: resuming would report "epsilon spent 0" for a model of three rounds.
+  std::filesystem::remove(ledger);
+  o.resume = true;
+  {
+    ManualClock clock;
+    FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+    Status st = Coordinator(o, &fed, &clock).Run();
+    EXPECT_TRUE(absl::IsDataLoss(st)) << st;
+    EXPECT_NE(st.message().find("round 1"), absl::string_view::npos) << st;
+  }
+  // A ledger that lost its last line: round 3 is not covered.
+  std::ofstream(ledger) << "";
+  {
+    auto l = privacy::PrivacyLedger::Open(ledger);
+    ASSERT_TRUE(l.ok());
+    for (uint64_t r = 1; r <= 2; ++r) {
+      privacy::LedgerEntry e;
+      e.round = r;
+      e.sampling_rate = 1;
+      e.noise_multiplier = 2;
+      e.mode = "central";
+      e.noise = "os-csprng";
+      ASSERT_TRUE(l->Append(e).ok());
+    }
+  }
+  ManualClock clock;
+  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  Status st = Coordinator(o, &fed, &clock).Run();
+  EXPECT_TRUE(absl::IsDataLoss(st)) << st;
+  EXPECT_NE(st.message().find("round 3"), absl::string_view::npos) << st;
+  // Nor may a DP checkpoint be continued without DP.
+  o.privacy = {};
+  st = Coordinator(o, &fed, &clock).Run();
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_NE(st.message().find("privacy.mode"), absl::string_view::npos) << st;
+}
+
+TEST_F(DpCoordinatorTest, SeededNoiseIsReportedAsNotPrivateEverywhere) {
+  CoordinatorOptions o = DpOptions(2, 3, 2.0, "dp_seeded_report");
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, Clients(3), 1, &metrics);
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_FALSE(metrics[1].privacy->is_private);
+  EXPECT_NE(metrics[1].ProgressLine().find("NOT PRIVATE"), std::string::npos);
+  auto read = [&](const char* file) { return ReadFile(o.out_dir + "/" + file).value(); };
+  for (const std::string& line : {read("metrics.jsonl")}) {
+    EXPECT_NE(line.find("\"epsilon\":null"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"private\":false"), std::string::npos) << line;
+  }
+  const std::string summary = read("summary.json");
+  EXPECT_NE(summary.find("\"epsilon\": null"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"private\": false"), std::string::npos) << summary;
+  const std::string report = read("privacy.json");
+  EXPECT_NE(report.find("\"epsilon\": null"), std::string::npos) << report;
+  EXPECT_NE(report.find("noise_seed"), std::string::npos) << report;
+}
+
+TEST_F(DpCoordinatorTest, MetricsSeparatePublicValuesFromOperatorDiagnostics) {
+  CoordinatorOptions o = DpOptions(2, 3, 2.0, "dp_split");
+  o.privacy.noise_seed.reset();
+  RunJob(o, Clients(3), 1);
+  const std::string pub = ReadFile(o.out_dir + "/metrics.jsonl").value();
+  const std::string ops = ReadFile(o.out_dir + "/operator_metrics.jsonl").value();
+  for (const char* raw : {"clients_sampled", "results", "examples", "within_clip",
+                          "noise_seconds", "duration_s", "bytes_in", "clients_enrolled"}) {
+    EXPECT_EQ(pub.find(raw), std::string::npos) << raw << " in metrics.jsonl: " << pub;
+    EXPECT_NE(ops.find(raw), std::string::npos) << raw << " not in operator_metrics.jsonl";
+  }
+  EXPECT_NE(pub.find("\"epsilon\":"), std::string::npos);
+  EXPECT_NE(pub.find("\"private\":true"), std::string::npos);
+  const std::string summary = ReadFile(o.out_dir + "/summary.json").value();
+  EXPECT_NE(summary.find("\"operator\""), std::string::npos) << summary;
+  const std::string report = ReadFile(o.out_dir + "/privacy.json").value();
+  for (const char* field : {"\"unit_of_privacy\": \"client\"", "\"adjacency\": \"add_remove\"",
+                            "\"sampling\"", "OS CSPRNG", "\"accountant\"", "\"releases\"",
+                            "\"assumptions\"", "\"noise_source\": \"os-csprng\""}) {
+    EXPECT_NE(report.find(field), std::string::npos) << field << " not in " << report;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "tests/coordinator/fake_federation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -77,10 +78,18 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
   const uint64_t round = msg.round;
   switch (msg.type()) {
     case wire::MessageType::kFitInstruction: {
+      fits_.push_back({round, peer, std::get<wire::FitInstruction>(msg.body).seed});
       versions_[peer] = std::get<wire::FitInstruction>(msg.body).model_version;
       previous_nonces_[peer] = nonces_[peer];
       nonces_[peer] = std::get<wire::FitInstruction>(msg.body).nonce;
       if (c.behaviour == Behaviour::kSilent) return absl::OkStatus();
+      if (c.behaviour == Behaviour::kDeclines) {
+        Queue(peer, wire::MakeError(wire::ErrorCode::kRejected,
+                                    "this client's privacy policy refuses the round: " +
+                                        std::string(4000, 'x'),
+                                    round));
+        return absl::OkStatus();
+      }
       if (c.behaviour == Behaviour::kUnsolicited) {
         wire::Message r = wire::MakeMessage(
             wire::FitResult{c.num_examples, 0.5, 0.5, 0.1,
@@ -104,6 +113,10 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
       TensorList delta = HonestDelta(layout_, round, c.id);
       if (c.behaviour == Behaviour::kNaN) delta[0].data[3] = std::nanf("");
       if (c.behaviour == Behaviour::kHugeValue) delta[1].data[0] = 1e9f;
+      if (c.behaviour == Behaviour::kCanary) {
+        for (Tensor& t : delta) std::fill(t.data.begin(), t.data.end(), 0.0f);
+        delta[0].data[0] = 1.0f;
+      }
       if (c.behaviour == Behaviour::kWrongShape) {
         Tensor bad(delta[0].name(), {delta[0].spec.shape[0] + 1, delta[0].spec.shape[1]});
         delta[0] = std::move(bad);

@@ -38,6 +38,8 @@ enum class Behaviour {
   kGrabber,      // asks for an upload slot, gets it, never uploads
   kReplay,       // from its second instruction on, uploads with the previous instruction's nonce
   kWrongNonce,   // asks for an upload slot with a nonce it was never sent
+  kDeclines,     // its privacy policy refuses every round: answers each instruction with an Error
+  kCanary,       // a worst-case update for a privacy audit: 1.0 in the first coordinate, 0 elsewhere
 };
 
 struct SyntheticClient {
@@ -73,6 +75,13 @@ class FakeFederation final : public transport::ServerTransport {
   // Number of Error messages each peer received, by code name.
   int ErrorsSent(const std::string& peer, wire::ErrorCode code) const;
   int shutdowns() const { return shutdowns_; }
+  // Every fit instruction sent, in order: what each client saw of its round.
+  struct SeenFit {
+    uint64_t round = 0;
+    std::string peer;
+    uint64_t seed = 0;
+  };
+  const std::vector<SeenFit>& fits() const { return fits_; }
   // Receive() calls so far; safe to read from another thread.
   int64_t receive_calls() const { return receive_calls_.load(); }
 
@@ -89,6 +98,7 @@ class FakeFederation final : public transport::ServerTransport {
   std::map<std::string, std::string> nonces_;  // nonce of each peer's last instruction
   std::map<std::string, std::string> previous_nonces_;
   bool authenticated_ = false;
+  std::vector<SeenFit> fits_;
   int shutdowns_ = 0;
   std::atomic<int64_t> receive_calls_{0};
   uint64_t bytes_in_ = 0;

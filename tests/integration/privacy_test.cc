@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -44,6 +46,16 @@ class PrivacyTest : public ::testing::Test {
     return lines.empty() ? nlohmann::json() : nlohmann::json::parse(lines.back());
   }
 
+  // `huddle coordinator` for DIR/job.yaml into DIR/out, plaintext on `endpoint`.
+  static std::vector<std::string> CoordinatorArgv(const std::string& dir,
+                                                  const std::string& endpoint, bool resume) {
+    std::vector<std::string> argv = {HuddleBin(),       "coordinator", "--config",
+                                     dir + "/job.yaml", "--out",       dir + "/out",
+                                     "--bind",          endpoint,      "--insecure"};
+    if (resume) argv.push_back("--resume");
+    return argv;
+  }
+
   static std::string Num(double v) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.17g", v);
@@ -74,8 +86,17 @@ TEST_F(PrivacyTest, CentralDpEpsilonEqualsTheCli) {
         << "round " << r + 1;
     EXPECT_EQ(metrics[r]["delta"].get<double>(), 1e-5);
     EXPECT_EQ(metrics[r]["privacy"]["clip_norm"].get<double>(), 0.5);
-    EXPECT_TRUE(metrics[r]["train_loss"].is_null()) << "client-reported losses are not private";
+    EXPECT_FALSE(metrics[r].contains("train_loss")) << "client-reported losses are not private";
+    EXPECT_FALSE(metrics[r].contains("clients_sampled")) << "operator-only";
   }
+  const auto ops = Lines(dir + "/out/operator_metrics.jsonl");
+  ASSERT_EQ(ops.size(), 3u);
+  EXPECT_TRUE(ops[0].contains("clients_sampled"));
+  const auto report = nlohmann::json::parse(ReadAll(dir + "/out/privacy.json"));
+  EXPECT_EQ(report["epsilon"], metrics.back()["epsilon"]);
+  EXPECT_EQ(report["unit_of_privacy"], "client");
+  EXPECT_EQ(report["releases"][0]["releases"], 3);
+  EXPECT_EQ(report["releases"][0]["noise_multiplier"].get<double>(), z);
   EXPECT_LE(metrics.back()["epsilon"].get<double>(), 2.0);
   // The calibrated z makes the 3 rounds use (almost) all of the budget.
   EXPECT_GT(metrics.back()["epsilon"].get<double>(), 2.0 * 0.99);
@@ -135,18 +156,13 @@ TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
                 "coordinator: {min_clients: 2, wait_for_clients_s: 60, heartbeat_interval_s: 0.2,"
                 " client_timeout_s: 20}\n"
                 // A schedule without a total: rounds re-run after a crash are counted again, and
-                // must not end the job early here.
-                "privacy: {mode: central, clip_norm: 1.0, delta: 1.0e-5, noise_seed: 3,"
+                // must not end the job early here. Private noise: cohorts (all clients at rate 1)
+                // and noise are drawn afresh when a round is re-run.
+                "privacy: {mode: central, clip_norm: 1.0, delta: 1.0e-5, expected_cohort_size: 2,"
                 " schedule: [{rounds: [1, 10], noise_multiplier: 2.0}]}\n");
   const int port = FreeLoopbackPort();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
-  auto coordinator_argv = [&](bool resume) {
-    std::vector<std::string> argv = {HuddleBin(),       "coordinator", "--config",
-                                     dir + "/job.yaml", "--out",       dir + "/out",
-                                     "--bind",          endpoint,      "--insecure"};
-    if (resume) argv.push_back("--resume");
-    return argv;
-  };
+  auto coordinator_argv = [&](bool resume) { return CoordinatorArgv(dir, endpoint, resume); };
   std::vector<std::unique_ptr<Process>> clients;
   for (int i = 0; i < 2; ++i) {
     clients.push_back(std::make_unique<Process>(
@@ -194,6 +210,87 @@ TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
   EXPECT_DOUBLE_EQ(metrics.back()["epsilon"].get<double>(), cli["epsilon"].get<double>());
   std::cout << kills << " kills; ledger " << ledger->entries().size() << " entries for " << rounds
             << " rounds\n";
+}
+
+// Local DP against a coordinator that is killed and resumed many times: each client keeps its own
+// ledger and, asked again for a round it already released (the same model after a resume), sends
+// the same noised update, so no client ever releases two noised versions of one round's update.
+// Each client's own epsilon never exceeds what the coordinator reports for the job.
+TEST_F(PrivacyTest, LocalDpClientsNeverReleaseARoundTwiceAcrossCoordinatorRestarts) {
+  const std::string dir = MakeTempDir("dp_local_kill");
+  const int rounds = 20;
+  WriteText(dir + "/job.yaml",
+            "name: local\nseed: 4\nrounds: " + std::to_string(rounds) +
+                "\nmodel: {hidden: [8]}\n"
+                "train: {epochs: 2, batch_size: 32, learning_rate: 0.1}\n"
+                "cohort: {size: 2}\n"
+                "round: {deadline_s: 30, quorum: 1}\n"
+                "evaluation: {every: 0}\n"
+                "coordinator: {min_clients: 2, wait_for_clients_s: 60, heartbeat_interval_s: 0.2,"
+                " client_timeout_s: 20}\n"
+                // A schedule without a total: rounds the coordinator re-runs are counted again in
+                // its ledger (and must not end the job early here); the clients' are not.
+                "privacy: {mode: local, clip_norm: 1.0, delta: 1.0e-5,"
+                " schedule: [{rounds: [1, 20], noise_multiplier: 4.0}]}\n");
+  const int port = FreeLoopbackPort();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  auto coordinator_argv = [&](bool resume) { return CoordinatorArgv(dir, endpoint, resume); };
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = "c" + std::to_string(i);
+    WriteText(dir + "/" + id + ".yaml",
+              "privacy:\n  ledger: " + dir + "/" + id + "/ledger.jsonl\n"
+              "  local: {require: true, min_noise_multiplier: 1.0, max_epsilon: 30}\n");
+    clients.push_back(std::make_unique<Process>(
+        std::vector<std::string>{HuddleBin(), "client", "--config", dir + "/" + id + ".yaml",
+                                 "--coordinator", endpoint, "--client-id", id, "--data",
+                                 kFashionMnist, "--partition", "iid", "--num-shards", "8",
+                                 "--shard", std::to_string(i), "--give-up-after", "60",
+                                 "--insecure"},
+        dir + "/client-" + std::to_string(i) + ".log"));
+  }
+  // The first start waits for the clients; later ones are killed a few rounds after they resume.
+  const int delays_ms[] = {1200, 700, 500, 900, 600, 800, 400};
+  bool resume = false;
+  for (int delay : delays_ms) {
+    Process c(coordinator_argv(resume), dir + "/coordinator-" + std::to_string(delay) + ".log");
+    std::this_thread::sleep_for(milliseconds(delay));
+    c.Kill(SIGKILL);
+    resume = true;
+    if (c.Wait(seconds(10)) == 0) break;
+  }
+  Process last(coordinator_argv(resume), dir + "/coordinator-last.log");
+  ASSERT_EQ(last.Wait(seconds(240)), 0) << ReadAll(dir + "/coordinator-last.log");
+  for (auto& c : clients) c->Wait(seconds(30));
+  const auto metrics = Lines(dir + "/out/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), static_cast<size_t>(rounds));
+  const double job_epsilon = metrics.back()["epsilon"].get<double>();
+  int asked_again = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = "c" + std::to_string(i);
+    auto ledger = privacy::PrivacyLedger::Open(dir + "/" + id + "/ledger.jsonl");
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    ASSERT_GE(ledger->entries().size(), static_cast<size_t>(rounds)) << id;
+    std::map<uint64_t, int> per_round;
+    std::set<std::string> releases;
+    for (const auto& e : ledger->entries()) {
+      EXPECT_EQ(e.adjacency, privacy::kReplaceOne);
+      EXPECT_EQ(++per_round[e.round], 1) << id << " released round " << e.round << " twice";
+      EXPECT_TRUE(releases.insert(e.release).second);
+    }
+    // The client's own account, under the same replace-one adjacency, is within the job's.
+    const auto events = ledger->Events();
+    auto spent = privacy::ComputeEpsilon(events, 1e-5, privacy::AccountantKind::kAnalytic);
+    ASSERT_TRUE(spent.ok());
+    EXPECT_LE(spent->epsilon, job_epsilon + 1e-9) << id;
+    const std::string log = ReadAll(dir + "/client-" + std::to_string(i) + ".log");
+    for (size_t at = log.find("sending again"); at != std::string::npos;
+         at = log.find("sending again", at + 1)) {
+      ++asked_again;
+    }
+  }
+  std::cout << "rounds asked again after a restart and answered with the kept release: "
+            << asked_again << "\n";
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "privacy/ledger.h"
+
 namespace huddle::privacy {
 namespace {
 
@@ -12,14 +14,14 @@ PrivacyOptions Central(double epsilon, double delta) {
   o.mode = PrivacyMode::kCentral;
   o.total_epsilon = epsilon;
   o.delta = delta;
+  o.expected_cohort_size = 10;
   return o;
 }
 
 std::vector<DpEvent> Rounds(const PrivacyPlan& plan, int64_t n) {
   std::vector<DpEvent> events;
   for (int64_t r = 1; r <= n; ++r) {
-    events.push_back(
-        {plan.accounting_rate(), plan.ForRound(static_cast<uint64_t>(r)).noise_multiplier, 1});
+    events.push_back(plan.RoundEvent(plan.ForRound(static_cast<uint64_t>(r)).noise_multiplier));
   }
   return events;
 }
@@ -46,6 +48,7 @@ TEST(PrivacyPlanTest, TotalBudgetCalibratesNoiseSoAllRoundsFit) {
 TEST(PrivacyPlanTest, ScheduleWithNoiseAndPerRoundEpsilon) {
   PrivacyOptions o;
   o.mode = PrivacyMode::kCentral;
+  o.expected_cohort_size = 10;
   o.delta = 1e-5;
   o.clip_norm = 0.5;
   ScheduleRange a;
@@ -73,6 +76,7 @@ TEST(PrivacyPlanTest, ScheduleWithNoiseAndPerRoundEpsilon) {
 TEST(PrivacyPlanTest, ScheduleMustCoverEveryRoundOnce) {
   PrivacyOptions o;
   o.mode = PrivacyMode::kCentral;
+  o.expected_cohort_size = 10;
   ScheduleRange a;
   a.first_round = 1;
   a.last_round = 3;
@@ -129,12 +133,57 @@ TEST(PrivacyPlanTest, LocalModeAccountsEveryRoundWithoutSampling) {
   EXPECT_GT(spent->epsilon, 4.0 * 0.99);
 }
 
+// Local DP is replace-one: two clipped updates differ by up to 2C, so noise std z*C is the
+// Gaussian mechanism with multiplier z / 2, and a budget calibrates z twice the add/remove value.
+// (Accounted as add/remove, a 30-round job "at epsilon 8" is at 19.1 under replace-one.)
+TEST(PrivacyPlanTest, LocalModeIsAccountedUnderReplaceOne) {
+  PrivacyOptions o = Central(8.0, 1e-5);
+  o.mode = PrivacyMode::kLocal;
+  auto plan = PrivacyPlan::Create(o, 1.0, 30);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_STREQ(plan->adjacency(), kReplaceOne);
+  const double z = plan->ForRound(1).noise_multiplier;
+  auto add_remove = CalibrateNoiseMultiplier(8.0, 1e-5, 1.0, 30, AccountantKind::kAnalytic);
+  ASSERT_TRUE(add_remove.ok());
+  EXPECT_DOUBLE_EQ(z, 2 * *add_remove);
+  EXPECT_EQ(plan->RoundEvent(z).noise_multiplier, z / 2);
+  // The old accounting of the same noise: z as if the sensitivity were C.
+  const std::vector<DpEvent> as_add_remove = {{1.0, *add_remove, 30}};
+  const std::vector<DpEvent> as_replace_one = {{1.0, *add_remove / 2, 30}};
+  auto claimed = ComputeEpsilon(as_add_remove, 1e-5, AccountantKind::kAnalytic);
+  auto real = ComputeEpsilon(as_replace_one, 1e-5, AccountantKind::kAnalytic);
+  ASSERT_TRUE(claimed.ok() && real.ok());
+  EXPECT_NEAR(claimed->epsilon, 8.0, 0.08);
+  EXPECT_NEAR(real->epsilon, 19.1, 0.1);
+  auto spent = plan->Spent(Rounds(*plan, 30));
+  ASSERT_TRUE(spent.ok());
+  EXPECT_LE(spent->epsilon, 8.0);
+  EXPECT_GT(spent->epsilon, 8.0 * 0.99);
+}
+
+TEST(PrivacyPlanTest, AdaptiveClippingInLocalModeAndAMissingDenominatorAreRefused) {
+  PrivacyOptions local = Central(4.0, 1e-5);
+  local.mode = PrivacyMode::kLocal;
+  local.adaptive.enabled = true;
+  auto st = PrivacyPlan::Create(local, 1.0, 10);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("adaptive_clipping"), absl::string_view::npos);
+  PrivacyOptions central = Central(4.0, 1e-5);
+  central.expected_cohort_size.reset();
+  st = PrivacyPlan::Create(central, 0.1, 10);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("expected_cohort_size"), absl::string_view::npos);
+  central.expected_cohort_size = 0.5;
+  EXPECT_FALSE(PrivacyPlan::Create(central, 0.1, 10).ok());
+}
+
 TEST(PrivacyPlanTest, RejectsBadOptions) {
   EXPECT_FALSE(PrivacyPlan::Create(Central(0, 1e-5), 0.1, 10).ok());
   EXPECT_FALSE(PrivacyPlan::Create(Central(1, 1.0), 0.1, 10).ok());
   EXPECT_FALSE(PrivacyPlan::Create(Central(1, 1e-5), 0.0, 10).ok());
   PrivacyOptions no_budget;
   no_budget.mode = PrivacyMode::kCentral;
+  no_budget.expected_cohort_size = 10;
   auto st = PrivacyPlan::Create(no_budget, 0.1, 10);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.status().message().find("privacy.epsilon"), absl::string_view::npos);

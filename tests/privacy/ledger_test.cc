@@ -118,5 +118,56 @@ TEST_F(LedgerTest, RejectsOutOfRangeFields) {
   }
 }
 
+TEST_F(LedgerTest, OlderLinesReadAsClientLevelAddRemove) {
+  // A line written before `unit` and `adjacency` existed.
+  auto e = ParseLedgerLine(
+      R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":0.5,"noise_multiplier":1,"clip_norm":1,"mode":"central","steps":1,"noise":"x"})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->unit, kUnitClient);
+  EXPECT_EQ(e->adjacency, kAddRemove);
+  EXPECT_EQ(e->event().noise_multiplier, 1.0);
+}
+
+TEST_F(LedgerTest, ReplaceOneHalvesTheAccountedMultiplierAndNeedsQOne) {
+  LedgerEntry local = Entry(1, 3.0);
+  local.sampling_rate = 1;
+  local.adjacency = kReplaceOne;
+  local.job = "job";
+  local.release = "abc";
+  auto back = ParseLedgerLine(LedgerLine(local));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->event().noise_multiplier, 1.5);
+  EXPECT_EQ(back->job, "job");
+  EXPECT_EQ(back->release, "abc");
+  local.sampling_rate = 0.5;
+  auto sampled = ParseLedgerLine(LedgerLine(local));
+  ASSERT_FALSE(sampled.ok());
+  EXPECT_NE(sampled.status().message().find("replace_one"), absl::string_view::npos);
+  for (const char* bad :
+       {R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":1,"noise_multiplier":1,"clip_norm":1,"mode":"local","steps":1,"noise":"x","unit":"person"})",
+        R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":1,"noise_multiplier":1,"clip_norm":1,"mode":"local","steps":1,"noise":"x","adjacency":"swap"})"}) {
+    EXPECT_FALSE(ParseLedgerLine(bad).ok()) << bad;
+  }
+}
+
+TEST_F(LedgerTest, EventsOfOneUnitAndReleasesById) {
+  auto ledger = PrivacyLedger::Open(path_);
+  ASSERT_TRUE(ledger.ok());
+  LedgerEntry client = Entry(1);
+  client.release = "r1";
+  LedgerEntry example = Entry(1);
+  example.unit = kUnitExample;
+  example.steps = 30;
+  ASSERT_TRUE(ledger->Append(client).ok());
+  ASSERT_TRUE(ledger->Append(example).ok());
+  EXPECT_EQ(ledger->Events(kUnitClient).size(), 1u);
+  ASSERT_EQ(ledger->Events(kUnitExample).size(), 1u);
+  EXPECT_EQ(ledger->Events(kUnitExample)[0].steps, 30);
+  EXPECT_EQ(ledger->Events()[0].steps, 31);  // all units: merged as one (q, z)
+  ASSERT_NE(ledger->FindRelease("r1"), nullptr);
+  EXPECT_EQ(ledger->FindRelease("r2"), nullptr);
+  EXPECT_EQ(ledger->FindRelease(""), nullptr);
+}
+
 }  // namespace
 }  // namespace huddle::privacy

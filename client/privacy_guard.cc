@@ -1,0 +1,314 @@
+#include "client/privacy_guard.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "common/digest.h"
+#include "common/file_util.h"
+#include "common/tensor_io.h"
+#include "models/dp_sgd.h"
+
+namespace huddle::client {
+namespace {
+
+constexpr char kCacheMagic[] = "HUDDLER1";  // a kept release: magic, release id, tensors
+constexpr double kDefaultDelta = 1e-5;
+
+bool Positive(double v) { return std::isfinite(v) && v > 0; }
+
+Status CheckDelta(const char* key, double delta) {
+  if (!(delta > 0 && delta < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " must lie in (0, 1), got ", delta));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<PrivacyGuard::Kept> ReadKeptFile(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  ByteReader r(bytes, path);
+  HUDDLE_ASSIGN_OR_RETURN(std::string magic, r.Bytes(8));
+  if (magic != std::string(kCacheMagic, 8)) return absl::DataLossError("bad magic");
+  HUDDLE_ASSIGN_OR_RETURN(const uint64_t length, r.U64());
+  if (length == 0 || length > 128) return absl::DataLossError("bad release id");
+  PrivacyGuard::Kept kept;
+  HUDDLE_ASSIGN_OR_RETURN(kept.release, r.Bytes(static_cast<size_t>(length)));
+  HUDDLE_ASSIGN_OR_RETURN(kept.tensors, r.TensorListValue());
+  if (r.remaining() != 0) return absl::DataLossError("trailing bytes");
+  return kept;
+}
+
+std::string Refuse(const std::string& why) {
+  return absl::StrCat("this client's privacy policy refuses the round: ", why);
+}
+
+}  // namespace
+
+std::string ReleaseId(const RoundRequest& r) {
+  Digest d;
+  d.Add(std::string_view("huddle-release-v1")).Add(r.job).Add(r.round);
+  const wire::FitInstruction& fit = *r.fit;
+  d.Add(fit.model_version);
+  d.Add(static_cast<uint64_t>(fit.privacy.mode))
+      .Add(fit.privacy.clip_norm)
+      .Add(fit.privacy.noise_multiplier);
+  const wire::TrainConfig& t = fit.train;
+  d.Add(static_cast<uint64_t>(t.epochs))
+      .Add(static_cast<uint64_t>(t.batch_size))
+      .Add(t.learning_rate)
+      .Add(t.momentum)
+      .Add(t.weight_decay);
+  d.Add(static_cast<uint64_t>(t.dp_sgd.has_value()));
+  if (t.dp_sgd) {
+    d.Add(t.dp_sgd->noise_multiplier)
+        .Add(t.dp_sgd->clip_norm)
+        .Add(static_cast<uint64_t>(t.dp_sgd->expected_batch_size));
+  }
+  for (const Tensor& tensor : *r.global) {
+    d.Add(tensor.spec.name);
+    for (int64_t dim : tensor.spec.shape) d.Add(static_cast<uint64_t>(dim));
+    d.Add(std::as_bytes(std::span(tensor.data)));
+  }
+  return d.Hex();
+}
+
+StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
+  if (policy.local) {
+    const LocalDpPolicy& l = *policy.local;
+    if (!(l.min_noise_multiplier >= 0 && std::isfinite(l.min_noise_multiplier))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.local.min_noise_multiplier must be finite and >= 0, got ",
+          l.min_noise_multiplier));
+    }
+    if (l.max_epsilon && !Positive(*l.max_epsilon)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.local.max_epsilon must be finite and > 0, got ", *l.max_epsilon));
+    }
+    HUDDLE_RETURN_IF_ERROR(CheckDelta("privacy.local.delta", l.delta));
+    if (l.clip_norm && !Positive(*l.clip_norm)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("privacy.local.clip_norm must be finite and > 0, got ", *l.clip_norm));
+    }
+    if (l.adjacency != privacy::kReplaceOne && l.adjacency != privacy::kAddRemove) {
+      return absl::InvalidArgumentError(absl::StrCat("privacy.local.adjacency '", l.adjacency,
+                                                     "' is not allowed (replace_one, add_remove)"));
+    }
+  }
+  if (policy.dp_sgd) {
+    const DpSgdPolicy& s = *policy.dp_sgd;
+    if (!(s.min_noise_multiplier >= 0 && std::isfinite(s.min_noise_multiplier))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.dp_sgd.min_noise_multiplier must be finite and >= 0, got ",
+          s.min_noise_multiplier));
+    }
+    if (s.max_epsilon && !Positive(*s.max_epsilon)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.dp_sgd.max_epsilon must be finite and > 0, got ", *s.max_epsilon));
+    }
+    HUDDLE_RETURN_IF_ERROR(CheckDelta("privacy.dp_sgd.delta", s.delta));
+  }
+  std::optional<privacy::PrivacyLedger> ledger;
+  if (!policy.ledger_path.empty()) {
+    const auto parent = std::filesystem::path(policy.ledger_path).parent_path();
+    if (!parent.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(parent.string()));
+    HUDDLE_ASSIGN_OR_RETURN(auto opened, privacy::PrivacyLedger::Open(policy.ledger_path));
+    ledger.emplace(std::move(opened));
+  }
+  PrivacyGuard guard(std::move(policy), std::move(ledger));
+  if (guard.ledger_ && std::filesystem::exists(guard.CachePath())) {
+    // The last release, kept so that it can be sent again as it was. One that is unreadable, or
+    // not in the ledger (a crash before its entry, so it was never sent), is not usable.
+    auto kept = ReadKeptFile(guard.CachePath());
+    if (kept.ok() && guard.ledger_->FindRelease(kept->release) != nullptr) {
+      guard.kept_ = *std::move(kept);
+    } else {
+      spdlog::warn("{}: not a kept release of this ledger ({}); ignoring it", guard.CachePath(),
+                   kept.ok() ? "no ledger entry" : std::string(kept.status().message()));
+    }
+  }
+  return guard;
+}
+
+PrivacyGuard PrivacyGuard::Trusting() { return PrivacyGuard(ClientPrivacyPolicy{}, std::nullopt); }
+
+PrivacyGuard::PrivacyGuard(ClientPrivacyPolicy policy, std::optional<privacy::PrivacyLedger> ledger)
+    : policy_(std::move(policy)), ledger_(std::move(ledger)) {}
+PrivacyGuard::PrivacyGuard(PrivacyGuard&&) noexcept = default;
+PrivacyGuard& PrivacyGuard::operator=(PrivacyGuard&&) noexcept = default;
+PrivacyGuard::~PrivacyGuard() = default;
+
+const std::vector<privacy::LedgerEntry>& PrivacyGuard::entries() const {
+  return ledger_ ? ledger_->entries() : memory_;
+}
+
+std::string PrivacyGuard::CachePath() const { return policy_.ledger_path + ".last_release"; }
+
+Status PrivacyGuard::Append(const privacy::LedgerEntry& entry) {
+  if (ledger_) return ledger_->Append(entry);
+  memory_.push_back(entry);
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::vector<privacy::DpEvent> EventsOf(const std::vector<privacy::LedgerEntry>& entries,
+                                       const char* unit) {
+  std::vector<privacy::DpEvent> events;
+  for (const privacy::LedgerEntry& e : entries) {
+    if (e.unit == unit) events.push_back(e.event());
+  }
+  return events;
+}
+
+StatusOr<privacy::Spend> SpendOf(std::vector<privacy::DpEvent> events, double delta,
+                                 privacy::AccountantKind kind) {
+  bool unsampled = true;
+  for (const privacy::DpEvent& e : events) unsampled = unsampled && e.sampling_rate == 1;
+  if (unsampled) kind = privacy::AccountantKind::kAnalytic;  // exact where it applies
+  if (events.empty()) {
+    privacy::Spend none;
+    none.delta = delta;
+    none.accountant = kind;
+    return none;
+  }
+  return privacy::ComputeEpsilon(events, delta, kind);
+}
+
+}  // namespace
+
+StatusOr<privacy::Spend> PrivacyGuard::LocalSpent() const {
+  const double delta = policy_.local ? policy_.local->delta : kDefaultDelta;
+  return SpendOf(EventsOf(entries(), privacy::kUnitClient), delta, privacy::AccountantKind::kRdp);
+}
+
+StatusOr<privacy::Spend> PrivacyGuard::DpSgdSpent() const {
+  const double delta = policy_.dp_sgd ? policy_.dp_sgd->delta : kDefaultDelta;
+  const auto kind = policy_.dp_sgd ? policy_.dp_sgd->accountant : privacy::AccountantKind::kRdp;
+  return SpendOf(EventsOf(entries(), privacy::kUnitExample), delta, kind);
+}
+
+StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
+  const wire::FitInstruction& fit = *request.fit;
+  const bool local = fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal;
+  const bool dp_sgd = fit.train.dp_sgd.has_value();
+  Admission a;
+  a.dp_release = local || dp_sgd;
+  a.clip_norm = fit.privacy.clip_norm;
+  if (!a.dp_release) {
+    if (policy_.local && policy_.local->require) {
+      return absl::FailedPreconditionError(
+          Refuse("it requires local DP (privacy.local.require) and the round asks for none"));
+    }
+    if (policy_.dp_sgd && policy_.dp_sgd->require) {
+      return absl::FailedPreconditionError(
+          Refuse("it requires DP-SGD (privacy.dp_sgd.require) and the round trains without it"));
+    }
+    return a;
+  }
+  a.release = ReleaseId(request);
+  if (kept_ && kept_->release == a.release) {
+    a.again = kept_->tensors;  // already released and accounted: the same bytes again
+    return a;
+  }
+  if (local && policy_.local) {
+    const LocalDpPolicy& l = *policy_.local;
+    const double z = fit.privacy.noise_multiplier;
+    if (!(z >= l.min_noise_multiplier)) {
+      return absl::FailedPreconditionError(
+          Refuse(absl::StrCat("local DP noise multiplier ", z, " is below the minimum ",
+                              l.min_noise_multiplier, " (privacy.local.min_noise_multiplier)")));
+    }
+    if (l.clip_norm) a.clip_norm = std::min(a.clip_norm, *l.clip_norm);
+    if (l.max_epsilon) {
+      std::vector<privacy::DpEvent> events = EventsOf(entries(), privacy::kUnitClient);
+      privacy::LedgerEntry next;
+      next.noise_multiplier = z;
+      next.adjacency = l.adjacency;
+      events.push_back(next.event());
+      HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would,
+                              SpendOf(events, l.delta, privacy::AccountantKind::kRdp));
+      if (!(would.epsilon <= *l.max_epsilon)) {
+        return absl::FailedPreconditionError(Refuse(absl::StrCat(
+            "this release would take the client's local-DP epsilon to ", would.epsilon,
+            " at delta ", l.delta, ", past its maximum ", *l.max_epsilon,
+            " (privacy.local.max_epsilon)")));
+      }
+    }
+  } else if (!local && policy_.local && policy_.local->require) {
+    return absl::FailedPreconditionError(
+        Refuse("it requires local DP (privacy.local.require) and the round asks for another mode"));
+  }
+  if (dp_sgd && policy_.dp_sgd) {
+    const DpSgdPolicy& s = *policy_.dp_sgd;
+    const wire::DpSgdConfig& c = *fit.train.dp_sgd;
+    if (!(c.noise_multiplier >= s.min_noise_multiplier)) {
+      return absl::FailedPreconditionError(Refuse(absl::StrCat(
+          "DP-SGD noise multiplier ", c.noise_multiplier, " is below the minimum ",
+          s.min_noise_multiplier, " (privacy.dp_sgd.min_noise_multiplier)")));
+    }
+    if (s.max_epsilon) {
+      const int64_t n = std::max<int64_t>(1, request.local_examples);
+      const int64_t m = std::min(c.expected_batch_size, n);
+      HUDDLE_ASSIGN_OR_RETURN(const int64_t steps, models::DpSgdSteps(fit.train.epochs, n, m));
+      std::vector<privacy::DpEvent> events = EventsOf(entries(), privacy::kUnitExample);
+      events.push_back(
+          {static_cast<double>(m) / static_cast<double>(n), c.noise_multiplier, steps});
+      HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would, SpendOf(events, s.delta, s.accountant));
+      if (!(would.epsilon <= *s.max_epsilon)) {
+        return absl::FailedPreconditionError(Refuse(absl::StrCat(
+            "this round's DP-SGD would take the epsilon of this client's examples to ",
+            would.epsilon, " at delta ", s.delta, ", past its maximum ", *s.max_epsilon,
+            " (privacy.dp_sgd.max_epsilon)")));
+      }
+    }
+  } else if (!dp_sgd && policy_.dp_sgd && policy_.dp_sgd->require) {
+    return absl::FailedPreconditionError(
+        Refuse("it requires DP-SGD (privacy.dp_sgd.require) and the round trains without it"));
+  }
+  return a;
+}
+
+Status PrivacyGuard::Record(const RoundRequest& request, const Admission& admission,
+                            const TensorList& released,
+                            const std::optional<privacy::DpEvent>& dp_sgd,
+                            const std::string& noise) {
+  if (!admission.dp_release || admission.again) return absl::OkStatus();
+  const wire::FitInstruction& fit = *request.fit;
+  privacy::LedgerEntry base;
+  base.round = request.round;
+  base.job = request.job;
+  base.release = admission.release;
+  base.noise = noise;
+  if (fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal) {
+    privacy::LedgerEntry e = base;
+    e.mode = "local";
+    e.sampling_rate = 1;
+    e.noise_multiplier = fit.privacy.noise_multiplier;
+    e.clip_norm = admission.clip_norm;
+    e.unit = privacy::kUnitClient;
+    e.adjacency = policy_.local ? policy_.local->adjacency : privacy::kReplaceOne;
+    HUDDLE_RETURN_IF_ERROR(Append(e));
+  }
+  if (dp_sgd) {
+    privacy::LedgerEntry e = base;
+    e.mode = "dp_sgd";
+    e.sampling_rate = dp_sgd->sampling_rate;
+    e.noise_multiplier = dp_sgd->noise_multiplier;
+    e.steps = dp_sgd->steps;
+    e.clip_norm = fit.train.dp_sgd ? fit.train.dp_sgd->clip_norm : 0;
+    e.unit = privacy::kUnitExample;
+    e.adjacency = privacy::kAddRemove;
+    HUDDLE_RETURN_IF_ERROR(Append(e));
+  }
+  kept_ = Kept{admission.release, released};
+  if (!ledger_) return absl::OkStatus();
+  std::string bytes(kCacheMagic, 8);
+  AppendU64(admission.release.size(), &bytes);
+  bytes += admission.release;
+  AppendTensorList(released, &bytes);
+  return WriteFileAtomic(CachePath(), bytes);
+}
+
+}  // namespace huddle::client

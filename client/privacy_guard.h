@@ -1,0 +1,138 @@
+// A client's own privacy policy and ledger: what it agrees to release, and a durable record of
+// what it did release.
+//
+// Local DP and DP-SGD inside a client are meant to protect the client's data from the
+// coordinator, so the coordinator cannot be the one that decides how much noise is enough or keeps
+// the only account of the spend. The guard sits in the agent between the FitInstruction and the
+// upload:
+//
+//   Admit(request)   checks the round against the policy before any training: the mode the policy
+//                    requires, the minimum noise multiplier, and that the release would keep this
+//                    client's epsilon (its own ledger, all jobs) within the maximum. A refusal is
+//                    FailedPrecondition naming the rule and the numbers; the agent tells the
+//                    coordinator and trains nothing. Admit also names the release (a digest of the
+//                    job, round, model version, global model and every setting that shapes the
+//                    update, but not the seed, nonce or deadline) and, when that release was already
+//                    made, hands back the very tensors sent then: a coordinator that restarts and
+//                    asks again gets the same noised update, never a second noised version of it.
+//   Record(...)      appends the release to the ledger (fsync'd: one entry per unit of privacy,
+//                    local DP under the policy's adjacency, DP-SGD as its (q, z, steps)) and then
+//                    keeps the released tensors (ledger_path + ".last_release", written atomically),
+//                    BEFORE the agent sends anything. A crash between the two leaves a ledger entry
+//                    without a cached copy; the next request re-noises and is accounted again (an
+//                    over-count, never an under-count).
+//
+// Without a ledger path the guard keeps its ledger and the last release in memory (simulations,
+// tests): the same checks, not durable. Without a policy section it admits whatever the
+// coordinator asks (the coordinator is then trusted with the settings) but still accounts and
+// de-duplicates releases for this process's lifetime.
+//
+// Thread-safety: none; the agent serialises calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "privacy/accountant.h"
+#include "privacy/ledger.h"
+#include "proto/messages.h"
+
+namespace huddle::client {
+
+// Client-level local DP: the client clips its whole update and adds the noise itself.
+struct LocalDpPolicy {
+  bool require = false;               // refuse every round that is not in local DP mode
+  double min_noise_multiplier = 0;    // refuse a smaller z (noise std / C)
+  std::optional<double> max_epsilon;  // refuse a release that would take the spend past it
+  double delta = 1e-5;                // the delta epsilon is computed at
+  std::optional<double> clip_norm;    // clip to at most this C (the noise is then z * C)
+  // privacy::kReplaceOne (default: the client's data swapped for any other; sensitivity 2C) or
+  // privacy::kAddRemove (the client's data or none; sensitivity C, weaker).
+  std::string adjacency = privacy::kReplaceOne;
+};
+
+// Example-level DP-SGD inside the client (models/dp_sgd.h).
+struct DpSgdPolicy {
+  bool require = false;  // refuse every round that does not train with DP-SGD
+  double min_noise_multiplier = 0;
+  std::optional<double> max_epsilon;
+  double delta = 1e-5;
+  privacy::AccountantKind accountant = privacy::AccountantKind::kRdp;
+};
+
+struct ClientPrivacyPolicy {
+  std::optional<LocalDpPolicy> local;
+  std::optional<DpSgdPolicy> dp_sgd;
+  std::string ledger_path;  // the client's ledger; "" = in memory only
+  bool any() const { return local.has_value() || dp_sgd.has_value(); }
+};
+
+// One round as the guard sees it.
+struct RoundRequest {
+  std::string job;  // the job's name (Welcome)
+  uint64_t round = 0;
+  const wire::FitInstruction* fit = nullptr;
+  const TensorList* global = nullptr;
+  int64_t local_examples = 0;  // n, for DP-SGD's sampling rate and steps
+};
+
+struct Admission {
+  std::string release;              // the release's identity (hex digest)
+  bool dp_release = false;          // the update is a DP release (local noise and/or DP-SGD)
+  double clip_norm = 0;             // local DP: the C to clip to (the instruction's, or less)
+  std::optional<TensorList> again;  // the release was made before: send exactly this
+};
+
+class PrivacyGuard {
+ public:
+  // Validates the policy (errors name the client YAML key, privacy.*) and opens its ledger.
+  static StatusOr<PrivacyGuard> Open(ClientPrivacyPolicy policy);
+  // No policy, ledger in memory: admits every round, still accounts and de-duplicates releases.
+  static PrivacyGuard Trusting();
+
+  PrivacyGuard(PrivacyGuard&&) noexcept;
+  PrivacyGuard& operator=(PrivacyGuard&&) noexcept;
+  ~PrivacyGuard();
+
+  StatusOr<Admission> Admit(const RoundRequest& request) const;
+  // Before `released` leaves the client: the ledger entries of this release (local DP with z and
+  // C; DP-SGD with its event), then the kept copy. `noise` describes the noise source.
+  Status Record(const RoundRequest& request, const Admission& admission,
+                const TensorList& released, const std::optional<privacy::DpEvent>& dp_sgd,
+                const std::string& noise);
+
+  // This client's spend so far (every job it took part in) at the policy's delta (1e-5 when the
+  // policy has no such section).
+  StatusOr<privacy::Spend> LocalSpent() const;
+  StatusOr<privacy::Spend> DpSgdSpent() const;
+  const ClientPrivacyPolicy& policy() const { return policy_; }
+  struct Kept {
+    std::string release;
+    TensorList tensors;
+  };
+  // True when the policy protects something: the agent then reports no example counts, losses or
+  // timings (under local DP and DP-SGD it never does).
+  bool reports_nothing() const { return policy_.any(); }
+  // Every release accounted so far (this process's, or the durable ledger's).
+  const std::vector<privacy::LedgerEntry>& entries() const;
+
+ private:
+  PrivacyGuard(ClientPrivacyPolicy policy, std::optional<privacy::PrivacyLedger> ledger);
+  Status Append(const privacy::LedgerEntry& entry);
+  std::string CachePath() const;
+
+  ClientPrivacyPolicy policy_;
+  std::optional<privacy::PrivacyLedger> ledger_;  // durable; or entries_ in memory
+  std::vector<privacy::LedgerEntry> memory_;
+  std::optional<Kept> kept_;  // the last release (also on disk with a ledger path)
+};
+
+// The identity of the release a round asks for (see above).
+std::string ReleaseId(const RoundRequest& request);
+
+}  // namespace huddle::client

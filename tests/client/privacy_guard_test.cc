@@ -1,0 +1,287 @@
+// A client's own privacy policy against a coordinator that asks for too little noise, asks twice
+// for the same round, or wants to learn about the client's data: the agent with a PrivacyGuard.
+#include "client/privacy_guard.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "client/agent.h"
+#include "models/wire_spec.h"
+#include "tests/models/test_data.h"
+
+namespace huddle::client {
+namespace {
+
+class PrivacyGuardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = models::Blobs(96, 6, 3, 3);
+    view_.base = &data_;
+    spec_.input_dim = 6;
+    spec_.hidden = {4};
+    spec_.num_classes = 3;
+    global_ = models::InitMlp(spec_, 5);
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("guard_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Ledger() const { return (dir_ / "ledger.jsonl").string(); }
+
+  // A policy that requires local DP with z >= 1 and at most `max_epsilon`.
+  ClientPrivacyPolicy LocalPolicy(std::optional<double> max_epsilon = std::nullopt) const {
+    ClientPrivacyPolicy p;
+    p.local.emplace();
+    p.local->require = true;
+    p.local->min_noise_multiplier = 1.0;
+    p.local->max_epsilon = max_epsilon;
+    p.ledger_path = Ledger();
+    return p;
+  }
+
+  ClientAgent Agent(ClientPrivacyPolicy policy) {
+    ClientAgent agent("edge-1", &view_);
+    auto guard = PrivacyGuard::Open(std::move(policy));
+    EXPECT_TRUE(guard.ok()) << guard.status();
+    agent.set_privacy_guard(*std::move(guard));
+    agent.set_noise_source(privacy::NoiseSource::SeededForTesting(17));
+    EXPECT_TRUE(
+        agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::MlpSpecToWire(spec_), 500}))
+            .ok());
+    return agent;
+  }
+
+  // A fit instruction; `nonce` and `seed` differ between a first request and a coordinator's
+  // restarted request for the same round.
+  wire::Message Fit(uint64_t round, wire::UpdatePrivacy privacy, uint64_t seed = 99,
+                    char nonce = 'n', const TensorList* global = nullptr) {
+    wire::FitInstruction fit;
+    fit.model_version = round - 1;
+    fit.train.batch_size = 8;
+    fit.train.learning_rate = 0.1;
+    fit.train.momentum = 0.0;
+    fit.seed = seed;
+    fit.nonce = std::string(wire::kNonceBytes, nonce);
+    fit.privacy = privacy;
+    wire::Message m = wire::MakeMessage(fit, round);
+    for (const Tensor& t : global ? *global : global_) {
+      m.tensors.push_back(wire::TensorPayload::CopyOf(t));
+    }
+    return m;
+  }
+  static wire::UpdatePrivacy LocalDp(double z, double clip = 1.0) {
+    return {wire::UpdatePrivacy::Mode::kLocal, clip, z};
+  }
+
+  // The FitResult the agent uploads after a grant.
+  static wire::Message Upload(ClientAgent& agent, uint64_t round) {
+    auto up = agent.Handle(wire::MakeMessage(wire::UploadGrant{}, round));
+    EXPECT_TRUE(up.ok() && up->size() == 1u);
+    return up.ok() && !up->empty() ? (*up)[0] : wire::Message{};
+  }
+  static std::vector<float> Flat(const wire::Message& m) {
+    std::vector<float> out;
+    for (const auto& t : m.tensors) out.insert(out.end(), t.floats().begin(), t.floats().end());
+    return out;
+  }
+
+  data::Dataset data_;
+  data::DatasetView view_;
+  models::MlpSpec spec_;
+  TensorList global_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(PrivacyGuardTest, TooLittleNoiseIsDeclinedAndNothingIsTrained) {
+  ClientAgent agent = Agent(LocalPolicy());
+  auto replies = agent.Handle(Fit(1, LocalDp(0.5)));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  ASSERT_EQ(replies->size(), 1u);
+  ASSERT_EQ((*replies)[0].type(), wire::MessageType::kError);
+  const auto& err = std::get<wire::Error>((*replies)[0].body);
+  EXPECT_EQ(err.code, wire::ErrorCode::kRejected);
+  EXPECT_NE(err.message.find("min_noise_multiplier"), std::string::npos) << err.message;
+  EXPECT_EQ(agent.rounds_trained(), 0);
+  EXPECT_TRUE(agent.privacy_guard().entries().empty());
+  // Central mode or no DP at all: refused too (the policy requires local DP).
+  for (auto mode : {wire::UpdatePrivacy::Mode::kCentral, wire::UpdatePrivacy::Mode::kNone}) {
+    auto r = agent.Handle(Fit(1, {mode, 1.0, 0}));
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].type(), wire::MessageType::kError);
+  }
+}
+
+TEST_F(PrivacyGuardTest, TheClientsEpsilonIsCappedByItsOwnDurableLedger) {
+  // Replace-one: z = 4 is the Gaussian of multiplier 2 per round.
+  const std::vector<privacy::DpEvent> two = {{1.0, 2.0, 2}}, three = {{1.0, 2.0, 3}};
+  const double eps2 =
+      privacy::ComputeEpsilon(two, 1e-5, privacy::AccountantKind::kAnalytic)->epsilon;
+  const double eps3 =
+      privacy::ComputeEpsilon(three, 1e-5, privacy::AccountantKind::kAnalytic)->epsilon;
+  const double cap = (eps2 + eps3) / 2;
+  {
+    ClientAgent agent = Agent(LocalPolicy(cap));
+    for (uint64_t round = 1; round <= 2; ++round) {
+      auto r = agent.Handle(Fit(round, LocalDp(4.0)));
+      ASSERT_TRUE(r.ok());
+      ASSERT_EQ((*r)[0].type(), wire::MessageType::kUploadRequest) << round;
+    }
+    EXPECT_DOUBLE_EQ(agent.privacy_guard().LocalSpent()->epsilon, eps2);
+  }
+  // A new process (the client restarted): the ledger remembers, so round 3 would pass the cap.
+  ClientAgent agent = Agent(LocalPolicy(cap));
+  EXPECT_EQ(agent.privacy_guard().entries().size(), 2u);
+  auto r = agent.Handle(Fit(3, LocalDp(4.0)));
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ((*r)[0].type(), wire::MessageType::kError);
+  EXPECT_NE(std::get<wire::Error>((*r)[0].body).message.find("max_epsilon"), std::string::npos);
+  const privacy::LedgerEntry& e = agent.privacy_guard().entries()[0];
+  EXPECT_EQ(e.adjacency, privacy::kReplaceOne);
+  EXPECT_EQ(e.event().noise_multiplier, 2.0);
+  EXPECT_EQ(e.job, "job");
+  EXPECT_FALSE(e.release.empty());
+}
+
+TEST_F(PrivacyGuardTest, ARoundAskedAgainGetsTheSameNoisedUpdateNeverASecondDraw) {
+  std::vector<float> first;
+  {
+    ClientAgent agent = Agent(LocalPolicy());
+    ASSERT_EQ((*agent.Handle(Fit(5, LocalDp(2.0))))[0].type(), wire::MessageType::kUploadRequest);
+    first = Flat(Upload(agent, 5));
+    // The coordinator restarted (new nonce, new seed) and asks for round 5 of the same model.
+    ASSERT_EQ((*agent.Handle(Fit(5, LocalDp(2.0), 1234, 'm')))[0].type(),
+              wire::MessageType::kUploadRequest);
+    const wire::Message again = Upload(agent, 5);
+    EXPECT_EQ(std::get<wire::FitResult>(again.body).nonce, std::string(wire::kNonceBytes, 'm'));
+    const std::vector<float> second = Flat(again);
+    ASSERT_EQ(second.size(), first.size());
+    EXPECT_EQ(std::memcmp(second.data(), first.data(), first.size() * 4), 0);
+    EXPECT_EQ(agent.privacy_guard().entries().size(), 1u);
+    EXPECT_EQ(agent.rounds_trained(), 1);
+  }
+  // The client restarted too: the kept release is read back from disk.
+  ClientAgent agent = Agent(LocalPolicy());
+  ASSERT_EQ((*agent.Handle(Fit(5, LocalDp(2.0), 77, 'k')))[0].type(),
+            wire::MessageType::kUploadRequest);
+  const std::vector<float> third = Flat(Upload(agent, 5));
+  ASSERT_EQ(third.size(), first.size());
+  EXPECT_EQ(std::memcmp(third.data(), first.data(), first.size() * 4), 0);
+  EXPECT_EQ(agent.privacy_guard().entries().size(), 1u);
+  // Another model (or round, or noise setting) is another release, accounted.
+  TensorList other = global_;
+  other[0].data[0] += 1;
+  ASSERT_EQ((*agent.Handle(Fit(5, LocalDp(2.0), 77, 'k', &other)))[0].type(),
+            wire::MessageType::kUploadRequest);
+  EXPECT_EQ(agent.privacy_guard().entries().size(), 2u);
+}
+
+TEST_F(PrivacyGuardTest, AKeptReleaseWithoutItsLedgerEntryIsNeverSent) {
+  {
+    ClientAgent agent = Agent(LocalPolicy());
+    ASSERT_EQ((*agent.Handle(Fit(1, LocalDp(2.0))))[0].type(), wire::MessageType::kUploadRequest);
+  }
+  // The ledger lost (truncated by hand): the kept copy is not trusted.
+  std::ofstream(Ledger(), std::ios::trunc).close();
+  ClientAgent agent = Agent(LocalPolicy());
+  ASSERT_EQ((*agent.Handle(Fit(1, LocalDp(2.0))))[0].type(), wire::MessageType::kUploadRequest);
+  EXPECT_EQ(agent.privacy_guard().entries().size(), 1u);  // a new, accounted release
+  // A corrupt kept file is ignored the same way.
+  std::ofstream(Ledger() + ".last_release", std::ios::trunc) << "garbage";
+  auto reopened = PrivacyGuard::Open(LocalPolicy());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+}
+
+TEST_F(PrivacyGuardTest, UnderLocalDpNothingElseAboutTheDataIsSent) {
+  ClientAgent agent = Agent(LocalPolicy());
+  const wire::Message join = agent.MakeJoin();
+  EXPECT_EQ(std::get<wire::Join>(join.body).num_examples, 0u);
+  auto replies = agent.Handle(Fit(1, LocalDp(2.0)));
+  ASSERT_TRUE(replies.ok());
+  EXPECT_EQ(std::get<wire::UploadRequest>((*replies)[0].body).num_examples, 1u);
+  const wire::Message uploaded = Upload(agent, 1);
+  const auto& result = std::get<wire::FitResult>(uploaded.body);
+  EXPECT_EQ(result.num_examples, 1u);
+  EXPECT_EQ(result.train_loss, 0.0);
+  EXPECT_EQ(result.train_accuracy, 0.0);
+  EXPECT_EQ(result.train_seconds, 0.0);
+  EXPECT_FALSE(result.within_clip);
+}
+
+TEST_F(PrivacyGuardTest, ThePolicysClipNormBoundsTheUpdate) {
+  ClientPrivacyPolicy policy = LocalPolicy();
+  policy.local->clip_norm = 0.01;
+  ClientAgent agent = Agent(policy);
+  ASSERT_EQ((*agent.Handle(Fit(1, LocalDp(1.0, /*clip=*/100.0))))[0].type(),
+            wire::MessageType::kUploadRequest);
+  EXPECT_EQ(agent.privacy_guard().entries()[0].clip_norm, 0.01);
+  // Noise of std z * 0.01 on 43 coordinates: the update is far below the coordinator's 100.
+  double norm2 = 0;
+  for (float v : Flat(Upload(agent, 1))) norm2 += static_cast<double>(v) * v;
+  EXPECT_LT(std::sqrt(norm2), 1.0);
+}
+
+TEST_F(PrivacyGuardTest, DpSgdIsAccountedAndCappedByTheClient) {
+  ClientPrivacyPolicy policy;
+  policy.dp_sgd.emplace();
+  policy.dp_sgd->min_noise_multiplier = 0.8;
+  policy.dp_sgd->max_epsilon = 50;
+  policy.ledger_path = Ledger();
+  ClientAgent agent = Agent(policy);
+  auto dp_fit = [&](uint64_t round, double z) {
+    wire::Message m = Fit(round, {});
+    auto& fit = std::get<wire::FitInstruction>(m.body);
+    fit.train.dp_sgd.emplace();
+    fit.train.dp_sgd->noise_multiplier = z;
+    fit.train.dp_sgd->expected_batch_size = 32;
+    return m;
+  };
+  auto low = agent.Handle(dp_fit(1, 0.5));
+  ASSERT_TRUE(low.ok());
+  EXPECT_EQ((*low)[0].type(), wire::MessageType::kError);
+  auto ok = agent.Handle(dp_fit(1, 1.0));
+  ASSERT_TRUE(ok.ok());
+  ASSERT_EQ((*ok)[0].type(), wire::MessageType::kUploadRequest);
+  ASSERT_EQ(agent.privacy_guard().entries().size(), 1u);
+  const privacy::LedgerEntry& e = agent.privacy_guard().entries()[0];
+  EXPECT_EQ(e.unit, privacy::kUnitExample);
+  EXPECT_EQ(e.steps, 3);  // round(1 epoch * 96 / 32)
+  EXPECT_DOUBLE_EQ(e.sampling_rate, 32.0 / 96.0);
+  // Nothing computed from the examples without noise is reported.
+  const wire::Message uploaded = Upload(agent, 1);
+  const auto& result = std::get<wire::FitResult>(uploaded.body);
+  EXPECT_EQ(result.num_examples, 1u);
+  EXPECT_EQ(result.train_loss, 0.0);
+  // A budget for the examples: the rounds stop being admitted before it is passed.
+  int admitted = 1;
+  for (uint64_t round = 2; round <= 200; ++round) {
+    auto r = agent.Handle(dp_fit(round, 1.0));
+    ASSERT_TRUE(r.ok());
+    if ((*r)[0].type() == wire::MessageType::kError) break;
+    ++admitted;
+  }
+  EXPECT_LT(admitted, 200);
+  EXPECT_LE(agent.privacy_guard().DpSgdSpent()->epsilon, 50.0);
+}
+
+TEST_F(PrivacyGuardTest, BadPoliciesNameTheKey) {
+  ClientPrivacyPolicy p = LocalPolicy();
+  p.local->min_noise_multiplier = -1;
+  auto st = PrivacyGuard::Open(p);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("privacy.local.min_noise_multiplier"), absl::string_view::npos);
+  p = LocalPolicy();
+  p.local->adjacency = "swap";
+  EXPECT_FALSE(PrivacyGuard::Open(p).ok());
+  p = LocalPolicy();
+  p.local->delta = 2;
+  EXPECT_FALSE(PrivacyGuard::Open(p).ok());
+}
+
+}  // namespace
+}  // namespace huddle::client
