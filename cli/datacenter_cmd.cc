@@ -4,12 +4,15 @@
 // binary under a fresh run id, shows rank 0's progress, and when a rank fails stops the others and
 // quotes its error. Rank (--rank R --world-size W --rendezvous URL): loads the whole training set,
 // joins the collective and trains; rank 0 also evaluates, appends OUT/metrics.jsonl, checkpoints
-// and writes the model.
+// and writes the model. With train.dp_sgd, rank 0 first appends each epoch's steps to the privacy
+// ledger, reports every epsilon from it, writes OUT/privacy.json, and keeps the values computed
+// from the private data without noise apart (cli/datacenter_privacy.h).
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -17,6 +20,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/datacenter_privacy.h"
 #include "cli/process.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -29,6 +33,7 @@
 #include "datacenter/collective.h"
 #include "datacenter/data_parallel.h"
 #include "kernels/backend.h"
+#include "privacy/report.h"
 #include "transport/kv_store.h"
 
 namespace huddle::cli {
@@ -64,64 +69,88 @@ StatusOr<data::Dataset> LoadTrainingData(const data::DataSpec& d) {
   return data::LoadFashionMnist(d.path, data::Split::kTrain, nullptr);
 }
 
-// Rank 0's bookkeeping after each epoch: evaluation, metrics, progress, checkpoint.
+// Rank 0's bookkeeping after each epoch: ledger (DP-SGD), evaluation, metrics, checkpoint,
+// model, privacy report, progress. With DP-SGD the epoch's ledger entry is durable before any of
+// the rest is written (cli/datacenter_privacy.h), and the outputs are split: metrics.jsonl and
+// summary.json's top level hold only public or DP-protected values; values computed from the
+// private data without noise, and timings, go to operator_metrics.jsonl and summary.json's
+// `operator` object.
 class Reporter {
  public:
-  Reporter(const DatacenterConfig& c, int world, std::string backend, const data::Dataset* test)
-      : c_(c), world_(world), backend_(std::move(backend)), test_(test) {}
-
-  // DP-SGD: the sampling rate of the run, for the epsilon spent after each epoch.
-  void set_dp_rate(double q) { dp_rate_ = q; }
-
-  // Epsilon at the configured delta after `steps` DP-SGD steps.
-  StatusOr<double> EpsilonAfter(int64_t steps) const {
-    const privacy::DpEvent event{dp_rate_, c_.dp_sgd->dp.noise_multiplier, steps};
-    HUDDLE_ASSIGN_OR_RETURN(
-        privacy::Spend spend,
-        privacy::ComputeEpsilon(std::span(&event, 1), c_.dp_sgd->delta, c_.dp_sgd->accountant));
-    return spend.epsilon;
-  }
+  // `privacy` (rank 0 of a DP-SGD job) is not owned and may be null.
+  Reporter(const DatacenterConfig& c, int world, std::string backend, const data::Dataset* test,
+           DatacenterPrivacy* privacy)
+      : c_(c), world_(world), backend_(std::move(backend)), test_(test), privacy_(privacy) {}
 
   Status OnEpoch(const datacenter::EpochReport& r) {
     const int64_t epoch = r.epoch + 1;  // 1-based in outputs
     const bool last = r.last;
-    nlohmann::json m;
-    m["epoch"] = epoch;
-    m["steps"] = r.steps;
-    m["train_loss"] = r.loss;
-    m["train_accuracy"] = r.accuracy;
-    m["seconds"] = r.seconds;
-    m["epoch_seconds"] = r.epoch_seconds;
-    m["world_size"] = world_;
-    std::string line = fmt::format("epoch {}/{}: train loss {:.4f} acc {:.4f}", epoch, r.epochs,
-                                   r.loss, r.accuracy);
-    if (c_.dp_sgd) {
-      HUDDLE_ASSIGN_OR_RETURN(const double epsilon, EpsilonAfter(r.steps));
-      m["epsilon"] = epsilon;
-      m["delta"] = c_.dp_sgd->delta;
-      line +=
-          fmt::format(" (not private) | epsilon {:.4g} at delta {:g}", epsilon, c_.dp_sgd->delta);
+    if (privacy_ != nullptr) {
+      // Before anything computed from this epoch's steps leaves rank 0; privacy.json (from the
+      // ledger alone) follows it at once, so that it never describes fewer steps than an output.
+      HUDDLE_RETURN_IF_ERROR(privacy_->Record(epoch, r.steps));
+      CrashIfAskedForTesting("ledger", epoch);
+      HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport());
     }
+    std::optional<models::EvalStats> eval;
     if (test_ != nullptr && (last || (c_.eval_every > 0 && epoch % c_.eval_every == 0))) {
       HUDDLE_ASSIGN_OR_RETURN(
-          models::EvalStats eval,
-          models::EvaluateMlp(c_.model, r.state->params, data::DatasetView{test_, {}}));
-      m["test_loss"] = eval.loss;
-      m["test_accuracy"] = eval.accuracy;
-      line += fmt::format(" | test loss {:.4f} acc {:.4f}", eval.loss, eval.accuracy);
-      final_test_accuracy_ = eval.accuracy;
-      if (c_.target_accuracy > 0 && !target_seconds_ && eval.accuracy >= c_.target_accuracy) {
+          eval, models::EvaluateMlp(c_.model, r.state->params, data::DatasetView{test_, {}}));
+      final_test_accuracy_ = eval->accuracy;
+      if (c_.target_accuracy > 0 && !target_seconds_ && eval->accuracy >= c_.target_accuracy) {
         target_seconds_ = r.seconds;
         target_epoch_ = epoch;
       }
     }
-    line += fmt::format(" | {:.1f} s ({:.1f} steps/s)", r.seconds,
-                        static_cast<double>(r.steps - last_steps_) / r.epoch_seconds);
+    const double steps_per_s = static_cast<double>(r.steps - last_steps_) / r.epoch_seconds;
     last_steps_ = r.steps;
-    HUDDLE_RETURN_IF_ERROR(AppendLine(Path(c_.out_dir, "metrics.jsonl"), m.dump()));
+    nlohmann::json m;
+    m["epoch"] = epoch;
+    m["steps"] = r.steps;
+    std::string line = fmt::format("epoch {}/{}: ", epoch, r.epochs);
+    if (privacy_ != nullptr) {
+      HUDDLE_ASSIGN_OR_RETURN(const JobSpend spend, privacy_->Spent());
+      spend.AddTo(&m);
+      line += spend.Text();
+      if (eval) {
+        m["test_loss"] = eval->loss;
+        m["test_accuracy"] = eval->accuracy;
+        line += fmt::format(" | test loss {:.4f} acc {:.4f}", eval->loss, eval->accuracy);
+      }
+      line +=
+          fmt::format(" | (not private) train loss {:.4f} acc {:.4f}, {:.1f} s ({:.1f} steps/s)",
+                      r.loss, r.accuracy, r.seconds, steps_per_s);
+      nlohmann::json op;
+      op["epoch"] = epoch;
+      op["steps"] = r.steps;
+      op["train_loss"] = r.loss;
+      op["train_accuracy"] = r.accuracy;
+      op["seconds"] = r.seconds;
+      op["epoch_seconds"] = r.epoch_seconds;
+      op["world_size"] = world_;
+      op["dp_protected"] = false;
+      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(c_.out_dir, "metrics.jsonl"), m.dump()));
+      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(c_.out_dir, kOperatorMetricsFile), op.dump()));
+    } else {
+      m["train_loss"] = r.loss;
+      m["train_accuracy"] = r.accuracy;
+      m["seconds"] = r.seconds;
+      m["epoch_seconds"] = r.epoch_seconds;
+      m["world_size"] = world_;
+      line += fmt::format("train loss {:.4f} acc {:.4f}", r.loss, r.accuracy);
+      if (eval) {
+        m["test_loss"] = eval->loss;
+        m["test_accuracy"] = eval->accuracy;
+        line += fmt::format(" | test loss {:.4f} acc {:.4f}", eval->loss, eval->accuracy);
+      }
+      line += fmt::format(" | {:.1f} s ({:.1f} steps/s)", r.seconds, steps_per_s);
+      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(c_.out_dir, "metrics.jsonl"), m.dump()));
+    }
+    CrashIfAskedForTesting("metrics", epoch);
     if (last || (c_.checkpoint_every > 0 && epoch % c_.checkpoint_every == 0)) {
       HUDDLE_RETURN_IF_ERROR(datacenter::WriteTrainingState(
           Path(c_.out_dir, datacenter::kDatacenterCheckpointFile), *r.state));
+      CrashIfAskedForTesting("checkpoint", epoch);
     }
     if (last)
       HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(c_.out_dir, "model.bin"), r.state->params));
@@ -139,33 +168,47 @@ class Reporter {
     j["backend"] = backend_;
     j["epochs"] = c_.train.epochs;
     j["steps"] = s.steps;
-    j["global_batch"] = c_.train.batch_size * world_;
-    j["seconds_this_session"] = s.seconds;
-    j["train_loss"] = s.loss;
-    j["train_accuracy"] = s.accuracy;
-    j["reduce_seconds"] = s.reduce_seconds;
-    j["wait_seconds"] = s.wait_seconds;
-    j["bytes_reduced"] = s.bytes_reduced;
-    j["buckets_per_step"] = s.buckets;
-    j["replica_checks_passed"] = s.checksums;
     if (final_test_accuracy_) j["final_test_accuracy"] = *final_test_accuracy_;
-    if (s.dp_event) {
-      HUDDLE_ASSIGN_OR_RETURN(const double epsilon, EpsilonAfter(s.dp_event->steps));
-      j["privacy"] = {{"mechanism", "dp-sgd across ranks (Poisson-subsampled Gaussian)"},
-                      {"epsilon", epsilon},
-                      {"delta", c_.dp_sgd->delta},
-                      {"accountant", privacy::AccountantName(c_.dp_sgd->accountant)},
-                      {"sampling_rate", s.dp_event->sampling_rate},
-                      {"noise_multiplier", s.dp_event->noise_multiplier},
-                      {"clip_norm", c_.dp_sgd->dp.clip_norm},
-                      {"steps", s.dp_event->steps},
-                      {"noise_source", s.private_noise ? "os-csprng" : "NOT PRIVATE"}};
-    }
     if (c_.target_accuracy > 0) {
       j["target_accuracy"] = c_.target_accuracy;
-      j["seconds_to_target"] = target_seconds_ ? nlohmann::json(*target_seconds_) : nullptr;
       j["epoch_reaching_target"] = target_epoch_ ? nlohmann::json(*target_epoch_) : nullptr;
     }
+    // Values computed from the private data without noise, and timings: at the top level
+    // without DP-SGD (as ever), under `operator` with it.
+    nlohmann::json op;
+    op["seconds_this_session"] = s.seconds;
+    op["train_loss"] = s.loss;
+    op["train_accuracy"] = s.accuracy;
+    op["reduce_seconds"] = s.reduce_seconds;
+    op["wait_seconds"] = s.wait_seconds;
+    op["bytes_reduced"] = s.bytes_reduced;
+    op["buckets_per_step"] = s.buckets;
+    op["replica_checks_passed"] = s.checksums;
+    if (c_.target_accuracy > 0) {
+      op["seconds_to_target"] = target_seconds_ ? nlohmann::json(*target_seconds_) : nullptr;
+    }
+    if (privacy_ == nullptr) {
+      j["global_batch"] = c_.train.batch_size * world_;
+      j.update(op);
+      return WriteFileAtomic(Path(c_.out_dir, "summary.json"), j.dump(2) + "\n");
+    }
+    const privacy::DpEvent& plan = privacy_->plan();
+    HUDDLE_ASSIGN_OR_RETURN(const JobSpend spend, privacy_->Spent());
+    j["expected_batch_size"] = c_.dp_sgd->dp.expected_batch_size;
+    nlohmann::json p = {{"mechanism", "dp-sgd across ranks (Poisson-subsampled Gaussian)"},
+                        {"accountant", privacy::AccountantName(c_.dp_sgd->accountant)},
+                        {"sampling_rate", plan.sampling_rate},
+                        {"noise_multiplier", plan.noise_multiplier},
+                        {"clip_norm", c_.dp_sgd->dp.clip_norm},
+                        {"steps", plan.steps},
+                        {"noise_source", privacy_->noise().description},
+                        {"ledger", privacy::kLedgerFile},
+                        {"report", privacy::kPrivacyReportFile}};
+    spend.AddTo(&p);
+    j["privacy"] = std::move(p);
+    op["note"] = kOperatorOnly;
+    op["dp_protected"] = false;
+    j["operator"] = std::move(op);
     return WriteFileAtomic(Path(c_.out_dir, "summary.json"), j.dump(2) + "\n");
   }
 
@@ -173,44 +216,24 @@ class Reporter {
   std::optional<double> target_seconds() const { return target_seconds_; }
 
  private:
+  // datacenter.crash_for_testing: dies here as a machine failing at this point would.
+  void CrashIfAskedForTesting(std::string_view after, int64_t epoch) const {
+    if (c_.crash_after_for_testing == after && c_.crash_epoch_for_testing == epoch) {
+      spdlog::warn("crash_for_testing: killing rank 0 after the {} of epoch {}", after, epoch);
+      std::fflush(nullptr);
+      std::raise(SIGKILL);
+    }
+  }
+
   const DatacenterConfig& c_;
   int world_;
   std::string backend_;
   const data::Dataset* test_;
+  DatacenterPrivacy* privacy_;
   int64_t last_steps_ = 0;
   std::optional<double> final_test_accuracy_, target_seconds_;
   std::optional<int64_t> target_epoch_;
-  double dp_rate_ = 0;
 };
-
-// DP-SGD: the run's steps and privacy spend, checked against the budget before anything trains.
-// Every rank computes the same answer from the same configuration and data size.
-StatusOr<privacy::DpEvent> PlanPrivacy(const DatacenterConfig& c, int64_t n) {
-  const DatacenterDpSgd& d = *c.dp_sgd;
-  const int64_t m = d.dp.expected_batch_size;
-  if (m > n) {
-    return absl::InvalidArgumentError(fmt::format(
-        "train.dp_sgd.expected_batch_size is {}; the training set has only {} examples", m, n));
-  }
-  // As models::TrainMlpDpSgd: round(epochs * n / m) steps, at least one.
-  const __int128 steps = (static_cast<__int128>(c.train.epochs) * n + m / 2) / m;
-  const privacy::DpEvent event{static_cast<double>(m) / static_cast<double>(n),
-                               d.dp.noise_multiplier,
-                               std::max<int64_t>(1, static_cast<int64_t>(steps))};
-  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spend,
-                          privacy::ComputeEpsilon(std::span(&event, 1), d.delta, d.accountant));
-  if (d.epsilon_budget && !(spend.epsilon <= *d.epsilon_budget)) {
-    auto z = privacy::CalibrateNoiseMultiplier(*d.epsilon_budget, d.delta, event.sampling_rate,
-                                               event.steps, d.accountant);
-    return absl::FailedPreconditionError(fmt::format(
-        "train.dp_sgd: {} steps at q = {:.4g} with noise_multiplier {} would spend epsilon {:.4g} "
-        "at delta {:g}, over the budget of {} (noise_multiplier {} would fit; or fewer epochs, "
-        "or a smaller expected_batch_size)",
-        event.steps, event.sampling_rate, event.noise_multiplier, spend.epsilon, d.delta,
-        *d.epsilon_budget, z.ok() ? fmt::format("{:.4g}", *z) : "none up to 1e12"));
-  }
-  return event;
-}
 
 // The endpoint rank 0 serves the rendezvous on: the URL's port on every interface.
 StatusOr<std::string> ServeEndpoint(const std::string& url) {
@@ -220,6 +243,65 @@ StatusOr<std::string> ServeEndpoint(const std::string& url) {
         fmt::format("--rendezvous '{}': rank 0 serves tcp://HOST:PORT rendezvous only", url));
   }
   return "tcp://0.0.0.0" + url.substr(colon);
+}
+
+// Rank 0, before joining the others: the start rules of the privacy ledger (DP-SGD; see
+// cli/datacenter_privacy.h), the checkpoint to resume from, and the metrics files cut back to it.
+// Returns 0, or the exit code after saying why.
+int PrepareRank0(const DatacenterConfig& c, const DatacenterFlags& f, int64_t n,
+                 const std::optional<privacy::DpEvent>& plan, privacy::NoiseSource* noise,
+                 std::optional<datacenter::TrainingState>* resume,
+                 std::optional<DatacenterPrivacy>* privacy) {
+  if (!c.dp_sgd) {
+    if (Status st = CheckNoLedgerForNonDpRun(c.out_dir); !st.ok()) return Fail(1, "", st);
+  } else {
+    const double z = plan->noise_multiplier;
+    SessionNoise session{z > 0 ? noise->Describe() : kNoNoise, z > 0 && noise->is_private()};
+    auto opened = DatacenterPrivacy::Open(c, f.world_size, n, f.resume, *plan, std::move(session));
+    if (!opened.ok()) return Fail(1, "privacy ledger", opened.status());
+    privacy->emplace(std::move(opened).value());
+  }
+  const std::string ckpt_path = Path(c.out_dir, datacenter::kDatacenterCheckpointFile);
+  const std::vector<std::string> metrics = {Path(c.out_dir, "metrics.jsonl"),
+                                            Path(c.out_dir, kOperatorMetricsFile)};
+  bool start_over = false;  // --resume without a checkpoint, but with a ledger to keep
+  if (f.resume) {
+    auto state = datacenter::ReadTrainingState(ckpt_path);
+    start_over = absl::IsNotFound(state.status()) && *privacy && (*privacy)->ledger_steps() > 0;
+    if (!state.ok() && !start_over) return Fail(1, "--resume", state.status());
+    if (state.ok()) *resume = std::move(state).value();
+  }
+  // Refusals before anything is changed.
+  if (*privacy) {
+    if (Status st = (*privacy)->CheckStart(*resume ? (*resume)->steps : 0, resume->has_value());
+        !st.ok()) {
+      return Fail(absl::IsFailedPrecondition(st) ? 2 : 1, "", st);
+    }
+  }
+  if (start_over) {
+    // Killed before its first checkpoint: nothing to continue but the ledger's spend.
+    std::printf(
+        "%s: no checkpoint at %s: starting over from step 0; the %lld steps the ledger "
+        "records stay counted\n",
+        kCommand, ckpt_path.c_str(), static_cast<long long>((*privacy)->ledger_steps()));
+  } else if (*resume) {
+    spdlog::info("resuming after epoch {} (step {}) from {}", (*resume)->epochs_done,
+                 (*resume)->steps, ckpt_path);
+    std::printf("%s: resuming after epoch %lld (step %lld)\n", kCommand,
+                static_cast<long long>((*resume)->epochs_done),
+                static_cast<long long>((*resume)->steps));
+  }
+  for (const std::string& path : metrics) {
+    if (f.resume) {
+      // The lines of epochs after the checkpoint (all of them when starting over) go.
+      const auto keep = static_cast<uint64_t>(*resume ? (*resume)->epochs_done : 0);
+      if (Status st = KeepJsonLinesUpTo(path, "epoch", keep); !st.ok()) return Fail(1, path, st);
+    } else {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  }
+  return 0;
 }
 
 int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
@@ -242,7 +324,7 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   if (!train.ok()) return Fail(1, "training data", train.status());
   std::optional<privacy::DpEvent> dp_plan;
   if (c.dp_sgd) {
-    auto planned = PlanPrivacy(c, train->size());
+    auto planned = PlanDpSgd(c, train->size());
     if (!planned.ok()) return Fail(2, "", planned.status());
     dp_plan = *planned;
   }
@@ -252,22 +334,15 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
     if (!loaded.ok()) return Fail(1, "evaluation data", loaded.status());
     test = std::move(loaded).value();
   }
+  // DP-SGD: rank 0's noise (and the sampling key it broadcasts) from the OS CSPRNG.
+  std::optional<privacy::NoiseSource> noise;
+  if (c.dp_sgd && f.rank == 0) noise = privacy::NoiseSource::Secure();
   std::optional<datacenter::TrainingState> resume;
-  const std::string ckpt_path = Path(c.out_dir, datacenter::kDatacenterCheckpointFile);
-  if (f.rank == 0 && f.resume) {
-    auto state = datacenter::ReadTrainingState(ckpt_path);
-    if (!state.ok()) return Fail(1, "--resume", state.status());
-    resume = std::move(state).value();
-    if (Status st = KeepJsonLinesUpTo(Path(c.out_dir, "metrics.jsonl"), "epoch",
-                                      static_cast<uint64_t>(resume->epochs_done));
-        !st.ok()) {
-      return Fail(1, "metrics.jsonl", st);
-    }
-    spdlog::info("resuming after epoch {} (step {}) from {}", resume->epochs_done, resume->steps,
-                 ckpt_path);
-  } else if (f.rank == 0) {
-    std::error_code ec;
-    std::filesystem::remove(Path(c.out_dir, "metrics.jsonl"), ec);
+  std::optional<DatacenterPrivacy> privacy;
+  if (f.rank == 0) {
+    const int code =
+        PrepareRank0(c, f, train->size(), dp_plan, noise ? &*noise : nullptr, &resume, &privacy);
+    if (code != 0) return code;
   }
 
   std::unique_ptr<kernels::Backend> backend;
@@ -308,36 +383,40 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   o.overlap = c.overlap;
   o.state_on_rank0 = true;
   o.resume = resume ? &*resume : nullptr;
-  // DP-SGD: rank 0's noise (and the sampling key it broadcasts) from the OS CSPRNG.
-  std::optional<privacy::NoiseSource> noise;
   if (c.dp_sgd) {
-    if (f.rank == 0) noise = privacy::NoiseSource::Secure();
     o.dp_sgd = datacenter::DataParallelDpSgd{c.dp_sgd->dp, noise ? &*noise : nullptr};
   }
-  Reporter reporter(c, f.world_size, std::string((*collective)->backend()),
-                    test ? &*test : nullptr);
+  Reporter reporter(c, f.world_size, std::string((*collective)->backend()), test ? &*test : nullptr,
+                    privacy ? &*privacy : nullptr);
   if (resume) reporter.set_last_steps(resume->steps);
-  if (dp_plan) reporter.set_dp_rate(dp_plan->sampling_rate);
   o.on_epoch = [&](const datacenter::EpochReport& r) -> Status {
     if (f.rank == 0) HUDDLE_RETURN_IF_ERROR(reporter.OnEpoch(r));
     if (StopFlag().load()) return absl::CancelledError("stopped by a signal");
     return absl::OkStatus();
   };
-  if (f.rank == 0 && !resume) {
-    std::printf("%s: %d rank(s), %s, model %s, global batch %lld, %lld epochs\n", kCommand,
-                f.world_size, std::string((*collective)->backend()).c_str(),
-                models::DescribeMlp(c.model).c_str(),
-                static_cast<long long>(c.dp_sgd ? c.dp_sgd->dp.expected_batch_size
-                                                : c.train.batch_size * f.world_size),
-                static_cast<long long>(c.train.epochs));
-    if (dp_plan) {
-      auto eps = reporter.EpsilonAfter(dp_plan->steps);
+  if (f.rank == 0) {
+    if (!resume) {
+      std::printf("%s: %d rank(s), %s, model %s, global batch %lld, %lld epochs\n", kCommand,
+                  f.world_size, std::string((*collective)->backend()).c_str(),
+                  models::DescribeMlp(c.model).c_str(),
+                  static_cast<long long>(c.dp_sgd ? c.dp_sgd->dp.expected_batch_size
+                                                  : c.train.batch_size * f.world_size),
+                  static_cast<long long>(c.train.epochs));
+    }
+    if (privacy) {
+      const privacy::DpEvent& plan = privacy->plan();
+      auto done = privacy->SpentWhenDone();
       std::printf(
-          "DP-SGD across ranks: %lld steps, Poisson q = %.4g, noise multiplier %g, clip "
-          "norm %g: epsilon %.4g at delta %g (%s); noise from the OS CSPRNG on rank 0\n",
-          static_cast<long long>(dp_plan->steps), dp_plan->sampling_rate, dp_plan->noise_multiplier,
-          c.dp_sgd->dp.clip_norm, eps.ok() ? *eps : -1.0, c.dp_sgd->delta,
-          privacy::AccountantName(c.dp_sgd->accountant));
+          "DP-SGD across ranks: %lld steps (%lld to run), Poisson q = %.4g, noise multiplier %g, "
+          "clip norm %g, %s accountant: when done, %s; the ledger (%s) records %lld steps so "
+          "far; noise: %s on rank 0\n",
+          static_cast<long long>(plan.steps),
+          static_cast<long long>(std::max<int64_t>(0, plan.steps - (resume ? resume->steps : 0))),
+          plan.sampling_rate, plan.noise_multiplier, c.dp_sgd->dp.clip_norm,
+          privacy::AccountantName(c.dp_sgd->accountant),
+          done.ok() ? done->Text().c_str() : std::string(done.status().message()).c_str(),
+          privacy::kLedgerFile, static_cast<long long>(privacy->ledger_steps()),
+          privacy->noise().description.c_str());
     }
     std::fflush(stdout);
   }
@@ -345,26 +424,53 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   auto stats = datacenter::TrainDataParallel(**collective, c.model, o,
                                              data::DatasetView{&*train, {}}, &params);
   if (!stats.ok()) {
-    return Fail(absl::IsCancelled(stats.status()) ? 130 : 1, fmt::format("rank {}", f.rank),
-                stats.status());
+    const bool stopped = absl::IsCancelled(stats.status());
+    if (privacy) {
+      // The ledger may hold an entry whose epoch's outputs were not all written.
+      const std::string why =
+          stopped ? "stopped by a signal" : fmt::format("failed: {}", stats.status().message());
+      if (Status st = privacy->WriteReport(why); !st.ok()) {
+        spdlog::error("cannot write {}: {}", privacy::kPrivacyReportFile, st.message());
+      }
+    }
+    return Fail(stopped ? 130 : 1, fmt::format("rank {}", f.rank), stats.status());
   }
   if (f.rank == 0) {
     if (Status st = reporter.WriteSummary(*stats); !st.ok()) return Fail(1, "summary.json", st);
-    std::printf("done: %lld steps in %.1f s (%.1f steps/s)", static_cast<long long>(stats->steps),
-                stats->seconds,
-                static_cast<double>(stats->steps - (resume ? resume->steps : 0)) / stats->seconds);
+    std::optional<JobSpend> spend;
+    if (privacy) {
+      if (Status st = privacy->WriteReport(); !st.ok()) {
+        return Fail(1, privacy::kPrivacyReportFile, st);
+      }
+      auto spent = privacy->Spent();
+      if (!spent.ok()) return Fail(1, "privacy", spent.status());
+      spend = *spent;
+    }
+    std::printf("done: %lld steps", static_cast<long long>(stats->steps));
+    if (!privacy) {
+      std::printf(
+          " in %.1f s (%.1f steps/s)", stats->seconds,
+          static_cast<double>(stats->steps - (resume ? resume->steps : 0)) / stats->seconds);
+    }
     if (auto acc = reporter.final_test_accuracy()) std::printf(" | test accuracy %.4f", *acc);
-    if (stats->dp_event) {
-      auto eps = reporter.EpsilonAfter(stats->dp_event->steps);
-      if (eps.ok()) std::printf(" | epsilon %.4g at delta %g", *eps, c.dp_sgd->delta);
+    if (spend) {
+      std::printf(" | %s (the ledger counts %lld steps)", spend->Text().c_str(),
+                  static_cast<long long>(spend->ledger_steps));
     }
     if (auto t = reporter.target_seconds()) {
-      std::printf(" | reached %.2f after %.1f s", c.target_accuracy, *t);
+      std::printf(" | reached %.2f after %.1f s%s", c.target_accuracy, *t,
+                  privacy ? " (not private)" : "");
+    }
+    if (privacy) {
+      std::printf(
+          " | (not private) %.1f s (%.1f steps/s)", stats->seconds,
+          static_cast<double>(stats->steps - (resume ? resume->steps : 0)) / stats->seconds);
     }
     std::printf(
-        " | replicas checked identical %lld times\noutputs: %s/{metrics.jsonl,"
+        " | replicas checked identical %lld times\noutputs: %s/{metrics.jsonl,%s"
         "summary.json,model.bin,checkpoint.bin}\n",
-        static_cast<long long>(stats->checksums), c.out_dir.c_str());
+        static_cast<long long>(stats->checksums), c.out_dir.c_str(),
+        privacy ? "operator_metrics.jsonl,privacy_ledger.jsonl,privacy.json," : "");
     std::fflush(stdout);
   }
   return 0;

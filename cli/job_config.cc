@@ -379,6 +379,15 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(dc.Optional("checksum_every", &c.checksum_every, 0, int64_t{1} << 40));
   HUDDLE_RETURN_IF_ERROR(dc.Optional("overlap", &c.overlap));
   HUDDLE_RETURN_IF_ERROR(OptionalSeconds(dc, "timeout_s", &c.timeout_ms, 0.1, 86400));
+  if (dc.Has("crash_for_testing")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap crash, dc.Child("crash_for_testing"));
+    c.crash_after_for_testing = "metrics";
+    c.crash_epoch_for_testing = 1;
+    HUDDLE_RETURN_IF_ERROR(crash.OptionalChoice("after", &c.crash_after_for_testing,
+                                                {"ledger", "metrics", "checkpoint"}));
+    HUDDLE_RETURN_IF_ERROR(crash.Optional("epoch", &c.crash_epoch_for_testing, 1, 1000000));
+    HUDDLE_RETURN_IF_ERROR(crash.Finish());
+  }
   HUDDLE_RETURN_IF_ERROR(dc.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap ckpt, top.Child("checkpoint"));

@@ -97,6 +97,11 @@ struct DatacenterConfig {
   int64_t checkpoint_every = 1;  // epochs (0: only after the last)
   std::string out_dir;           // default runs/<name>
   std::string log_level = "info";
+  // Fault injection for tests only (`datacenter.crash_for_testing: {after: ledger|metrics|
+  // checkpoint, epoch: E}`): rank 0 SIGKILLs itself right after that write of (1-based) epoch E,
+  // as a machine failing at that point would. Empty: never.
+  std::string crash_after_for_testing;
+  int64_t crash_epoch_for_testing = 0;
 };
 
 StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path);

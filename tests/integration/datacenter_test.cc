@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/integration/datacenter_job.h"
 #include "tests/integration/process.h"
 
 namespace huddle::testing {
@@ -14,60 +15,18 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// A small separable CSV data set (label, then 16 features): four classes around distinct means.
-std::string WriteCsv(const std::string& dir, int rows) {
-  std::ostringstream out;
-  uint64_t x = 88172645463325252ull;  // xorshift64
-  auto noise = [&] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return static_cast<double>(x % 10000) / 10000.0 - 0.5;
-  };
-  for (int i = 0; i < rows; ++i) {
-    const int label = i % 4;
-    out << label;
-    for (int f = 0; f < 16; ++f) out << ',' << (f % 4 == label ? 1.0 : 0.0) + noise();
-    out << '\n';
-  }
-  const std::string path = dir + "/train.csv";
-  WriteText(path, out.str());
-  return path;
-}
-
 // `dp_sgd`, when given, is the body of train.dp_sgd (e.g. "noise_multiplier: 1, ...").
 std::string WriteConfig(const std::string& dir, int epochs, double timeout_s = 30,
                         const std::string& dp_sgd = "") {
-  const std::string csv = WriteCsv(dir, 1200);
-  const std::string path =
-      dir + "/dc-" + std::to_string(epochs) + (dp_sgd.empty() ? "" : "-dp") + ".yaml";
-  WriteText(path,
-            "name: dc-it\nseed: 5\n"
-            "model: {input_dim: 16, hidden: [32], num_classes: 4}\n"
-            "train: {epochs: " +
-                std::to_string(epochs) + ", batch_size: 8, learning_rate: 0.05, momentum: 0.9" +
-                (dp_sgd.empty() ? "" : ", dp_sgd: {" + dp_sgd + "}") +
-                "}\n"
-                "data: {path: " +
-                csv +
-                ", format: csv, num_classes: 4}\n"
-                "evaluation: {data: ''}\n"
-                "datacenter: {checksum_every: 10, timeout_s: " +
-                std::to_string(timeout_s) + "}\n");
-  return path;
-}
-
-std::vector<std::string> Launcher(const std::string& config, const std::string& out, int nproc) {
-  return {HuddleBin(), "datacenter", "--config", config,
-          "--out",     out,          "--nproc",  std::to_string(nproc)};
+  DcJob job;
+  job.epochs = epochs;
+  job.timeout_s = timeout_s;
+  job.dp_sgd = dp_sgd;
+  return WriteJob(dir, "dc-" + std::to_string(epochs) + (dp_sgd.empty() ? "" : "-dp"), job);
 }
 
 std::vector<nlohmann::json> Metrics(const std::string& out) {
-  std::vector<nlohmann::json> m;
-  for (const std::string& line : ReadLines(out + "/metrics.jsonl")) {
-    m.push_back(nlohmann::json::parse(line));
-  }
-  return m;
+  return JsonLines(out + "/metrics.jsonl");
 }
 
 TEST(DatacenterCommand, TwoRanksTrainAndAResumedJobEndsWithTheSameModel) {

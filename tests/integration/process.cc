@@ -19,9 +19,11 @@ std::string HuddleBin() {
   return bin != nullptr ? bin : "huddle";
 }
 
-Process::Process(const std::vector<std::string>& argv, const std::string& log) {
+Process::Process(const std::vector<std::string>& argv, const std::string& log, bool own_group)
+    : own_group_(own_group) {
   pid_ = ::fork();
   if (pid_ == 0) {
+    if (own_group) ::setpgid(0, 0);
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, STDOUT_FILENO);
@@ -33,13 +35,18 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log) {
     ::execv(args[0], args.data());
     ::_exit(127);
   }
+  if (own_group && pid_ > 0) ::setpgid(pid_, pid_);  // also here, so that no kill comes before it
 }
 
 Process::~Process() {
   if (running()) {
-    Kill(SIGKILL);
+    own_group_ ? KillGroup(SIGKILL) : Kill(SIGKILL);
     Wait(std::chrono::seconds(5));
   }
+}
+
+void Process::KillGroup(int signal) {
+  if (own_group_ && pid_ > 0) ::kill(-pid_, signal);
 }
 
 void Process::Kill(int signal) {

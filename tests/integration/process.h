@@ -17,13 +17,18 @@ std::string HuddleBin();
 
 class Process {
  public:
-  // Starts argv[0] with stdout+stderr appended to `log`.
-  Process(const std::vector<std::string>& argv, const std::string& log);
-  ~Process();  // SIGKILLs the process if it is still running
+  // Starts argv[0] with stdout+stderr appended to `log`. `own_group`: in a new process group of
+  // its own, which its children join, so that KillGroup reaches them all (a launcher and its
+  // ranks, as a machine failure would).
+  Process(const std::vector<std::string>& argv, const std::string& log, bool own_group = false);
+  ~Process();  // SIGKILLs the process (its group, with own_group) if it is still running
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
   void Kill(int signal = SIGKILL);
+  // Every process of the group (own_group only; the group outlives its leader while children
+  // run).
+  void KillGroup(int signal);
   // Exit code (128+signal if killed), or -1 if it did not exit within the timeout.
   int Wait(std::chrono::milliseconds timeout);
   bool running();
@@ -33,6 +38,7 @@ class Process {
   pid_t pid_ = -1;
   int status_ = 0;
   bool reaped_ = false;
+  bool own_group_ = false;
 };
 
 // Polls `done` every 50 ms until it returns true or `timeout` passes; returns its last value.

@@ -1,0 +1,101 @@
+#include "tests/integration/datacenter_job.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "tests/integration/process.h"
+
+namespace huddle::testing {
+namespace {
+
+uint64_t Xorshift(uint64_t* x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+// Four classes around distinct means: label, then 16 features.
+std::string SmallCsv() {
+  std::ostringstream out;
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 1200; ++i) {
+    const int label = i % 4;
+    out << label;
+    for (int f = 0; f < 16; ++f) {
+      const double noise = static_cast<double>(Xorshift(&x) % 10000) / 10000.0 - 0.5;
+      out << ',' << (f % 4 == label ? 1.0 : 0.0) + noise;
+    }
+    out << '\n';
+  }
+  return out.str();
+}
+
+// Ten classes in Fashion-MNIST's shape: label, then 784 features that are 1 more often where
+// feature % 10 == label.
+std::string WideCsv() {
+  std::ostringstream out;
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 1000; ++i) {
+    const int label = i % 10;
+    out << label;
+    for (int f = 0; f < 784; ++f) {
+      const uint64_t percent = Xorshift(&x) % 100;
+      out << ',' << (percent < (f % 10 == label ? 60u : 10u) ? '1' : '0');
+    }
+    out << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace
+
+bool FashionMnistInstalled() {
+  return std::filesystem::exists(std::string(kFashionMnistDir) + "/t10k-labels-idx1-ubyte.gz");
+}
+
+std::string WriteJob(const std::string& dir, const std::string& name, const DcJob& job) {
+  const std::string csv = dir + (job.evaluate ? "/train784.csv" : "/train.csv");
+  if (!std::filesystem::exists(csv)) WriteText(csv, job.evaluate ? WideCsv() : SmallCsv());
+  std::ostringstream y;
+  y << "name: dc-it\nseed: 5\n";
+  if (job.evaluate) {
+    y << "model: {input_dim: 784, hidden: [32], num_classes: 10}\n";
+  } else {
+    y << "model: {input_dim: 16, hidden: [32], num_classes: 4}\n";
+  }
+  y << "train: {epochs: " << job.epochs << ", batch_size: 8, learning_rate: 0.05, momentum: 0.9";
+  if (!job.dp_sgd.empty()) y << ", dp_sgd: {" << job.dp_sgd << "}";
+  y << "}\n";
+  y << "data: {path: " << csv << ", format: csv, num_classes: " << (job.evaluate ? 10 : 4) << "}\n";
+  y << "evaluation: {data: '" << (job.evaluate ? kFashionMnistDir : "") << "'}\n";
+  y << "datacenter: {checksum_every: 10, timeout_s: " << job.timeout_s
+    << (job.datacenter.empty() ? "" : ", " + job.datacenter) << "}\n";
+  y << "checkpoint: {every_epochs: " << job.checkpoint_every << "}\n";
+  const std::string path = dir + "/" + name + ".yaml";
+  WriteText(path, y.str());
+  return path;
+}
+
+std::vector<std::string> Launcher(const std::string& config, const std::string& out, int nproc) {
+  return {HuddleBin(), "datacenter", "--config", config,
+          "--out",     out,          "--nproc",  std::to_string(nproc)};
+}
+
+std::vector<nlohmann::json> JsonLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  for (const std::string& line : ReadLines(path)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+nlohmann::json JsonFile(const std::string& path) {
+  const std::string text = ReadAll(path);
+  return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
+}
+
+}  // namespace huddle::testing
