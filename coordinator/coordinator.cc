@@ -674,6 +674,7 @@ Status Coordinator::FinishRound(Round& round) {
       HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());
     } else {
       HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, kMetricsFile), m.ToJson()));
+      HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());  // DP-SGD inside the clients, if any
     }
     HUDDLE_RETURN_IF_ERROR(SaveCheckpoint());
   }
@@ -705,7 +706,7 @@ Status Coordinator::Finish() {
   }
   if (options_.out_dir.empty()) return absl::OkStatus();
   HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(options_.out_dir, "model.bin"), model_));
-  if (dp()) HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());
+  HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());
   return WriteFileAtomic(Path(options_.out_dir, "summary.json"), summary_.ToJson(options_));
 }
 

@@ -136,8 +136,11 @@ class Coordinator {
   Status CheckUpdateNorm(const Round& round, std::span<const std::span<const float>> update) const;
   // Noise, ledger (durable), mean over the expected cohort: the round's releasable update.
   Status PrivateMean(Round& round, TensorList* mean);
-  // OUT/privacy.json from the ledger and the job's settings (privacy/report.h).
+  // OUT/privacy.json from the ledger and the job's settings (privacy/report.h); for a job without
+  // client-level DP whose clients train with DP-SGD, the example-level statement
+  // (WriteDpSgdReport). Nothing for a job without DP.
   Status WritePrivacyReport() const;
+  Status WriteDpSgdReport() const;
   Status SaveCheckpoint();
   Status Finish();
 

@@ -228,7 +228,50 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean) {
   return aggregator_->Finalize(round.expected_cohort, mean);
 }
 
+Status Coordinator::WriteDpSgdReport() const {
+  const wire::DpSgdConfig& d = *options_.train.dp_sgd;
+  privacy::PrivacyReport r;
+  r.job = options_.job_name;
+  r.scope = "federated";
+  r.unit = privacy::kUnitExample;
+  r.adjacency = privacy::kAddRemove;
+  r.delta = d.delta;
+  r.mechanism = fmt::format(
+      "DP-SGD inside each client (models/dp_sgd.h): Poisson-subsampled Gaussian over the client's "
+      "own examples, per-example clipping to L2 norm {:g}, exact discrete Gaussian noise of "
+      "multiplier {:g} on the exact sum of clipped gradients, expected batch {}, {} epoch(s) a "
+      "round; the client's update is released only as post-processing of its DP-SGD steps",
+      d.clip_norm, d.noise_multiplier, d.expected_batch_size, options_.train.epochs);
+  r.sampling =
+      "Poisson within each client's data (rate expected_batch_size / n), drawn by the client from "
+      "its OS CSPRNG; the coordinator never sees the sample";
+  r.accountant = "each client's own (its privacy.dp_sgd.accountant, RDP by default)";
+  r.noise_source = "each client's own (OS CSPRNG)";
+  r.epsilon_kept_by =
+      "each client's own ledger (huddle client's privacy.ledger; with huddle run "
+      "OUT/clients/ID/privacy_ledger.jsonl): a client's spend depends on its number of examples, "
+      "which it does not report, and each client refuses rounds past its own "
+      "privacy.dp_sgd.max_epsilon";
+  r.stopped_early = summary_.stop_reason;
+  r.assumptions = {
+      "the unit of privacy is one example of one client's data; the coordinator and everyone who "
+      "sees the models are covered",
+      "each client runs Huddle's DP-SGD with the instruction's settings, which its own policy "
+      "checks (privacy.dp_sgd.min_noise_multiplier); a client without a policy trusts the "
+      "coordinator's settings",
+      "the float rounding inside the chunks a neighbouring data set changes is not accounted "
+      "(docs/privacy.md)",
+  };
+  r.not_covered = {
+      "client-level privacy: which clients took part, and anything about a client's data as a "
+      "whole (use privacy.mode for that)",
+      "the coordinator's logs and metrics about clients (counts, timings, traffic)",
+  };
+  return privacy::WritePrivacyReport(options_.out_dir, r);
+}
+
 Status Coordinator::WritePrivacyReport() const {
+  if (!dp()) return options_.train.dp_sgd ? WriteDpSgdReport() : absl::OkStatus();
   const privacy::PrivacyOptions& p = options_.privacy;
   const bool central = p.mode == PrivacyMode::kCentral;
   privacy::PrivacyReport r;
@@ -292,6 +335,11 @@ Status Coordinator::WritePrivacyReport() const {
         "it: a client refuses instructions beyond its policy and accounts every release itself",
         "the unit of privacy is one client's whole data",
     };
+  }
+  if (options_.train.dp_sgd) {
+    r.assumptions.push_back(
+        "the clients also train with DP-SGD: a separate, example-level guarantee that each client "
+        "accounts in its own ledger; this report's epsilon is the client-level one");
   }
   r.not_covered = {
       "operator_metrics.jsonl, the coordinator's logs and its terminal output: counts of clients, "

@@ -43,7 +43,9 @@ std::string PrivacyReportJson(const PrivacyReport& r) {
   j["job"] = r.job;
   j["scope"] = r.scope;
   j["private"] = r.is_private;
-  j["epsilon"] = r.is_private ? nlohmann::ordered_json(r.nominal_epsilon) : nullptr;
+  const bool stated = r.is_private && r.epsilon_kept_by.empty();
+  j["epsilon"] = stated ? nlohmann::ordered_json(r.nominal_epsilon) : nullptr;
+  if (!r.epsilon_kept_by.empty()) j["epsilon_kept_by"] = r.epsilon_kept_by;
   j["delta"] = r.delta;
   if (!r.is_private) {
     j["not_private_because"] = r.not_private_because;

@@ -61,6 +61,10 @@ struct PrivacyReport {
   double delta = 0;
   double nominal_epsilon = 0;  // the accountant's epsilon at delta over the releases
   bool is_private = true;      // false: `epsilon` is null, see not_private_because
+  // Non-empty: the guarantee holds but this report cannot state one epsilon for it (DP-SGD inside
+  // federated clients: each client's spend depends on its own data size, which it does not
+  // report); `epsilon` is null and this says where each unit's epsilon is kept.
+  std::string epsilon_kept_by;
   std::vector<std::string> not_private_because;
   std::optional<double> budget_epsilon;  // the configured total, if any
   std::vector<ReportReleases> releases;
