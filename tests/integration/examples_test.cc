@@ -1,0 +1,139 @@
+// Every shipped example job runs, shortened (fewer rounds or epochs, nothing else changed), with
+// the real binary: it must exit 0, have work accepted in every round, and move the metric above
+// chance; a DP example must also state a private guarantee within its budget in privacy.json.
+// Examples rot unless they run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "tests/integration/process.h"
+
+namespace huddle::testing {
+namespace {
+
+using std::chrono::seconds;
+
+struct Example {
+  std::string file;  // under examples/
+  bool datacenter = false;
+  // Textual edits that shorten the run: (regex, replacement).
+  std::vector<std::pair<std::string, std::string>> shorten;
+  bool dp = false;
+  double budget_epsilon = 0;  // the example's total, checked against privacy.json
+  bool client_dp_sgd = false;  // DP-SGD inside the clients: each keeps its own ledger
+};
+
+std::ostream& operator<<(std::ostream& os, const Example& e) { return os << e.file; }
+
+std::vector<nlohmann::json> JsonLinesOf(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  for (const std::string& line : ReadLines(path)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+class ExamplesTest : public ::testing::TestWithParam<Example> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+      GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+    }
+  }
+};
+
+TEST_P(ExamplesTest, RunsShortenedWithWorkAcceptedAndTheMetricMoving) {
+  const Example& e = GetParam();
+  const std::string dir = MakeTempDir("example_" + e.file);
+  std::string yaml = ReadAll(std::string(HUDDLE_SOURCE_DIR) + "/examples/" + e.file);
+  for (const auto& [pattern, replacement] : e.shorten) {
+    const std::string before = yaml;
+    yaml = std::regex_replace(yaml, std::regex(pattern), replacement);
+    ASSERT_NE(yaml, before) << e.file << ": the shortening '" << pattern << "' matched nothing";
+  }
+  const std::string config = dir + "/" + e.file;
+  WriteText(config, yaml);
+  const std::string out = dir + "/out";
+  std::vector<std::string> argv =
+      e.datacenter
+          ? std::vector<std::string>{HuddleBin(), "datacenter", "--config", config, "--out", out}
+          : std::vector<std::string>{HuddleBin(), "run", config, "--out", out};
+  Process p(argv, dir + "/log");
+  ASSERT_EQ(p.Wait(seconds(400)), 0) << ReadAll(dir + "/log");
+
+  const auto metrics = JsonLinesOf(out + "/metrics.jsonl");
+  ASSERT_FALSE(metrics.empty()) << ReadAll(dir + "/log");
+  // Work accepted: every round folded results (federated), or steps were taken (datacenter).
+  if (e.datacenter) {
+    EXPECT_GT(metrics.back()["steps"].get<int64_t>(), 0);
+  } else {
+    const auto counts = e.dp ? JsonLinesOf(out + "/operator_metrics.jsonl") : metrics;
+    ASSERT_EQ(counts.size(), metrics.size());
+    for (const auto& m : counts) EXPECT_GT(m["results"].get<int64_t>(), 0) << m.dump();
+  }
+  // The metric moved: the last evaluation is well above chance (0.1 for ten classes).
+  double accuracy = 0;
+  for (const auto& m : metrics) {
+    if (m.contains("test_accuracy") && m["test_accuracy"].is_number()) {
+      accuracy = m["test_accuracy"].get<double>();
+    }
+  }
+  EXPECT_GT(accuracy, 0.3) << e.file;
+  if (e.dp) {
+    const auto report = nlohmann::json::parse(ReadAll(out + "/privacy.json"));
+    EXPECT_EQ(report["private"], true) << report.dump(2);
+    ASSERT_TRUE(report["epsilon"].is_number()) << report.dump(2);
+    EXPECT_LE(report["epsilon"].get<double>(), e.budget_epsilon + 1e-9);
+    EXPECT_FALSE(report["releases"].empty());
+    EXPECT_FALSE(report["assumptions"].empty());
+  }
+  if (e.client_dp_sgd) {
+    // huddle run gives each client the job's policy; the client accounts every round itself.
+    const auto ledger = JsonLinesOf(out + "/clients/client-000/privacy_ledger.jsonl");
+    ASSERT_EQ(ledger.size(), metrics.size());
+    EXPECT_EQ(ledger[0]["unit"], "example");
+    EXPECT_EQ(ledger[0]["noise"], "os-csprng");
+    // The job's statement says so: example-level, each client's epsilon in its own ledger.
+    const auto report = nlohmann::json::parse(ReadAll(out + "/privacy.json"));
+    EXPECT_EQ(report["unit_of_privacy"], "example");
+    EXPECT_TRUE(report["epsilon"].is_null());
+    EXPECT_NE(report["epsilon_kept_by"].get<std::string>().find("ledger"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shipped, ExamplesTest,
+    ::testing::Values(
+        Example{"fashion_mnist.yaml", false, {{"rounds: 20", "rounds: 2"}}},
+        Example{"dirichlet.yaml", false, {{"rounds: 20", "rounds: 2"}}},
+        Example{"simulation.yaml",
+                false,
+                {{"rounds: 30", "rounds: 2"}, {"evaluation: \\{every: 5\\}", "evaluation: {every: 1}"}}},
+        Example{"dp_central.yaml",
+                false,
+                {{"rounds: 60", "rounds: 3"}, {"evaluation: \\{every: 5\\}", "evaluation: {every: 1}"}},
+                true,
+                8.0},
+        Example{"dp_schedule.yaml",
+                false,
+                {{"rounds: 40", "rounds: 3"},
+                 {"rounds: \\[1, 20\\]", "rounds: [1, 1]"},
+                 {"rounds: \\[21, 40\\]", "rounds: [2, 3]"},
+                 {"evaluation: \\{every: 5\\}", "evaluation: {every: 1}"}},
+                true,
+                8.0},
+        Example{"dp_sgd.yaml",
+                false,
+                {{"rounds: 40", "rounds: 2"}, {"evaluation: \\{every: 5\\}", "evaluation: {every: 1}"}},
+                false,
+                0,
+                true},
+        Example{"datacenter.yaml", true, {{"epochs: 5", "epochs: 1"}}},
+        Example{"datacenter_dp.yaml", true, {{"epochs: 40", "epochs: 2"}}, true, 3.0}),
+    [](const ::testing::TestParamInfo<Example>& example) {
+      return example.param.file.substr(0, example.param.file.find('.'));
+    });
+
+}  // namespace
+}  // namespace huddle::testing
