@@ -12,6 +12,15 @@ namespace huddle::cli {
 
 StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
                       bool keep_stdout) {
+  if (argv.empty()) return absl::InvalidArgumentError("Spawn: empty argv");
+  // Everything the child needs is prepared here: between fork and exec a child of a
+  // multithreaded process (ZeroMQ's I/O threads, a rendezvous server) may only make
+  // async-signal-safe calls. An allocation there can wait forever on a lock another thread held
+  // at the fork (seen under ASan: a rank that never started).
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const std::string failed = "cannot start " + argv[0] + "\n";
   pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
@@ -20,11 +29,8 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& l
       if (!keep_stdout) ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     ::execv(args[0], args.data());
-    std::fprintf(stderr, "cannot start %s\n", args[0]);
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, failed.data(), failed.size());
     ::_exit(127);
   }
   return pid;

@@ -21,6 +21,10 @@ std::string HuddleBin() {
 
 Process::Process(const std::vector<std::string>& argv, const std::string& log, bool own_group)
     : own_group_(own_group) {
+  // Prepared before the fork: the child may only make async-signal-safe calls before exec.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   pid_ = ::fork();
   if (pid_ == 0) {
     if (own_group) ::setpgid(0, 0);
@@ -29,9 +33,6 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log, b
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     ::execv(args[0], args.data());
     ::_exit(127);
   }
