@@ -75,7 +75,8 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
     std::printf(" | final test accuracy %.4f (best %.4f at round %llu)", *s.final_test_accuracy,
                 *s.best_test_accuracy, static_cast<unsigned long long>(*s.best_round));
   }
-  if (s.epsilon && s.private_noise) std::printf(" | epsilon %.4g at delta %g", *s.epsilon, *s.delta);
+  if (s.epsilon && s.private_noise)
+    std::printf(" | epsilon %.4g at delta %g", *s.epsilon, *s.delta);
   if (s.epsilon && !s.private_noise) {
     std::printf(" | NOT PRIVATE (seeded noise; nominal epsilon %.4g)", *s.epsilon);
   }

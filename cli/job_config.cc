@@ -305,8 +305,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   if (o.privacy.mode == privacy::PrivacyMode::kCentral && !o.privacy.expected_cohort_size) {
     // The DP mean's fixed denominator: the population the job's own configuration names (the
     // clients `huddle run` starts or simulates), never the clients that happen to enrol.
-    const double population = static_cast<double>(
-        job.simulation ? job.simulation->clients : job.local_clients);
+    const double population =
+        static_cast<double>(job.simulation ? job.simulation->clients : job.local_clients);
     o.privacy.expected_cohort_size = std::max(1.0, o.cohort.rate * population);
   }
   if (o.privacy.mode != privacy::PrivacyMode::kNone) {

@@ -107,8 +107,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   } else {
     spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
     const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
-    StatusOr<models::Update> update =
-        TrainAndPrivatize(fit, admission->clip_norm, seed, global);
+    StatusOr<models::Update> update = TrainAndPrivatize(fit, admission->clip_norm, seed, global);
     if (!update.ok()) {
       // Bad training settings or local data, or a diverged run: tell the coordinator (it counts
       // the client as failed) and stay available for the next round.
@@ -200,11 +199,11 @@ void ClientAgent::LogSpend(uint64_t round, bool local, bool dp_sgd) {
   if (dp_sgd) {
     auto spent = guard_.DpSgdSpent();
     if (spent.ok()) {
-      spdlog::log(routine_level_,
-                  "round {}: DP-SGD accounted; this client's examples: epsilon {:.4f} at delta {:g} "
-                  "so far ({}){}",
-                  round, spent->epsilon, spent->delta, privacy::AccountantName(spent->accountant),
-                  seeded);
+      spdlog::log(
+          routine_level_,
+          "round {}: DP-SGD accounted; this client's examples: epsilon {:.4f} at delta {:g} "
+          "so far ({}){}",
+          round, spent->epsilon, spent->delta, privacy::AccountantName(spent->accountant), seeded);
     }
   }
 }

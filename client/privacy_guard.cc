@@ -20,8 +20,7 @@ bool Positive(double v) { return std::isfinite(v) && v > 0; }
 
 Status CheckDelta(const char* key, double delta) {
   if (!(delta > 0 && delta < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, " must lie in (0, 1), got ", delta));
+    return absl::InvalidArgumentError(absl::StrCat(key, " must lie in (0, 1), got ", delta));
   }
   return absl::OkStatus();
 }
@@ -78,13 +77,13 @@ StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
   if (policy.local) {
     const LocalDpPolicy& l = *policy.local;
     if (!(l.min_noise_multiplier >= 0 && std::isfinite(l.min_noise_multiplier))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "privacy.local.min_noise_multiplier must be finite and >= 0, got ",
-          l.min_noise_multiplier));
+      return absl::InvalidArgumentError(
+          absl::StrCat("privacy.local.min_noise_multiplier must be finite and >= 0, got ",
+                       l.min_noise_multiplier));
     }
     if (l.max_epsilon && !Positive(*l.max_epsilon)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "privacy.local.max_epsilon must be finite and > 0, got ", *l.max_epsilon));
+      return absl::InvalidArgumentError(
+          absl::StrCat("privacy.local.max_epsilon must be finite and > 0, got ", *l.max_epsilon));
     }
     HUDDLE_RETURN_IF_ERROR(CheckDelta("privacy.local.delta", l.delta));
     if (l.clip_norm && !Positive(*l.clip_norm)) {
@@ -99,13 +98,13 @@ StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
   if (policy.dp_sgd) {
     const DpSgdPolicy& s = *policy.dp_sgd;
     if (!(s.min_noise_multiplier >= 0 && std::isfinite(s.min_noise_multiplier))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "privacy.dp_sgd.min_noise_multiplier must be finite and >= 0, got ",
-          s.min_noise_multiplier));
+      return absl::InvalidArgumentError(
+          absl::StrCat("privacy.dp_sgd.min_noise_multiplier must be finite and >= 0, got ",
+                       s.min_noise_multiplier));
     }
     if (s.max_epsilon && !Positive(*s.max_epsilon)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "privacy.dp_sgd.max_epsilon must be finite and > 0, got ", *s.max_epsilon));
+      return absl::InvalidArgumentError(
+          absl::StrCat("privacy.dp_sgd.max_epsilon must be finite and > 0, got ", *s.max_epsilon));
     }
     HUDDLE_RETURN_IF_ERROR(CheckDelta("privacy.dp_sgd.delta", s.delta));
   }
@@ -230,10 +229,10 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
       HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would,
                               SpendOf(events, l.delta, privacy::AccountantKind::kRdp));
       if (!(would.epsilon <= *l.max_epsilon)) {
-        return absl::FailedPreconditionError(Refuse(absl::StrCat(
-            "this release would take the client's local-DP epsilon to ", would.epsilon,
-            " at delta ", l.delta, ", past its maximum ", *l.max_epsilon,
-            " (privacy.local.max_epsilon)")));
+        return absl::FailedPreconditionError(
+            Refuse(absl::StrCat("this release would take the client's local-DP epsilon to ",
+                                would.epsilon, " at delta ", l.delta, ", past its maximum ",
+                                *l.max_epsilon, " (privacy.local.max_epsilon)")));
       }
     }
   } else if (!local && policy_.local && policy_.local->require) {
@@ -244,9 +243,9 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
     const DpSgdPolicy& s = *policy_.dp_sgd;
     const wire::DpSgdConfig& c = *fit.train.dp_sgd;
     if (!(c.noise_multiplier >= s.min_noise_multiplier)) {
-      return absl::FailedPreconditionError(Refuse(absl::StrCat(
-          "DP-SGD noise multiplier ", c.noise_multiplier, " is below the minimum ",
-          s.min_noise_multiplier, " (privacy.dp_sgd.min_noise_multiplier)")));
+      return absl::FailedPreconditionError(Refuse(
+          absl::StrCat("DP-SGD noise multiplier ", c.noise_multiplier, " is below the minimum ",
+                       s.min_noise_multiplier, " (privacy.dp_sgd.min_noise_multiplier)")));
     }
     if (s.max_epsilon) {
       const int64_t n = std::max<int64_t>(1, request.local_examples);
@@ -257,10 +256,10 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
           {static_cast<double>(m) / static_cast<double>(n), c.noise_multiplier, steps});
       HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would, SpendOf(events, s.delta, s.accountant));
       if (!(would.epsilon <= *s.max_epsilon)) {
-        return absl::FailedPreconditionError(Refuse(absl::StrCat(
-            "this round's DP-SGD would take the epsilon of this client's examples to ",
-            would.epsilon, " at delta ", s.delta, ", past its maximum ", *s.max_epsilon,
-            " (privacy.dp_sgd.max_epsilon)")));
+        return absl::FailedPreconditionError(Refuse(
+            absl::StrCat("this round's DP-SGD would take the epsilon of this client's examples to ",
+                         would.epsilon, " at delta ", s.delta, ", past its maximum ",
+                         *s.max_epsilon, " (privacy.dp_sgd.max_epsilon)")));
       }
     }
   } else if (!dp_sgd && policy_.dp_sgd && policy_.dp_sgd->require) {

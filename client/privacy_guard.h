@@ -12,15 +12,16 @@
 //                    FailedPrecondition naming the rule and the numbers; the agent tells the
 //                    coordinator and trains nothing. Admit also names the release (a digest of the
 //                    job, round, model version, global model and every setting that shapes the
-//                    update, but not the seed, nonce or deadline) and, when that release was already
-//                    made, hands back the very tensors sent then: a coordinator that restarts and
-//                    asks again gets the same noised update, never a second noised version of it.
+//                    update, but not the seed, nonce or deadline) and, when that release was
+//                    already made, hands back the very tensors sent then: a coordinator that
+//                    restarts and asks again gets the same noised update, never a second noised
+//                    version of it.
 //   Record(...)      appends the release to the ledger (fsync'd: one entry per unit of privacy,
 //                    local DP under the policy's adjacency, DP-SGD as its (q, z, steps)) and then
-//                    keeps the released tensors (ledger_path + ".last_release", written atomically),
-//                    BEFORE the agent sends anything. A crash between the two leaves a ledger entry
-//                    without a cached copy; the next request re-noises and is accounted again (an
-//                    over-count, never an under-count).
+//                    keeps the released tensors (ledger_path + ".last_release", written
+//                    atomically), BEFORE the agent sends anything. A crash between the two leaves a
+//                    ledger entry without a cached copy; the next request re-noises and is
+//                    accounted again (an over-count, never an under-count).
 //
 // Without a ledger path the guard keeps its ledger and the last release in memory (simulations,
 // tests): the same checks, not durable. Without a policy section it admits whatever the
@@ -102,9 +103,8 @@ class PrivacyGuard {
   StatusOr<Admission> Admit(const RoundRequest& request) const;
   // Before `released` leaves the client: the ledger entries of this release (local DP with z and
   // C; DP-SGD with its event), then the kept copy. `noise` describes the noise source.
-  Status Record(const RoundRequest& request, const Admission& admission,
-                const TensorList& released, const std::optional<privacy::DpEvent>& dp_sgd,
-                const std::string& noise);
+  Status Record(const RoundRequest& request, const Admission& admission, const TensorList& released,
+                const std::optional<privacy::DpEvent>& dp_sgd, const std::string& noise);
 
   // This client's spend so far (every job it took part in) at the policy's delta (1e-5 when the
   // policy has no such section).

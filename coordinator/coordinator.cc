@@ -177,8 +177,8 @@ Status Coordinator::RunRound(uint64_t number) {
   // Clients' training seeds. Under secret sampling they are fresh random numbers: a value derived
   // from the job seed (an invertible mix) would let any client recover the seed and predict every
   // cohort.
-  round.client_seed = secret_sampling() ? sampler_->NextU64()
-                                        : DeriveSeed(options_.seed, kClientStream, number);
+  round.client_seed =
+      secret_sampling() ? sampler_->NextU64() : DeriveSeed(options_.seed, kClientStream, number);
 
   // 1-2.
   for (const std::string& id : SampleCohort()) {
@@ -452,9 +452,8 @@ void Coordinator::OnClientError(const std::string& id, const wire::Message& msg)
   }
   round_->metrics.declined++;
   constexpr size_t kMaxText = 300;
-  const std::string text = err.message.size() > kMaxText
-                               ? err.message.substr(0, kMaxText) + "..."
-                               : err.message;
+  const std::string text =
+      err.message.size() > kMaxText ? err.message.substr(0, kMaxText) + "..." : err.message;
   spdlog::warn("round {}: client {} declined ({}): {}", round_->number, id,
                wire::ErrorCodeName(err.code), text);
   FailMember(id, "declined the round");
@@ -742,9 +741,9 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
     j["privacy"] = std::move(p);
     // Timings and traffic reveal how many clients took part: for the operator only.
     j["operator"] = {{"note", privacy::kOperatorOnly},
-                          {"elapsed_s", elapsed_s},
-                          {"bytes_in", bytes_in},
-                          {"bytes_out", bytes_out}};
+                     {"elapsed_s", elapsed_s},
+                     {"bytes_in", bytes_in},
+                     {"bytes_out", bytes_out}};
   }
   if (!stop_reason.empty()) j["stopped_early"] = stop_reason;
   return j.dump(2) + "\n";

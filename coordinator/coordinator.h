@@ -172,7 +172,7 @@ class Coordinator {
   std::optional<privacy::PrivacyLedger> ledger_;
   std::optional<privacy::NoiseSource> noise_;
   std::optional<privacy::NoiseSource> sampler_;  // secret cohorts and client seeds (see above)
-  double clip_norm_ = 0;     // adaptive clipping: C of the next round
+  double clip_norm_ = 0;                         // adaptive clipping: C of the next round
   double count_stddev_ = 0;  // adaptive clipping: sigma_b (fixed at the first DP round)
 
   double elapsed_before_s_ = 0;  // from a resumed checkpoint

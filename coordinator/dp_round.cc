@@ -61,8 +61,7 @@ Status Coordinator::InitialisePrivacy(double checkpoint_clip_norm, uint64_t resu
       if (!covered[r]) {
         return absl::DataLossError(absl::StrCat(
             "--resume: the checkpoint has completed ", resumed_round, " DP rounds but ", path,
-            " records no release for round ", r,
-            " (it holds ", ledger.entries().size(),
+            " records no release for round ", r, " (it holds ", ledger.entries().size(),
             " entries): the privacy already spent cannot be established; restore the ledger, or "
             "start the job afresh in a new output directory"));
       }
@@ -297,7 +296,8 @@ Status Coordinator::WritePrivacyReport() const {
     r.mechanism = fmt::format(
         "DP-FedAvg with central noise: each update clipped to L2 norm C (checked by the "
         "coordinator), summed with weight 1 in exact fixed point, exact discrete Gaussian noise of "
-        "std >= z * (C + grid rounding) added to the sum, divided by the fixed expected cohort size "
+        "std >= z * (C + grid rounding) added to the sum, divided by the fixed expected cohort "
+        "size "
         "{:g}{}",
         p.expected_cohort_size.value_or(0),
         p.adaptive.enabled ? "; adaptive clipping (Andrew et al. 2021) spends part of each round's "

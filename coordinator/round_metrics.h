@@ -42,7 +42,7 @@ struct RoundMetrics {
   double elapsed_s = 0;  // since the job started (across resumes)
   // Under DP (privacy.mode central or local): the round's mechanism and the job's spend so far.
   struct Privacy {
-    std::string mode;    // "central" | "local"
+    std::string mode;        // "central" | "local"
     bool is_private = true;  // false (seeded noise): `epsilon` is nominal and reported as null
     double epsilon = 0;      // spent after this round, at `delta`
     double delta = 0;

@@ -76,8 +76,9 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
   }
   if (options.expected_cohort_size &&
       !(Positive(*options.expected_cohort_size) && *options.expected_cohort_size >= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "privacy.expected_cohort_size must be finite and >= 1, got ", *options.expected_cohort_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.expected_cohort_size must be finite and >= 1, got ",
+                     *options.expected_cohort_size));
   }
   if (options.mode == PrivacyMode::kCentral && !options.expected_cohort_size) {
     return absl::InvalidArgumentError(

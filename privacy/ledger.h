@@ -49,11 +49,11 @@ struct LedgerEntry {
   double clip_norm = 0;         // C (for the record; epsilon does not depend on it)
   std::string mode;             // "central" | "local" | "dp_sgd"
   int64_t steps = 1;
-  std::string noise;  // the noise source: "os-csprng" or "seeded (NOT PRIVATE)"
-  std::string unit = kUnitClient;       // whose privacy the event spends: kUnitClient / kUnitExample
-  std::string adjacency = kAddRemove;   // kAddRemove / kReplaceOne (then sampling_rate is 1)
-  std::string job;                      // optional: the job the release was made for
-  std::string release;                  // optional: an id of the released value (client ledgers)
+  std::string noise;                   // the noise source: "os-csprng" or "seeded (NOT PRIVATE)"
+  std::string unit = kUnitClient;      // whose privacy the event spends: kUnitClient / kUnitExample
+  std::string adjacency = kAddRemove;  // kAddRemove / kReplaceOne (then sampling_rate is 1)
+  std::string job;                     // optional: the job the release was made for
+  std::string release;                 // optional: an id of the released value (client ledgers)
 
   // The accountant's event: z as given under add/remove, z / 2 under replace-one.
   DpEvent event() const;

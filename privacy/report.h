@@ -40,7 +40,7 @@ struct ReportReleases {
   int64_t entries = 0;  // ledger entries (releases) in the run
   int64_t steps = 0;    // mechanism steps in the run (DP-SGD: gradient steps)
   double sampling_rate = 0;
-  double noise_multiplier = 0;  // as configured: noise std / C
+  double noise_multiplier = 0;            // as configured: noise std / C
   double accounted_noise_multiplier = 0;  // what the accountant uses (z / 2 under replace-one)
   double clip_norm = 0;
   std::string adjacency;
@@ -52,11 +52,11 @@ std::vector<ReportReleases> GroupReleases(std::span<const LedgerEntry> entries);
 
 struct PrivacyReport {
   std::string job;
-  std::string scope;      // "federated" | "client" | "datacenter"
-  std::string unit;       // kUnitClient | kUnitExample
-  std::string adjacency;  // kAddRemove | kReplaceOne
-  std::string mechanism;  // e.g. "DP-FedAvg with central noise"
-  std::string sampling;   // how records are sampled, and the secrecy amplification assumes
+  std::string scope;       // "federated" | "client" | "datacenter"
+  std::string unit;        // kUnitClient | kUnitExample
+  std::string adjacency;   // kAddRemove | kReplaceOne
+  std::string mechanism;   // e.g. "DP-FedAvg with central noise"
+  std::string sampling;    // how records are sampled, and the secrecy amplification assumes
   std::string accountant;  // "rdp" | "pld" | "analytic"
   double delta = 0;
   double nominal_epsilon = 0;  // the accountant's epsilon at delta over the releases
@@ -68,8 +68,8 @@ struct PrivacyReport {
   std::vector<std::string> not_private_because;
   std::optional<double> budget_epsilon;  // the configured total, if any
   std::vector<ReportReleases> releases;
-  std::string noise_source;  // "os-csprng", "seeded (NOT PRIVATE)", ...
-  std::string ledger;        // the ledger file (relative to the report)
+  std::string noise_source;              // "os-csprng", "seeded (NOT PRIVATE)", ...
+  std::string ledger;                    // the ledger file (relative to the report)
   std::vector<std::string> assumptions;  // what the epsilon relies on
   std::vector<std::string> not_covered;  // outputs and parties the guarantee does not cover
   std::string stopped_early;             // why the job stopped before its plan, if it did

@@ -20,7 +20,8 @@ StatusOr<wire::Message> ThroughCodec(const wire::Message& m, size_t* wire_bytes)
   *wire_bytes = header->size();
   for (const wire::TensorPayload& t : m.tensors) {
     // In chunks, as on the wire: a tensor above wire::kMaxChunkBytes in one frame is malformed.
-    for (std::span<const std::byte> chunk : wire::Chunks(t.bytes)) frames.push_back({t.owner, chunk});
+    for (std::span<const std::byte> chunk : wire::Chunks(t.bytes))
+      frames.push_back({t.owner, chunk});
     *wire_bytes += t.bytes.size();
   }
   return wire::Decode(frames);

@@ -186,9 +186,10 @@ TEST(JobConfigTest, TheDpDenominatorIsConfiguredNotEnrolment) {
                                  "privacy: {mode: central, epsilon: 8}\n"));
   ASSERT_TRUE(sim.ok()) << sim.status();
   EXPECT_DOUBLE_EQ(*sim->coordinator.privacy.expected_cohort_size, 100.0);
-  auto set = LoadJobConfig(Write("denom_set",
-                                 "cohort: {sampling: poisson, rate: 0.1}\n"
-                                 "privacy: {mode: central, epsilon: 8, expected_cohort_size: 42}\n"));
+  auto set =
+      LoadJobConfig(Write("denom_set",
+                          "cohort: {sampling: poisson, rate: 0.1}\n"
+                          "privacy: {mode: central, epsilon: 8, expected_cohort_size: 42}\n"));
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_DOUBLE_EQ(*set->coordinator.privacy.expected_cohort_size, 42.0);
   EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\n"
@@ -227,12 +228,12 @@ TEST(JobConfigTest, TheClientsPrivacyPolicyIsReadAndChecked) {
   ASSERT_FALSE(no_ledger.ok());
   EXPECT_NE(no_ledger.status().message().find("privacy.ledger"), absl::string_view::npos)
       << no_ledger.status();
-  auto typo = LoadClientConfig(
-      Write("cpriv3", "privacy: {ledger: l.jsonl, local: {min_noise: 1}}\n"));
+  auto typo =
+      LoadClientConfig(Write("cpriv3", "privacy: {ledger: l.jsonl, local: {min_noise: 1}}\n"));
   ASSERT_FALSE(typo.ok());
   EXPECT_NE(typo.status().message().find("min_noise"), absl::string_view::npos);
-  auto adjacency = LoadClientConfig(
-      Write("cpriv4", "privacy: {ledger: l.jsonl, local: {adjacency: swap}}\n"));
+  auto adjacency =
+      LoadClientConfig(Write("cpriv4", "privacy: {ledger: l.jsonl, local: {adjacency: swap}}\n"));
   ASSERT_FALSE(adjacency.ok());
   EXPECT_NE(adjacency.status().message().find("replace_one"), absl::string_view::npos);
   auto none = LoadClientConfig(Write("cpriv5", "device: cpu\n"));

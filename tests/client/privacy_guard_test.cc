@@ -24,8 +24,9 @@ class PrivacyGuardTest : public ::testing::Test {
     spec_.hidden = {4};
     spec_.num_classes = 3;
     global_ = models::InitMlp(spec_, 5);
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("guard_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ =
+        std::filesystem::path(::testing::TempDir()) /
+        ("guard_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
@@ -274,7 +275,8 @@ TEST_F(PrivacyGuardTest, BadPoliciesNameTheKey) {
   p.local->min_noise_multiplier = -1;
   auto st = PrivacyGuard::Open(p);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.status().message().find("privacy.local.min_noise_multiplier"), absl::string_view::npos);
+  EXPECT_NE(st.status().message().find("privacy.local.min_noise_multiplier"),
+            absl::string_view::npos);
   p = LocalPolicy();
   p.local->adjacency = "swap";
   EXPECT_FALSE(PrivacyGuard::Open(p).ok());

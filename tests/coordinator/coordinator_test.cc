@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 #include <thread>
@@ -544,8 +544,8 @@ class CohortAttack {
     return Unmix(h1);                             // Mix(job_seed)
   }
   // Poisson cohorts of `rounds` rounds over `ids` (sorted) as a seeded coordinator draws them.
-  static std::vector<std::vector<bool>> PredictCohorts(uint64_t job_seed, double rate,
-                                                       size_t ids, uint64_t rounds) {
+  static std::vector<std::vector<bool>> PredictCohorts(uint64_t job_seed, double rate, size_t ids,
+                                                       uint64_t rounds) {
     Rng rng(DeriveSeed(job_seed, 0x636f686f));  // the cohort stream
     std::vector<std::vector<bool>> cohorts(rounds, std::vector<bool>(ids));
     for (auto& round : cohorts) {
@@ -719,8 +719,8 @@ TEST_F(DpCoordinatorTest, MetricsSeparatePublicValuesFromOperatorDiagnostics) {
   RunJob(o, Clients(3), 1);
   const std::string pub = ReadFile(o.out_dir + "/metrics.jsonl").value();
   const std::string ops = ReadFile(o.out_dir + "/operator_metrics.jsonl").value();
-  for (const char* raw : {"clients_sampled", "results", "examples", "within_clip",
-                          "noise_seconds", "duration_s", "bytes_in", "clients_enrolled"}) {
+  for (const char* raw : {"clients_sampled", "results", "examples", "within_clip", "noise_seconds",
+                          "duration_s", "bytes_in", "clients_enrolled"}) {
     EXPECT_EQ(pub.find(raw), std::string::npos) << raw << " in metrics.jsonl: " << pub;
     EXPECT_NE(ops.find(raw), std::string::npos) << raw << " not in operator_metrics.jsonl";
   }

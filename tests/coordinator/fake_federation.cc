@@ -84,10 +84,10 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
       nonces_[peer] = std::get<wire::FitInstruction>(msg.body).nonce;
       if (c.behaviour == Behaviour::kSilent) return absl::OkStatus();
       if (c.behaviour == Behaviour::kDeclines) {
-        Queue(peer, wire::MakeError(wire::ErrorCode::kRejected,
-                                    "this client's privacy policy refuses the round: " +
-                                        std::string(4000, 'x'),
-                                    round));
+        Queue(peer, wire::MakeError(
+                        wire::ErrorCode::kRejected,
+                        "this client's privacy policy refuses the round: " + std::string(4000, 'x'),
+                        round));
         return absl::OkStatus();
       }
       if (c.behaviour == Behaviour::kUnsolicited) {

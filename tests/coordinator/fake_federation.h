@@ -39,7 +39,7 @@ enum class Behaviour {
   kReplay,       // from its second instruction on, uploads with the previous instruction's nonce
   kWrongNonce,   // asks for an upload slot with a nonce it was never sent
   kDeclines,     // its privacy policy refuses every round: answers each instruction with an Error
-  kCanary,       // a worst-case update for a privacy audit: 1.0 in the first coordinate, 0 elsewhere
+  kCanary,  // a worst-case update for a privacy audit: 1.0 in the first coordinate, 0 elsewhere
 };
 
 struct SyntheticClient {

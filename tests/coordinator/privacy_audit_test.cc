@@ -7,11 +7,10 @@
 // states for the run. The same attack against a release with 8x less noise than the accounting
 // assumes must break that bound: the audit has the power to notice an under-noised mechanism.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
-
-#include <unistd.h>
 
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
@@ -28,8 +27,8 @@ constexpr int kHonest = 4;
 
 // log of the binomial probability P(X = k), X ~ Bin(n, p).
 double LogBinomial(int n, int k, double p) {
-  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0) +
-         k * std::log(p) + (n - k) * std::log1p(-p);
+  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0) + k * std::log(p) +
+         (n - k) * std::log1p(-p);
 }
 // P(X <= k) and P(X >= k).
 double CdfAtMost(int n, int k, double p) {
@@ -113,8 +112,8 @@ class PrivacyAuditTest : public ::testing::Test {
     const TensorList init = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
     double honest = 0;
     for (int i = 0; i < kHonest; ++i) {
-      honest += testing::HonestDelta(models::MlpLayout(o.model), 1, "h" + std::to_string(i))[0]
-                    .data[0];
+      honest +=
+          testing::HonestDelta(models::MlpLayout(o.model), 1, "h" + std::to_string(i))[0].data[0];
     }
     const double mean_noise_std = z_noise * 1.0 / (kHonest + 1);
     const double released = coord.model()[0].data[0];
@@ -137,10 +136,10 @@ class PrivacyAuditTest : public ::testing::Test {
     constexpr double kAlpha = 1e-7;
     Audit best;
     for (double t : {0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0}) {
-      const int tp = static_cast<int>(std::count_if(with.begin(), with.end(),
-                                                    [&](double s) { return s > t; }));
-      const int fp = static_cast<int>(std::count_if(without.begin(), without.end(),
-                                                    [&](double s) { return s > t; }));
+      const int tp = static_cast<int>(
+          std::count_if(with.begin(), with.end(), [&](double s) { return s > t; }));
+      const int fp = static_cast<int>(
+          std::count_if(without.begin(), without.end(), [&](double s) { return s > t; }));
       const double tpr = LowerBound(n, tp, kAlpha);
       const double fpr = UpperBound(n, fp, kAlpha);
       const double eps = tpr > 1e-5 ? std::log((tpr - 1e-5) / fpr) : 0;
@@ -173,8 +172,8 @@ TEST_F(PrivacyAuditTest, TheCanaryAttackStaysWithinTheStatedEpsilonAndCatchesToo
   EXPECT_LE(honest.epsilon_lower_bound, stated);
   // The same stated epsilon, with 8x less noise actually added: the audit refutes the claim.
   const Audit broken = Run(2000, 2.0 / 8, nullptr);
-  std::cout << "with 8x less noise than stated: audit lower bound "
-            << broken.epsilon_lower_bound << "\n";
+  std::cout << "with 8x less noise than stated: audit lower bound " << broken.epsilon_lower_bound
+            << "\n";
   EXPECT_GT(broken.epsilon_lower_bound, stated);
 }
 

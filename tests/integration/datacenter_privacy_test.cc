@@ -335,7 +335,8 @@ TEST(DatacenterPrivacy, ZeroNoiseIsReportedAsNotPrivateEverywhere) {
   for (const auto& e : ReadLedger(out).entries) EXPECT_EQ(e["noise"], "none (NOT PRIVATE)");
   // The terminal: the plan, every epoch and the end say NOT PRIVATE, and no epsilon is a number.
   const std::string log = ReadAll(dir + "/run.log");
-  for (size_t at = log.find("epsilon "); at != std::string::npos; at = log.find("epsilon ", at + 1)) {
+  for (size_t at = log.find("epsilon "); at != std::string::npos;
+       at = log.find("epsilon ", at + 1)) {
     EXPECT_FALSE(std::isdigit(static_cast<unsigned char>(log[at + 8]))) << log;
   }
   int epochs = 0;

@@ -20,7 +20,7 @@ struct Example {
   // Textual edits that shorten the run: (text, replacement), every occurrence.
   std::vector<std::pair<std::string, std::string>> shorten;
   bool dp = false;
-  double budget_epsilon = 0;  // the example's total, checked against privacy.json
+  double budget_epsilon = 0;   // the example's total, checked against privacy.json
   bool client_dp_sgd = false;  // DP-SGD inside the clients: each keeps its own ledger
 };
 
@@ -47,7 +47,8 @@ TEST_P(ExamplesTest, RunsShortenedWithWorkAcceptedAndTheMetricMoving) {
   std::string yaml = ReadAll(std::string(HUDDLE_SOURCE_DIR) + "/examples/" + e.file);
   for (const auto& [text, replacement] : e.shorten) {
     size_t at = yaml.find(text);
-    ASSERT_NE(at, std::string::npos) << e.file << ": the shortening '" << text << "' matches nothing";
+    ASSERT_NE(at, std::string::npos)
+        << e.file << ": the shortening '" << text << "' matches nothing";
     for (; at != std::string::npos; at = yaml.find(text, at + replacement.size())) {
       yaml.replace(at, text.size(), replacement);
     }
@@ -108,9 +109,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Example{"fashion_mnist.yaml", false, {{"rounds: 20", "rounds: 2"}}},
         Example{"dirichlet.yaml", false, {{"rounds: 20", "rounds: 2"}}},
-        Example{"simulation.yaml",
-                false,
-                {{"rounds: 30", "rounds: 2"}, {"evaluation: {every: 5}", "evaluation: {every: 1}"}}},
+        Example{
+            "simulation.yaml",
+            false,
+            {{"rounds: 30", "rounds: 2"}, {"evaluation: {every: 5}", "evaluation: {every: 1}"}}},
         Example{"dp_central.yaml",
                 false,
                 {{"rounds: 60", "rounds: 3"}, {"evaluation: {every: 5}", "evaluation: {every: 1}"}},

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "privacy/ledger.h"
@@ -239,14 +239,14 @@ TEST_F(PrivacyTest, LocalDpClientsNeverReleaseARoundTwiceAcrossCoordinatorRestar
   for (int i = 0; i < 2; ++i) {
     const std::string id = "c" + std::to_string(i);
     WriteText(dir + "/" + id + ".yaml",
-              "privacy:\n  ledger: " + dir + "/" + id + "/ledger.jsonl\n"
-              "  local: {require: true, min_noise_multiplier: 1.0, max_epsilon: 30}\n");
+              "privacy:\n  ledger: " + dir + "/" + id +
+                  "/ledger.jsonl\n"
+                  "  local: {require: true, min_noise_multiplier: 1.0, max_epsilon: 30}\n");
     clients.push_back(std::make_unique<Process>(
-        std::vector<std::string>{HuddleBin(), "client", "--config", dir + "/" + id + ".yaml",
-                                 "--coordinator", endpoint, "--client-id", id, "--data",
-                                 kFashionMnist, "--partition", "iid", "--num-shards", "8",
-                                 "--shard", std::to_string(i), "--give-up-after", "60",
-                                 "--insecure"},
+        std::vector<std::string>{
+            HuddleBin(), "client", "--config", dir + "/" + id + ".yaml", "--coordinator", endpoint,
+            "--client-id", id, "--data", kFashionMnist, "--partition", "iid", "--num-shards", "8",
+            "--shard", std::to_string(i), "--give-up-after", "60", "--insecure"},
         dir + "/client-" + std::to_string(i) + ".log"));
   }
   // The first start waits for the clients; later ones are killed a few rounds after they resume.

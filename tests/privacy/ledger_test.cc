@@ -143,9 +143,10 @@ TEST_F(LedgerTest, ReplaceOneHalvesTheAccountedMultiplierAndNeedsQOne) {
   auto sampled = ParseLedgerLine(LedgerLine(local));
   ASSERT_FALSE(sampled.ok());
   EXPECT_NE(sampled.status().message().find("replace_one"), absl::string_view::npos);
-  for (const char* bad :
-       {R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":1,"noise_multiplier":1,"clip_norm":1,"mode":"local","steps":1,"noise":"x","unit":"person"})",
-        R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":1,"noise_multiplier":1,"clip_norm":1,"mode":"local","steps":1,"noise":"x","adjacency":"swap"})"}) {
+  for (
+      const char* bad :
+      {R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":1,"noise_multiplier":1,"clip_norm":1,"mode":"local","steps":1,"noise":"x","unit":"person"})",
+       R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":1,"noise_multiplier":1,"clip_norm":1,"mode":"local","steps":1,"noise":"x","adjacency":"swap"})"}) {
     EXPECT_FALSE(ParseLedgerLine(bad).ok()) << bad;
   }
 }
