@@ -103,7 +103,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     // mid-round): the same tensors, so that no second noised version of the update exists.
     spdlog::log(routine_level_, "round {}: sending again the update released for it before",
                 msg.round);
-    pending.delta = std::make_shared<const TensorList>(*std::move(admission->again));
+    pending.delta = std::move(admission->again);
   } else {
     spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
     const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
@@ -122,14 +122,14 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     pending.result.within_clip = !local && !update->clipped;
     std::optional<privacy::DpEvent> dp_event;
     if (update->dp_sgd) dp_event = update->dp_sgd->event();
+    pending.delta = std::make_shared<const TensorList>(std::move(update->delta));
     // Durable before the update can leave (a failure here is fatal: the spend could not be kept).
     HUDDLE_RETURN_IF_ERROR(
-        guard_.Record(request, *admission, update->delta, dp_event, noise().Describe()));
+        guard_.Record(request, *admission, pending.delta, dp_event, noise().Describe()));
     spdlog::log(routine_level_,
                 "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
                 msg.round, stats.examples, stats.loss, stats.accuracy, stats.seconds);
     LogSpend(msg.round, local, dp_sgd);
-    pending.delta = std::make_shared<const TensorList>(std::move(update->delta));
     ++rounds_trained_;
   }
   if (local || dp_sgd || guard_.reports_nothing()) {

@@ -18,9 +18,22 @@ constexpr double kDefaultDelta = 1e-5;
 
 bool Positive(double v) { return std::isfinite(v) && v > 0; }
 
-Status CheckDelta(const char* key, double delta) {
+// The keys both parts of a policy have, under privacy.<part>.
+Status CheckLimits(const char* part, double min_noise_multiplier,
+                   const std::optional<double>& max_epsilon, double delta) {
+  if (!(min_noise_multiplier >= 0 && std::isfinite(min_noise_multiplier))) {
+    return absl::InvalidArgumentError(absl::StrCat("privacy.", part,
+                                                   ".min_noise_multiplier must be finite and >= 0, "
+                                                   "got ",
+                                                   min_noise_multiplier));
+  }
+  if (max_epsilon && !Positive(*max_epsilon)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.", part, ".max_epsilon must be finite and > 0, got ", *max_epsilon));
+  }
   if (!(delta > 0 && delta < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(key, " must lie in (0, 1), got ", delta));
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.", part, ".delta must lie in (0, 1), got ", delta));
   }
   return absl::OkStatus();
 }
@@ -34,7 +47,8 @@ StatusOr<PrivacyGuard::Kept> ReadKeptFile(const std::string& path) {
   if (length == 0 || length > 128) return absl::DataLossError("bad release id");
   PrivacyGuard::Kept kept;
   HUDDLE_ASSIGN_OR_RETURN(kept.release, r.Bytes(static_cast<size_t>(length)));
-  HUDDLE_ASSIGN_OR_RETURN(kept.tensors, r.TensorListValue());
+  HUDDLE_ASSIGN_OR_RETURN(TensorList tensors, r.TensorListValue());
+  kept.tensors = std::make_shared<const TensorList>(std::move(tensors));
   if (r.remaining() != 0) return absl::DataLossError("trailing bytes");
   return kept;
 }
@@ -76,16 +90,7 @@ std::string ReleaseId(const RoundRequest& r) {
 StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
   if (policy.local) {
     const LocalDpPolicy& l = *policy.local;
-    if (!(l.min_noise_multiplier >= 0 && std::isfinite(l.min_noise_multiplier))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("privacy.local.min_noise_multiplier must be finite and >= 0, got ",
-                       l.min_noise_multiplier));
-    }
-    if (l.max_epsilon && !Positive(*l.max_epsilon)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("privacy.local.max_epsilon must be finite and > 0, got ", *l.max_epsilon));
-    }
-    HUDDLE_RETURN_IF_ERROR(CheckDelta("privacy.local.delta", l.delta));
+    HUDDLE_RETURN_IF_ERROR(CheckLimits("local", l.min_noise_multiplier, l.max_epsilon, l.delta));
     if (l.clip_norm && !Positive(*l.clip_norm)) {
       return absl::InvalidArgumentError(
           absl::StrCat("privacy.local.clip_norm must be finite and > 0, got ", *l.clip_norm));
@@ -97,16 +102,7 @@ StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
   }
   if (policy.dp_sgd) {
     const DpSgdPolicy& s = *policy.dp_sgd;
-    if (!(s.min_noise_multiplier >= 0 && std::isfinite(s.min_noise_multiplier))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("privacy.dp_sgd.min_noise_multiplier must be finite and >= 0, got ",
-                       s.min_noise_multiplier));
-    }
-    if (s.max_epsilon && !Positive(*s.max_epsilon)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("privacy.dp_sgd.max_epsilon must be finite and > 0, got ", *s.max_epsilon));
-    }
-    HUDDLE_RETURN_IF_ERROR(CheckDelta("privacy.dp_sgd.delta", s.delta));
+    HUDDLE_RETURN_IF_ERROR(CheckLimits("dp_sgd", s.min_noise_multiplier, s.max_epsilon, s.delta));
   }
   std::optional<privacy::PrivacyLedger> ledger;
   if (!policy.ledger_path.empty()) {
@@ -150,42 +146,16 @@ Status PrivacyGuard::Append(const privacy::LedgerEntry& entry) {
   return absl::OkStatus();
 }
 
-namespace {
-
-std::vector<privacy::DpEvent> EventsOf(const std::vector<privacy::LedgerEntry>& entries,
-                                       const char* unit) {
-  std::vector<privacy::DpEvent> events;
-  for (const privacy::LedgerEntry& e : entries) {
-    if (e.unit == unit) events.push_back(e.event());
-  }
-  return events;
-}
-
-StatusOr<privacy::Spend> SpendOf(std::vector<privacy::DpEvent> events, double delta,
-                                 privacy::AccountantKind kind) {
-  bool unsampled = true;
-  for (const privacy::DpEvent& e : events) unsampled = unsampled && e.sampling_rate == 1;
-  if (unsampled) kind = privacy::AccountantKind::kAnalytic;  // exact where it applies
-  if (events.empty()) {
-    privacy::Spend none;
-    none.delta = delta;
-    none.accountant = kind;
-    return none;
-  }
-  return privacy::ComputeEpsilon(events, delta, kind);
-}
-
-}  // namespace
-
 StatusOr<privacy::Spend> PrivacyGuard::LocalSpent() const {
   const double delta = policy_.local ? policy_.local->delta : kDefaultDelta;
-  return SpendOf(EventsOf(entries(), privacy::kUnitClient), delta, privacy::AccountantKind::kRdp);
+  return privacy::ComputeSpend(privacy::EventsOf(entries(), privacy::kUnitClient), delta,
+                               privacy::AccountantKind::kRdp);
 }
 
 StatusOr<privacy::Spend> PrivacyGuard::DpSgdSpent() const {
   const double delta = policy_.dp_sgd ? policy_.dp_sgd->delta : kDefaultDelta;
   const auto kind = policy_.dp_sgd ? policy_.dp_sgd->accountant : privacy::AccountantKind::kRdp;
-  return SpendOf(EventsOf(entries(), privacy::kUnitExample), delta, kind);
+  return privacy::ComputeSpend(privacy::EventsOf(entries(), privacy::kUnitExample), delta, kind);
 }
 
 StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
@@ -221,13 +191,14 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
     }
     if (l.clip_norm) a.clip_norm = std::min(a.clip_norm, *l.clip_norm);
     if (l.max_epsilon) {
-      std::vector<privacy::DpEvent> events = EventsOf(entries(), privacy::kUnitClient);
+      std::vector<privacy::DpEvent> events = privacy::EventsOf(entries(), privacy::kUnitClient);
       privacy::LedgerEntry next;
       next.noise_multiplier = z;
       next.adjacency = l.adjacency;
       events.push_back(next.event());
-      HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would,
-                              SpendOf(events, l.delta, privacy::AccountantKind::kRdp));
+      HUDDLE_ASSIGN_OR_RETURN(
+          privacy::Spend would,
+          privacy::ComputeSpend(events, l.delta, privacy::AccountantKind::kRdp));
       if (!(would.epsilon <= *l.max_epsilon)) {
         return absl::FailedPreconditionError(
             Refuse(absl::StrCat("this release would take the client's local-DP epsilon to ",
@@ -251,10 +222,11 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
       const int64_t n = std::max<int64_t>(1, request.local_examples);
       const int64_t m = std::min(c.expected_batch_size, n);
       HUDDLE_ASSIGN_OR_RETURN(const int64_t steps, models::DpSgdSteps(fit.train.epochs, n, m));
-      std::vector<privacy::DpEvent> events = EventsOf(entries(), privacy::kUnitExample);
+      std::vector<privacy::DpEvent> events = privacy::EventsOf(entries(), privacy::kUnitExample);
       events.push_back(
           {static_cast<double>(m) / static_cast<double>(n), c.noise_multiplier, steps});
-      HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would, SpendOf(events, s.delta, s.accountant));
+      HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would,
+                              privacy::ComputeSpend(events, s.delta, s.accountant));
       if (!(would.epsilon <= *s.max_epsilon)) {
         return absl::FailedPreconditionError(Refuse(
             absl::StrCat("this round's DP-SGD would take the epsilon of this client's examples to ",
@@ -270,7 +242,7 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
 }
 
 Status PrivacyGuard::Record(const RoundRequest& request, const Admission& admission,
-                            const TensorList& released,
+                            std::shared_ptr<const TensorList> released,
                             const std::optional<privacy::DpEvent>& dp_sgd,
                             const std::string& noise) {
   if (!admission.dp_release || admission.again) return absl::OkStatus();
@@ -301,12 +273,12 @@ Status PrivacyGuard::Record(const RoundRequest& request, const Admission& admiss
     e.adjacency = privacy::kAddRemove;
     HUDDLE_RETURN_IF_ERROR(Append(e));
   }
-  kept_ = Kept{admission.release, released};
+  kept_ = Kept{admission.release, std::move(released)};
   if (!ledger_) return absl::OkStatus();
   std::string bytes(kCacheMagic, 8);
   AppendU64(admission.release.size(), &bytes);
   bytes += admission.release;
-  AppendTensorList(released, &bytes);
+  AppendTensorList(*kept_->tensors, &bytes);
   return WriteFileAtomic(CachePath(), bytes);
 }
 

@@ -83,10 +83,10 @@ struct RoundRequest {
 };
 
 struct Admission {
-  std::string release;              // the release's identity (hex digest)
-  bool dp_release = false;          // the update is a DP release (local noise and/or DP-SGD)
-  double clip_norm = 0;             // local DP: the C to clip to (the instruction's, or less)
-  std::optional<TensorList> again;  // the release was made before: send exactly this
+  std::string release;      // the release's identity (hex digest)
+  bool dp_release = false;  // the update is a DP release (local noise and/or DP-SGD)
+  double clip_norm = 0;     // local DP: the C to clip to (the instruction's, or less)
+  std::shared_ptr<const TensorList> again;  // the release was made before: send exactly this
 };
 
 class PrivacyGuard {
@@ -102,8 +102,10 @@ class PrivacyGuard {
 
   StatusOr<Admission> Admit(const RoundRequest& request) const;
   // Before `released` leaves the client: the ledger entries of this release (local DP with z and
-  // C; DP-SGD with its event), then the kept copy. `noise` describes the noise source.
-  Status Record(const RoundRequest& request, const Admission& admission, const TensorList& released,
+  // C; DP-SGD with its event), then the kept copy (shared, not copied: the tensors must not change
+  // afterwards). `noise` describes the noise source.
+  Status Record(const RoundRequest& request, const Admission& admission,
+                std::shared_ptr<const TensorList> released,
                 const std::optional<privacy::DpEvent>& dp_sgd, const std::string& noise);
 
   // This client's spend so far (every job it took part in) at the policy's delta (1e-5 when the
@@ -113,7 +115,7 @@ class PrivacyGuard {
   const ClientPrivacyPolicy& policy() const { return policy_; }
   struct Kept {
     std::string release;
-    TensorList tensors;
+    std::shared_ptr<const TensorList> tensors;
   };
   // True when the policy protects something: the agent then reports no example counts, losses or
   // timings (under local DP and DP-SGD it never does).

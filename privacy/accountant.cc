@@ -138,6 +138,18 @@ StatusOr<AccountantKind> ParseAccountant(const std::string& name) {
       absl::StrCat("unknown accountant '", name, "' (choices: rdp, pld, analytic)"));
 }
 
+StatusOr<Spend> ComputeSpend(std::span<const DpEvent> events, double delta, AccountantKind kind) {
+  bool unsampled = true;
+  for (const DpEvent& e : events) unsampled = unsampled && e.sampling_rate == 1;
+  if (unsampled) kind = AccountantKind::kAnalytic;
+  if (!events.empty()) return ComputeEpsilon(events, delta, kind);
+  HUDDLE_RETURN_IF_ERROR(CheckDelta(delta));
+  Spend none;
+  none.delta = delta;
+  none.accountant = kind;
+  return none;
+}
+
 StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, AccountantKind kind,
                                const PldOptions& pld, const std::atomic<bool>* stop) {
   HUDDLE_RETURN_IF_ERROR(CheckDelta(delta));

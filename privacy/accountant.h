@@ -123,6 +123,11 @@ struct PldOptions {
 StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, AccountantKind kind,
                                const PldOptions& pld = {}, const std::atomic<bool>* stop = nullptr);
 
+// ComputeEpsilon with `kind`, except where every event is unsampled (q = 1, e.g. local DP): then
+// with kAnalytic, which is exact there and tighter than kRdp or kPld. No events spend nothing:
+// epsilon 0 at `delta` (after the same check of delta). The rule every ledger's spend follows.
+StatusOr<Spend> ComputeSpend(std::span<const DpEvent> events, double delta, AccountantKind kind);
+
 // The noise multipliers CalibrateNoiseMultiplier searches.
 inline constexpr double kMinCalibratedNoise = 1e-9;
 inline constexpr double kMaxCalibratedNoise = 1e12;

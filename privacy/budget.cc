@@ -166,16 +166,7 @@ RoundPrivacy PrivacyPlan::ForRound(uint64_t round) const {
 }
 
 StatusOr<Spend> PrivacyPlan::Spent(const std::vector<DpEvent>& events) const {
-  bool all_unsampled = true;
-  for (const DpEvent& e : events) all_unsampled = all_unsampled && e.sampling_rate == 1;
-  const AccountantKind kind = all_unsampled ? AccountantKind::kAnalytic : options_.accountant;
-  if (events.empty()) {
-    Spend none;
-    none.delta = options_.delta;
-    none.accountant = kind;
-    return none;
-  }
-  return ComputeEpsilon(events, options_.delta, kind);
+  return ComputeSpend(events, options_.delta, options_.accountant);
 }
 
 StatusOr<std::pair<Spend, bool>> PrivacyPlan::WouldSpend(std::vector<DpEvent> events,

@@ -187,8 +187,12 @@ DpEvent LedgerEntry::event() const {
 }
 
 std::vector<DpEvent> PrivacyLedger::Events(std::string_view unit) const {
+  return EventsOf(entries_, unit);
+}
+
+std::vector<DpEvent> EventsOf(std::span<const LedgerEntry> entries, std::string_view unit) {
   std::vector<DpEvent> events;
-  for (const LedgerEntry& e : entries_) {
+  for (const LedgerEntry& e : entries) {
     if (!unit.empty() && e.unit != unit) continue;
     const DpEvent event = e.event();
     if (!events.empty() && events.back().sampling_rate == event.sampling_rate &&

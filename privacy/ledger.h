@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,10 @@ struct LedgerEntry {
 };
 
 inline constexpr char kLedgerFile[] = "privacy_ledger.jsonl";
+
+// Entries as accountant events, identical consecutive (q, z) merged into one event (composition
+// is the same); with a `unit`, only that unit's entries.
+std::vector<DpEvent> EventsOf(std::span<const LedgerEntry> entries, std::string_view unit = {});
 
 class PrivacyLedger {
  public:
