@@ -46,9 +46,16 @@ class ServerTransport {
   // Whether every Inbound carries the auth_id its key was enrolled as.
   virtual bool authenticates() const { return false; }
   // Since start: connections refused at the handshake (unknown or revoked key) and messages dropped
-  // by the per-peer rate limit.
+  // by the rate limit (per authenticated identity, else per peer).
   virtual uint64_t auth_rejections() const { return 0; }
   virtual uint64_t rate_limited() const { return 0; }
+  // Since start: live connections the transport cut (a peer holding more undelivered bytes than
+  // its bound, or a key revoked while connected).
+  virtual uint64_t connections_cut() const { return 0; }
+  // Lets `peer` send messages of up to `bytes` bytes in all (an upload grant: a FitResult
+  // carrying a model); 0 withdraws it. Without one, a connection may hold only the transport's
+  // small fixed window of undelivered bytes before it is cut (ZmqOptions).
+  virtual void SetUploadAllowance(const PeerId& /*peer*/, size_t /*bytes*/) {}
 };
 
 // A client's side. Not thread-safe: one thread owns it.

@@ -4,17 +4,16 @@
 
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <vector>
 #include <zmq.hpp>
 
 #include "common/clock.h"
+#include "common/logging.h"
 
 namespace huddle::transport {
 namespace {
 
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
-constexpr int64_t kLogEveryMs = 60'000;  // per refused key, so a retrying client cannot flood logs
 
 int64_t NowMs() { return SteadyClock::Get()->NowMs(); }
 
@@ -107,9 +106,14 @@ void ZapHandler::MaybeReload(int64_t now_ms) {
 }
 
 void ZapHandler::Serve(zmq::socket_t& socket) {
-  std::map<std::string, int64_t> last_logged;  // fingerprint -> time
+  // Refusals are counted exactly (rejections_); the log gets one line per kind per period.
+  LogSummary not_enrolled("refused handshakes (key not enrolled)", options_.log_period_ms);
+  LogSummary plaintext("refused handshakes (no encryption)", options_.log_period_ms);
   while (!stopping_.load()) {
-    MaybeReload(NowMs());
+    const int64_t now = NowMs();
+    MaybeReload(now);
+    not_enrolled.Flush(now);
+    plaintext.Flush(now);
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     try {
       zmq::poll(&item, 1, std::chrono::milliseconds(200));
@@ -133,8 +137,11 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
         if (mechanism != "CURVE" || frames[6].size() != 32) {
           reply = {"400", "only CURVE with a 32-byte key is accepted", ""};
           rejections_++;
-          spdlog::warn("refused a {} handshake from {}: encryption is required", mechanism,
-                       address);
+          plaintext.Add(NowMs(), address, [&] {
+            return fmt::format(
+                "refused a {} handshake from {}: encryption is required ({} refusals so far)",
+                mechanism, address, rejections_.load());
+          });
         } else {
           CurveKey key;
           std::memcpy(key.data(), frames[6].data(), 32);
@@ -149,16 +156,12 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
             reply = {"400", "client key is not enrolled", ""};
             rejections_++;
             const std::string fp = Fingerprint(key);
-            const int64_t now = NowMs();
-            if (last_logged.size() > 4096) last_logged.clear();
-            auto [it, fresh] = last_logged.emplace(fp, now);
-            if (fresh || now - it->second >= kLogEveryMs) {
-              it->second = now;
-              spdlog::warn(
+            not_enrolled.Add(NowMs(), fp, [&] {
+              return fmt::format(
                   "refused a handshake from {}: key {} is not enrolled (not in the allow-list, or "
                   "revoked); {} refusals so far",
                   address, fp, rejections_.load());
-            }
+            });
           }
         }
       } else {

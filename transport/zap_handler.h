@@ -4,8 +4,10 @@
 // libzmq admits *any* CURVE client key unless a ZAP handler answers at inproc://zeromq.zap.01 in
 // the socket's context, so the coordinator starts this handler before it binds. Each request is
 // answered from the current AllowList: 200 with the enrolled client id as the ZAP User-Id (which
-// ZeroMQ then attaches to every message of that connection, see zmq_transport.cc), or 400. A
-// refusal is logged with the key's fingerprint and the peer's address and counted.
+// ZeroMQ then attaches to every message of that connection, see zmq_transport.cc), or 400. Every
+// refusal is counted; the first after a quiet period is logged with the key's fingerprint and the
+// peer's address, the rest as one summary line per log_period_ms (a flood of fresh keys costs
+// O(1) log lines).
 //
 // The allow-list is reloaded, without a restart, when its files change (checked every
 // reload_interval_ms) or when *reload_requests changes (the CLI bumps it on SIGHUP). A reload that
@@ -35,6 +37,7 @@ struct ZapOptions {
   std::string allow_list_path;
   int64_t reload_interval_ms = 2000;
   const std::atomic<uint64_t>* reload_requests = nullptr;  // a change triggers a reload
+  int64_t log_period_ms = 10'000;  // refused handshakes: at most one log line per period
 };
 
 class ZapHandler {

@@ -5,10 +5,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <unordered_map>
+#include <vector>
 #include <zmq.hpp>
 
 #include "common/clock.h"
+#include "common/logging.h"
+#include "transport/connection_guard.h"
 
 namespace huddle::transport {
 namespace {
@@ -101,10 +105,13 @@ struct RawMessage {
   std::vector<wire::Frame> frames;
   std::optional<std::string> user_id;  // ZAP User-Id of the connection, when authenticated
   size_t bytes = 0;
+  uint64_t wire_bytes = 0;  // what its frames took on the wire (WireBytes), the prefix excluded
+  int source_fd = -1;       // the connection's socket (ZMQ_SRCFD), -1 if unknown
   bool too_many = false;
 };
 
-RawMessage RecvRaw(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimits& limits) {
+RawMessage RecvRaw(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimits& limits,
+                   bool curve = false) {
   RawMessage out;
   bool first = true;
   while (true) {
@@ -116,6 +123,8 @@ RawMessage RecvRaw(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimi
     if (first && has_prefix) {
       out.prefix.assign(static_cast<const char*>(msg->data()), msg->size());
     } else {
+      out.wire_bytes += WireBytes(msg->size(), curve);
+      if (out.source_fd < 0) out.source_fd = msg->get(ZMQ_SRCFD);
       if (!out.user_id) {
         // Set by the ZAP handler at the handshake; ZeroMQ attaches it to every message.
         if (const char* uid = zmq_msg_gets(msg->handle(), "User-Id"); uid != nullptr) {
@@ -144,40 +153,33 @@ StatusOr<wire::Message> DecodeRaw(const RawMessage& raw, const wire::CodecLimits
   return wire::Decode(raw.frames, limits);
 }
 
-// Token bucket per peer. Entries idle for a minute are pruned, so the table stays small.
-class PeerRateLimiter {
+// Token bucket per source: an authenticated identity (every connection of one key shares it) or,
+// without authentication, a connection's routing id. Entries idle for a minute are pruned, so the
+// table stays small.
+class RateLimiter {
  public:
-  PeerRateLimiter(double rate, double burst) : rate_(rate), burst_(std::max(1.0, burst)) {}
+  RateLimiter(double rate, double burst) : rate_(rate), burst_(std::max(1.0, burst)) {}
 
-  // Whether a message from `peer` at `now_ms` is admitted. *warn is set when a drop should be
-  // logged (at most every 10 s per peer).
-  bool Admit(const std::string& peer, int64_t now_ms, bool* warn) {
-    *warn = false;
+  // Whether a message from `source` at `now_ms` is admitted.
+  bool Admit(const std::string& source, int64_t now_ms) {
     if (rate_ <= 0) return true;
     if (now_ms - last_prune_ms_ > 60'000) {
       std::erase_if(buckets_, [&](const auto& kv) { return now_ms - kv.second.last_ms > 60'000; });
       last_prune_ms_ = now_ms;
     }
-    auto [it, fresh] = buckets_.try_emplace(peer, Bucket{burst_, now_ms, 0});
+    auto [it, fresh] = buckets_.try_emplace(source, Bucket{burst_, now_ms});
     Bucket& b = it->second;
     b.tokens = std::min(burst_, b.tokens + (now_ms - b.last_ms) * rate_ / 1000.0);
     b.last_ms = now_ms;
-    if (b.tokens >= 1.0) {
-      b.tokens -= 1.0;
-      return true;
-    }
-    if (now_ms - b.last_warn_ms >= 10'000) {
-      b.last_warn_ms = now_ms;
-      *warn = true;
-    }
-    return false;
+    if (b.tokens < 1.0) return false;
+    b.tokens -= 1.0;
+    return true;
   }
 
  private:
   struct Bucket {
     double tokens;
     int64_t last_ms;
-    int64_t last_warn_ms;
   };
   double rate_;
   double burst_;
@@ -191,18 +193,28 @@ void SetCommonOptions(zmq::socket_t& s, const ZmqOptions& o) {
   s.set(zmq::sockopt::rcvhwm, o.recv_hwm);
 }
 
+Status RevokedError(const std::string& auth_id) {
+  return absl::PermissionDeniedError(
+      absl::StrCat("the key of client '", auth_id, "' was removed from the allow-list (revoked)"));
+}
+
 class ZmqServer final : public ServerTransport {
  public:
   explicit ZmqServer(const ZmqOptions& options)
       : options_(options),
         context_(options.io_threads),
-        limiter_(options.max_messages_per_s, options.burst_messages) {}
+        limiter_(options.max_messages_per_s, options.burst_messages),
+        guard_(options_),
+        handshake_log_("failed handshakes", options.log_period_ms),
+        rate_log_("messages dropped by the rate limit", options.log_period_ms) {}
 
   Status Bind(const std::string& endpoint) {
     if (options_.curve_server) {
       // The ZAP handler must answer before the first handshake: without one, libzmq admits any
       // client key.
-      HUDDLE_ASSIGN_OR_RETURN(zap_, ZapHandler::Start(context_, options_.curve_server->zap));
+      ZapOptions zap = options_.curve_server->zap;
+      zap.log_period_ms = options_.log_period_ms;
+      HUDDLE_ASSIGN_OR_RETURN(zap_, ZapHandler::Start(context_, std::move(zap)));
     }
     try {
       socket_ = zmq::socket_t(context_, zmq::socket_type::router);
@@ -216,8 +228,12 @@ class ZmqServer final : public ServerTransport {
         socket_.set(zmq::sockopt::zap_domain, "huddle");
       }
       // Handshakes that fail before ZAP is asked (a client pinning another coordinator key, a
-      // plaintext client) are only visible to the socket monitor.
-      monitor_ = StartMonitor(context_, socket_, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, "server");
+      // plaintext client) are only visible to the socket monitor, and so are the fds of the
+      // connections (ConnectionGuard).
+      monitor_ = StartMonitor(context_, socket_,
+                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_ACCEPTED |
+                                  ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED,
+                              "server");
     } catch (const zmq::error_t& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("coordinator socket options for '", endpoint, "': ", e.what()));
@@ -247,16 +263,28 @@ class ZmqServer final : public ServerTransport {
                                {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     try {
       while (true) {
-        const int64_t wait = std::max<int64_t>(0, deadline - SteadyNowMs());
+        MaybeCheckConnections();
+        if (!revoked_.empty()) {
+          Inbound in = std::move(revoked_.front());
+          revoked_.pop_front();
+          return std::optional<Inbound>(std::move(in));
+        }
+        const int64_t now = SteadyNowMs();
+        const int64_t wait = std::max<int64_t>(0, std::min(deadline, next_check_ms_) - now);
         zmq::poll(items, 2, std::chrono::milliseconds(wait));
         if (items[1].revents & ZMQ_POLLIN) DrainMonitor();
         if (!(items[0].revents & ZMQ_POLLIN)) {
           if (SteadyNowMs() >= deadline) return std::optional<Inbound>();
           continue;
         }
-        RawMessage raw = RecvRaw(socket_, /*has_prefix=*/true, options_.codec);
+        RawMessage raw = RecvRaw(socket_, /*has_prefix=*/true, options_.codec,
+                                 options_.curve_server.has_value());
         bytes_in_ += raw.bytes;
-        std::optional<Inbound> in = Admit(std::move(raw));
+        std::optional<Inbound> in;
+        if (guard_.OnDelivered(SteadyNowMs(),
+                               {raw.source_fd, raw.prefix, raw.user_id, raw.wire_bytes})) {
+          in = Admit(std::move(raw));
+        }
         if (in) return in;
         if (SteadyNowMs() >= deadline) return std::optional<Inbound>();
       }
@@ -272,50 +300,90 @@ class ZmqServer final : public ServerTransport {
   uint64_t auth_rejections() const override {
     return (zap_ ? zap_->rejections() : 0) + unauthenticated_ + failed_handshakes_;
   }
+  uint64_t rate_limited() const override { return rate_limited_; }
+  uint64_t connections_cut() const override { return guard_.cut(); }
+  void SetUploadAllowance(const PeerId& peer, size_t bytes) override {
+    guard_.SetAllowance(peer, bytes);
+  }
 
   ~ZmqServer() override {
     if (socket_.handle() != nullptr) zmq_socket_monitor(socket_.handle(), nullptr, 0);
   }
-  uint64_t rate_limited() const override { return rate_limited_; }
 
  private:
+  // Every connection_check_ms: the monitor first (ends and fd reuse), then every connection.
+  void MaybeCheckConnections() {
+    const int64_t now = SteadyNowMs();
+    if (now < next_check_ms_) return;
+    next_check_ms_ = now + std::max<int64_t>(1, options_.connection_check_ms);
+    DrainMonitor();
+    std::vector<ConnectionGuard::Connection> revoked;
+    guard_.Check(
+        now, [&](const std::string& id) { return !zap_ || zap_->IsEnrolled(id); }, &revoked);
+    // The coordinator learns of the revocation as it would from the connection's next message.
+    for (const ConnectionGuard::Connection& c : revoked) {
+      if (c.routing_id.empty()) continue;
+      Inbound in;
+      in.peer = c.routing_id;
+      in.auth_id = c.auth_id;
+      in.message = RevokedError(c.auth_id);
+      revoked_.push_back(std::move(in));
+    }
+    handshake_log_.Flush(now);
+    rate_log_.Flush(now);
+  }
+
   void DrainMonitor() {
     while (std::optional<MonitorEvent> event = NextMonitorEvent(monitor_)) {
-      if (event->id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;
+      const int fd = static_cast<int>(event->value);
+      switch (event->id) {
+        case ZMQ_EVENT_ACCEPTED:
+          guard_.OnAccepted(fd);
+          continue;
+        case ZMQ_EVENT_DISCONNECTED:
+        case ZMQ_EVENT_CLOSED:
+          guard_.OnClosed(fd);
+          continue;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+          break;
+        default:
+          continue;
+      }
       const uint32_t value = event->value;
       failed_handshakes_++;
-      const int64_t now = SteadyNowMs();
-      if (now - last_handshake_warning_ms_ < 10'000) continue;
-      last_handshake_warning_ms_ = now;
-      const char* why =
-          value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
-              ? "the peer does not use the same security mechanism (a --insecure client, or a "
-                "plaintext coordinator expected)"
-          : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
-              ? "its hello did not decrypt (a client pinning another coordinator's key)"
-              : "protocol error";
-      spdlog::warn("refused a handshake: {} ({} failed handshakes so far)", why,
-                   failed_handshakes_);
+      handshake_log_.Add(SteadyNowMs(), std::to_string(value), [&] {
+        const char* why =
+            value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                ? "the peer does not use the same security mechanism (a --insecure client, or a "
+                  "plaintext coordinator expected)"
+            : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+                ? "its hello did not decrypt (a client pinning another coordinator's key)"
+                : "protocol error";
+        return absl::StrCat("refused a handshake: ", why, " (", failed_handshakes_,
+                            " failed handshakes so far)");
+      });
     }
   }
 
   // Rate limit, authentication, then decode. nullopt: dropped (counted, logged sparingly).
   std::optional<Inbound> Admit(RawMessage raw) {
-    bool warn = false;
-    if (!limiter_.Admit(raw.prefix, SteadyNowMs(), &warn)) {
+    const bool identified = zap_ && raw.user_id && !raw.user_id->empty();
+    const std::string& source = identified ? *raw.user_id : raw.prefix;
+    if (!limiter_.Admit(source, SteadyNowMs())) {
       rate_limited_++;
-      if (warn) {
-        spdlog::warn("peer {}{}: over {} messages/s; dropping its messages ({} dropped so far)",
-                     PeerName(raw.prefix), raw.user_id ? " ('" + *raw.user_id + "')" : "",
-                     options_.max_messages_per_s, rate_limited_);
-      }
+      rate_log_.Add(SteadyNowMs(), source, [&] {
+        return absl::StrCat("peer ", PeerName(raw.prefix),
+                            identified ? " ('" + *raw.user_id + "')" : "", ": over ",
+                            options_.max_messages_per_s, " messages/s; dropping its messages (",
+                            rate_limited_, " dropped so far)");
+      });
       return std::nullopt;
     }
     Inbound in;
     in.peer = std::move(raw.prefix);
     in.wire_bytes = raw.bytes;
     if (zap_) {
-      if (!raw.user_id || raw.user_id->empty()) {
+      if (!identified) {
         // Cannot happen while the ZAP handler runs (it sets a User-Id on every admitted
         // connection); refuse rather than trust an unauthenticated connection.
         unauthenticated_++;
@@ -325,8 +393,7 @@ class ZmqServer final : public ServerTransport {
       }
       in.auth_id = *raw.user_id;
       if (!zap_->IsEnrolled(in.auth_id)) {
-        in.message = absl::PermissionDeniedError(absl::StrCat(
-            "the key of client '", in.auth_id, "' was removed from the allow-list (revoked)"));
+        in.message = RevokedError(in.auth_id);
         return in;
       }
     }
@@ -339,13 +406,17 @@ class ZmqServer final : public ServerTransport {
   std::unique_ptr<ZapHandler> zap_;  // after context_, before socket_: outlives the socket
   zmq::socket_t socket_;
   zmq::socket_t monitor_;
-  PeerRateLimiter limiter_;
+  RateLimiter limiter_;
+  ConnectionGuard guard_;
+  std::deque<Inbound> revoked_;  // connections cut for revocation, not yet reported
+  LogSummary handshake_log_;
+  LogSummary rate_log_;
+  int64_t next_check_ms_ = 0;
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;
   uint64_t rate_limited_ = 0;
   uint64_t unauthenticated_ = 0;
   uint64_t failed_handshakes_ = 0;
-  int64_t last_handshake_warning_ms_ = 0;
 };
 
 class ZmqClient final : public ClientTransport {

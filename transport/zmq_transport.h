@@ -6,18 +6,33 @@
 //
 // Security (docs/security.md): with `curve_server` the coordinator's socket is a CurveZMQ server
 // and a ZapHandler admits only enrolled client keys; every Inbound then carries the client id its
-// key is enrolled as (auth_id), and a message from a key revoked since its handshake arrives as
-// PermissionDenied. With `curve_client` the client pins the coordinator's public key; a handshake
-// refused by the coordinator (key not enrolled) or failing repeatedly (wrong pinned server key, or
-// one side without encryption) makes Receive() return a clear error naming the likely cause.
+// key is enrolled as (auth_id). A key revoked since its handshake has its connections cut at the
+// next check, each reported by one PermissionDenied Inbound (as is any message of it still read).
+// With `curve_client` the client pins the coordinator's public key; a handshake refused by the
+// coordinator (key not enrolled) or failing repeatedly (wrong pinned server key, or one side
+// without encryption) makes Receive() return a clear error naming the likely cause.
 //
 // Limits: ZMQ_MAXMSGSIZE bounds any single frame a peer can make us allocate (the peer is
 // disconnected past it; tensors travel in frames of at most wire::kMaxChunkBytes, so the default
 // admits nothing larger than a header or a chunk); the codec bounds headers, tensor counts and
-// shapes; at most codec.max_frames frames per message are kept; a per-peer token bucket drops
-// messages beyond max_messages_per_s (bursts of burst_messages) before they are decoded; the
-// receive high-water mark bounds what ZeroMQ queues per peer, so a flooding peer is throttled by
-// TCP backpressure.
+// shapes; at most codec.max_frames frames per message are kept; a token bucket per authenticated
+// identity (all connections of one key share it; per connection without authentication) drops
+// messages beyond max_messages_per_s (bursts of burst_messages) before they are decoded.
+//
+// What one connection can make the server buffer is bounded by the server itself, because libzmq
+// does not: its receive high-water mark counts complete messages only, and the frames of an
+// unfinished multipart message are buffered without limit. Every connection_check_ms, inside
+// Receive(), the server compares what the kernel says libzmq has read from each connection with
+// what was delivered from it, and shuts down a connection holding more than
+// connection_window_bytes plus its peer's upload allowance (SetUploadAllowance; spent by the
+// messages read from the peer). A message that alone exceeds that bound is dropped and its
+// connection cut too. So a connection costs at most its bound plus what arrives between two checks
+// (its rate times connection_check_ms; the checks run inside Receive(), so a caller busy elsewhere
+// checks later). A connection whose key is revoked is cut at the next check, even mid-message.
+// Cuts, refused handshakes and rate-limit drops are counted exactly (connections_cut(),
+// auth_rejections(), rate_limited()) and logged at most once per log_period_ms per kind, as a
+// summary line. Needs Linux TCP counters (tcpi_bytes_received, 4.1+); without them (an ipc://
+// endpoint) the bound is not enforced and a warning says so.
 #pragma once
 
 #include <memory>
@@ -52,8 +67,19 @@ struct ZmqOptions {
   wire::CodecLimits codec;
   std::optional<CurveServerOptions> curve_server;
   std::optional<CurveClientOptions> curve_client;
-  double max_messages_per_s = 100;  // per peer, server side (0: unlimited)
+  // Server side, per authenticated identity (all connections of one key share it), or per
+  // connection without authentication (0: unlimited).
+  double max_messages_per_s = 100;
   double burst_messages = 200;
+  // Server side: the bytes one connection may hold undelivered in ZeroMQ's buffers (a message
+  // still arriving, complete messages not yet read, its handshake) beyond its peer's upload
+  // allowance (ServerTransport::SetUploadAllowance); past it the connection is cut. Enough for
+  // recv_hwm small messages.
+  size_t connection_window_bytes = size_t{4} << 20;
+  // How often Receive() checks every connection (one getsockopt per connection); what a peer
+  // sends between two checks is what it can hold beyond its bound.
+  int64_t connection_check_ms = 25;
+  int64_t log_period_ms = 10'000;           // refusals, drops and cuts: at most one line per kind
   int handshake_failures_before_error = 3;  // client side, consecutive, without a success
 };
 
