@@ -1,260 +1,228 @@
-// Coordinator peak memory during rounds with many clients and a large model.
+// The `huddle` binary's memory footprint, measured on the real binary (docs/deployment.md,
+// "Memory"): every figure is one `huddle` process's own, from the kernel.
 //
-// A real coordinator (the library, ZeroMQ on 127.0.0.1, no evaluation) runs in a child process;
-// the parent plays N synthetic clients on one ZeroMQ context: each joins, answers every fit
-// instruction with an upload request and every grant with a full-size update (one shared buffer,
-// sent zero-copy). The child reports its own peak RSS (getrusage) after the last round, so the
-// figure is the coordinator's alone.
+//   1. `huddle --help`: peak RSS (wait4's ru_maxrss of that process).
+//   2. An idle coordinator: `huddle coordinator` waiting for its clients, VmRSS and VmHWM from
+//      /proc/PID/status after --idle-s seconds.
+//   3. The same coordinator's peak RSS over --rounds rounds with --clients real `huddle client`
+//      processes (each on a tiny CSV shard of 8 rows, on the CPU) training a 784-H-10 MLP
+//      (--hidden 1262: 1,003,300 parameters), upload_slots --slots, no evaluation; wait4's
+//      ru_maxrss of the coordinator alone, against docs/deployment.md's budget: 64 MiB + 4 x model.
 //
-//   coordinator_rss [--clients 100] [--hidden 1262] [--rounds 3] [--slots 4] [--encrypted 1]
+//   coordinator_rss [--huddle PATH] [--clients 100] [--hidden 1262] [--rounds 3] [--slots 4]
+//                   [--encrypted 0|1] [--idle-s 5]
 //
-// With --encrypted 1 every connection is CurveZMQ with enrolled client keys, as `huddle run` and
-// a default `huddle coordinator` work.
-//
-// Prints the peak RSS, the model size and the budget (64 MB + 4 x model size).
+// --encrypted 1: CurveZMQ with enrolled client keys, as `huddle run` and a default
+// `huddle coordinator` work. PATH defaults to this build's huddle. Exits 1 when a step fails or the
+// peak is over the budget.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
-#include <zmq.hpp>
+#include <thread>
+#include <vector>
 
-#include "common/clock.h"
-#include "common/memory.h"
-#include "coordinator/coordinator.h"
-#include "proto/codec.h"
-#include "transport/curve_keys.h"
+#include "cli/commands.h"
+#include "cli/process.h"
 #include "transport/ports.h"
-#include "transport/zmq_transport.h"
 
 namespace {
 
 using namespace huddle;
+namespace fs = std::filesystem;
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr int kInputs = 784;
+constexpr int kClasses = 10;
 
 struct Args {
+  std::string huddle = HUDDLE_BIN_PATH;
   int clients = 100;
-  int64_t hidden = 1262;  // 784-1262-10: 1,003,300 parameters (4.0 MB)
+  int hidden = 1262;  // 784-1262-10: 1,003,300 parameters (3.8 MiB)
   int rounds = 3;
   int slots = 4;
   bool encrypted = false;
-};
-
-// Server and client keys for --encrypted, the clients enrolled in `allow_dir`.
-struct Keys {
-  transport::CurveKeyPair server;
-  std::vector<transport::CurveKeyPair> clients;
-  std::string allow_dir;
+  int idle_s = 5;
 };
 
 Args Parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    const int v = std::atoi(argv[i + 1]);
-    if (k == "--clients") a.clients = v;
-    if (k == "--hidden") a.hidden = v;
-    if (k == "--rounds") a.rounds = v;
-    if (k == "--slots") a.slots = v;
-    if (k == "--encrypted") a.encrypted = v != 0;
+    const std::string v = argv[i + 1];
+    if (k == "--huddle") a.huddle = v;
+    if (k == "--clients") a.clients = std::atoi(v.c_str());
+    if (k == "--hidden") a.hidden = std::atoi(v.c_str());
+    if (k == "--rounds") a.rounds = std::atoi(v.c_str());
+    if (k == "--slots") a.slots = std::atoi(v.c_str());
+    if (k == "--encrypted") a.encrypted = std::atoi(v.c_str()) != 0;
+    if (k == "--idle-s") a.idle_s = std::atoi(v.c_str());
   }
   return a;
 }
 
-std::string ClientId(int i) { return "synthetic-" + std::to_string(i); }
+// A finished child: its exit code and its own peak RSS.
+struct Exited {
+  int code = -1;
+  int64_t max_rss_kib = 0;
+};
 
-StatusOr<Keys> MakeKeys(const Args& a, const std::string& dir) {
-  Keys k;
-  k.allow_dir = dir;
-  HUDDLE_ASSIGN_OR_RETURN(k.server, transport::GenerateKeyPair("server", "rss"));
-  for (int i = 0; i < a.clients; ++i) {
-    HUDDLE_ASSIGN_OR_RETURN(auto client, transport::GenerateKeyPair("client", ClientId(i)));
-    HUDDLE_RETURN_IF_ERROR(transport::WriteKeyFiles(client, dir, ClientId(i)));
-    std::filesystem::remove(std::filesystem::path(dir) / (ClientId(i) + ".key"));
-    k.clients.push_back(std::move(client));
-  }
-  return k;
-}
-
-int RunCoordinator(const Args& a, const Keys& keys, const std::string& endpoint, int report_fd) {
-  ConfigureMalloc();  // as `huddle coordinator` does
-  coordinator::CoordinatorOptions o;
-  o.job_name = "rss";
-  o.rounds = a.rounds;
-  o.model.hidden = {a.hidden};
-  o.cohort.size = a.clients;
-  o.min_clients = a.clients;
-  o.quorum = a.clients;
-  o.upload_slots = a.slots;
-  o.eval_every = 0;
-  o.client_timeout_ms = 0;
-  o.out_dir =
-      (std::filesystem::temp_directory_path() / ("huddle_rss_" + std::to_string(::getpid())))
-          .string();
-  transport::ZmqOptions z;
-  z.io_threads = 2;  // as `huddle coordinator` (cli/security.cc)
-  z.recv_hwm = 64;
-  if (a.encrypted) {
-    z.curve_server = transport::CurveServerOptions{keys.server, {keys.allow_dir}};
-  }
-  auto server = transport::BindZmqServer(endpoint, z);
-  if (!server.ok()) return 1;
-  int64_t rounds_ok = 0;
-  coordinator::Coordinator coord(o, server->get(), SteadyClock::Get(), {},
-                                 [&](const coordinator::RoundMetrics& m) {
-                                   rounds_ok += m.results == a.clients;
-                                   std::fprintf(stderr, "%s\n", m.ProgressLine().c_str());
-                                 });
-  Status st = coord.Run();
+Exited Reap(pid_t pid) {
+  int status = 0;
   rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
-  char line[128];
-  const int n = std::snprintf(line, sizeof(line), "%ld %lld %d\n", ru.ru_maxrss,
-                              static_cast<long long>(rounds_ok), st.ok() ? 1 : 0);
-  (void)!::write(report_fd, line, static_cast<size_t>(n));
-  std::filesystem::remove_all(o.out_dir);
-  return st.ok() ? 0 : 1;
+  if (::wait4(pid, &status, 0, &ru) != pid) return {};
+  return {cli::ExitCode(status), ru.ru_maxrss};
 }
 
-void Release(void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
+// VmRSS and VmHWM of a running process, in KiB (0 when unreadable).
+std::pair<int64_t, int64_t> CurrentRss(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  int64_t rss = 0, hwm = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmRSS:")) rss = std::atoll(line.c_str() + 6);
+    if (line.starts_with("VmHWM:")) hwm = std::atoll(line.c_str() + 6);
+  }
+  return {rss, hwm};
+}
 
-void SendMessage(zmq::socket_t& s, const wire::Message& m) {
-  const std::string header = wire::EncodeHeader(m);
-  s.send(zmq::buffer(header), m.tensors.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-  for (size_t i = 0; i < m.tensors.size(); ++i) {
-    const auto& p = m.tensors[i];
-    const auto chunks = wire::Chunks(p.bytes);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      zmq::message_t f(const_cast<std::byte*>(chunks[c].data()), chunks[c].size(), &Release,
-                       new std::shared_ptr<const void>(p.owner));
-      const bool last = i + 1 == m.tensors.size() && c + 1 == chunks.size();
-      s.send(f, last ? zmq::send_flags::none : zmq::send_flags::sndmore);
+void Write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+// 8 rows of label + 784 features: every client's shard (the data does not matter here).
+std::string TinyCsv() {
+  std::string csv;
+  for (int row = 0; row < 8; ++row) {
+    csv += std::to_string(row % kClasses);
+    for (int j = 0; j < kInputs; ++j) csv += (j + row) % 7 == 0 ? ",0.5" : ",0";
+    csv += "\n";
+  }
+  return csv;
+}
+
+std::string JobYaml(const Args& a, const fs::path& dir) {
+  std::string yaml =
+      "name: rss\nseed: 1\nrounds: " + std::to_string(a.rounds) + "\nmodel: {hidden: [" +
+      std::to_string(a.hidden) +
+      "]}\n"
+      "train: {epochs: 1, batch_size: 8, learning_rate: 0.01}\n"
+      "cohort: {size: " +
+      std::to_string(a.clients) +
+      "}\nround: {deadline_s: 300, quorum: " + std::to_string(a.clients) +
+      ", upload_slots: " + std::to_string(a.slots) +
+      "}\nevaluation: {every: 0}\ncoordinator: {min_clients: " + std::to_string(a.clients) +
+      ", wait_for_clients_s: 300}\n";
+  if (a.encrypted) {
+    yaml += "security: {server_secret_key: " + (dir / "keys/server.key").string() +
+            ", allowed_clients: " + (dir / "keys/allowed").string() + "}\n";
+  }
+  return yaml;
+}
+
+std::string ClientId(int i) { return "c" + std::to_string(i); }
+
+int Run(const Args& a, const fs::path& dir) {
+  // 1. --help.
+  auto help = cli::Spawn({a.huddle, "--help"}, (dir / "help.log").string(), false);
+  if (!help.ok()) return std::fprintf(stderr, "%s\n", help.status().ToString().c_str()), 1;
+  const Exited h = Reap(*help);
+  if (h.code != 0) return std::fprintf(stderr, "huddle --help exited with %d\n", h.code), 1;
+  std::printf("huddle --help: peak RSS %.1f MiB\n", h.max_rss_kib / 1024.0);
+
+  // 2. The idle coordinator.
+  Write(dir / "shard.csv", TinyCsv());
+  Write(dir / "job.yaml", JobYaml(a, dir));
+  if (a.encrypted) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < a.clients; ++i) ids.push_back(ClientId(i));
+    if (Status st = cli::GenerateLocalKeys((dir / "keys").string(), ids); !st.ok()) {
+      return std::fprintf(stderr, "keys: %s\n", st.ToString().c_str()), 1;
     }
   }
-}
+  auto port = transport::FreeLoopbackPort();
+  if (!port.ok()) return std::fprintf(stderr, "%s\n", port.status().ToString().c_str()), 1;
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(*port);
+  std::vector<std::string> coord_argv = {
+      a.huddle, "coordinator", "--config", (dir / "job.yaml").string(),
+      "--bind", endpoint,      "--out",    (dir / "out").string()};
+  if (!a.encrypted) coord_argv.push_back("--insecure");
+  auto coord = cli::Spawn(coord_argv, (dir / "coordinator.log").string(), false);
+  if (!coord.ok()) return std::fprintf(stderr, "%s\n", coord.status().ToString().c_str()), 1;
+  std::this_thread::sleep_for(std::chrono::seconds(a.idle_s));
+  const auto [idle_rss, idle_hwm] = CurrentRss(*coord);
+  std::printf("idle coordinator (%d s after start): RSS %.1f MiB (peak so far %.1f MiB)\n",
+              a.idle_s, idle_rss / 1024.0, idle_hwm / 1024.0);
 
-// The synthetic clients. Returns when every client got Shutdown or after a time limit.
-void RunClients(const Args& a, const Keys& keys, const std::string& endpoint) {
-  models::MlpSpec spec;
-  spec.hidden = {a.hidden};
-  auto delta = std::make_shared<TensorList>();
-  for (const TensorSpec& t : models::MlpLayout(spec)) {
-    Tensor x(t.name, t.shape);
-    for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = 1e-4f * static_cast<float>(i % 7);
-    delta->push_back(std::move(x));
-  }
-  zmq::context_t ctx(1);
-  std::vector<zmq::socket_t> sockets;
-  std::vector<zmq::pollitem_t> items;
+  // 3. Rounds with real clients.
+  std::vector<pid_t> clients;
   for (int i = 0; i < a.clients; ++i) {
-    sockets.emplace_back(ctx, zmq::socket_type::dealer);
-    sockets.back().set(zmq::sockopt::linger, 0);
+    std::vector<std::string> argv = {
+        a.huddle,          "client",    "--coordinator", endpoint,
+        "--client-id",     ClientId(i), "--data",        (dir / "shard.csv").string(),
+        "--format",        "csv",       "--device",      "cpu",
+        "--give-up-after", "60",        "--log-level",   "warn"};
     if (a.encrypted) {
-      sockets.back().set(zmq::sockopt::curve_serverkey, keys.server.public_z85);
-      sockets.back().set(zmq::sockopt::curve_publickey, keys.clients[i].public_z85);
-      sockets.back().set(zmq::sockopt::curve_secretkey, keys.clients[i].secret_z85);
-    }
-    sockets.back().connect(endpoint);
-    SendMessage(sockets.back(), wire::MakeMessage(wire::Join{ClientId(i), 1000, "bench"}));
-  }
-  for (auto& s : sockets) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-  std::vector<uint64_t> version(sockets.size(), 0);
-  std::vector<std::string> nonce(sockets.size());
-  int finished = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (finished < a.clients && std::chrono::steady_clock::now() < until) {
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
-    for (size_t i = 0; i < sockets.size(); ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      std::vector<wire::Frame> frames;
-      while (true) {
-        auto m = std::make_shared<zmq::message_t>();
-        (void)sockets[i].recv(*m);
-        const bool more = m->more();
-        frames.push_back({m, {static_cast<const std::byte*>(m->data()), m->size()}});
-        if (!more) break;
+      for (const std::string& flag :
+           {std::string("--server-key"), (dir / "keys/server.pub").string(), std::string("--key"),
+            (dir / "keys/clients" / (ClientId(i) + ".key")).string()}) {
+        argv.push_back(flag);
       }
-      auto msg = wire::Decode(frames);
-      if (!msg.ok()) continue;
-      switch (msg->type()) {
-        case wire::MessageType::kFitInstruction:
-          version[i] = std::get<wire::FitInstruction>(msg->body).model_version;
-          nonce[i] = std::get<wire::FitInstruction>(msg->body).nonce;
-          SendMessage(sockets[i],
-                      wire::MakeMessage(wire::UploadRequest{1000, nonce[i]}, msg->round));
-          break;
-        case wire::MessageType::kUploadGrant: {
-          wire::Message r = wire::MakeMessage(
-              wire::FitResult{1000, 0.1, 0.5, 0.01, version[i], nonce[i]}, msg->round);
-          r.tensors = wire::ShareAll(delta);
-          SendMessage(sockets[i], r);
-          break;
-        }
-        case wire::MessageType::kShutdown:
-          ++finished;
-          break;
-        default:
-          break;
-      }
+    } else {
+      argv.push_back("--insecure");
     }
+    auto pid = cli::Spawn(argv, (dir / (ClientId(i) + ".log")).string(), false);
+    if (!pid.ok()) return std::fprintf(stderr, "%s\n", pid.status().ToString().c_str()), 1;
+    clients.push_back(*pid);
   }
+  const Exited c = Reap(*coord);
+  int64_t client_peak_kib = 0;
+  for (pid_t pid : clients) {
+    ::kill(pid, SIGTERM);
+    client_peak_kib = std::max(client_peak_kib, Reap(pid).max_rss_kib);
+  }
+  if (c.code != 0) {
+    std::fprintf(stderr, "the coordinator exited with %d: %s\n", c.code,
+                 cli::LastLogLine((dir / "coordinator.log").string()).c_str());
+    return 1;
+  }
+  // Every round must have had every client's update ("round r/R | updates N/N" in its log).
+  const std::string full =
+      "| updates " + std::to_string(a.clients) + "/" + std::to_string(a.clients);
+  int full_rounds = 0;
+  std::ifstream log(dir / "coordinator.log");
+  for (std::string line; std::getline(log, line);)
+    full_rounds += line.find(full) != std::string::npos;
+  if (full_rounds != a.rounds) {
+    std::fprintf(stderr, "only %d of %d rounds had all %d updates (see the coordinator's log)\n",
+                 full_rounds, a.rounds, a.clients);
+    return 1;
+  }
+  const int64_t params =
+      int64_t{kInputs} * a.hidden + a.hidden + int64_t{a.hidden} * kClasses + kClasses;
+  const double model_mib = static_cast<double>(params) * 4 / kMiB;
+  const double budget_mib = 64 + 4 * model_mib;
+  const double peak_mib = c.max_rss_kib / 1024.0;
+  std::printf(
+      "coordinator, %d clients, %d rounds, %lld parameters (%.1f MiB), %d upload slots, %s: peak "
+      "RSS %.1f MiB; budget 64 MiB + 4 x model = %.1f MiB; ratio %.2f\n",
+      a.clients, a.rounds, static_cast<long long>(params), model_mib, a.slots,
+      a.encrypted ? "CurveZMQ" : "plaintext", peak_mib, budget_mib, peak_mib / budget_mib);
+  std::printf("largest client peak RSS: %.1f MiB\n", client_peak_kib / 1024.0);
+  return peak_mib <= budget_mib ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
-  auto port = transport::FreeLoopbackPort();
-  if (!port.ok()) return 1;
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(*port);
-  const std::string key_dir =
-      (std::filesystem::temp_directory_path() / ("huddle_rss_keys_" + std::to_string(::getpid())))
-          .string();
-  Keys keys;
-  if (a.encrypted) {
-    auto made = MakeKeys(a, key_dir);
-    if (!made.ok()) {
-      std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
-      return 1;
-    }
-    keys = *std::move(made);
-  }
-  int fds[2];
-  if (::pipe(fds) != 0) return 1;
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(fds[0]);
-    ::_exit(RunCoordinator(a, keys, endpoint, fds[1]));
-  }
-  ::close(fds[1]);
-  RunClients(a, keys, endpoint);
-  char buf[128] = {};
-  const ssize_t n = ::read(fds[0], buf, sizeof(buf) - 1);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  long rss_kb = 0;
-  long long rounds_ok = 0;
-  int ok = 0;
-  if (n <= 0 || std::sscanf(buf, "%ld %lld %d", &rss_kb, &rounds_ok, &ok) != 3 || !ok) {
-    std::fprintf(stderr, "coordinator failed\n");
-    return 1;
-  }
-  models::MlpSpec spec;
-  spec.hidden = {a.hidden};
-  const double model_mb = static_cast<double>(TotalElements(models::MlpLayout(spec))) * 4 / 1048576;
-  const double rss_mb = static_cast<double>(rss_kb) / 1024;
-  const double budget = 64 + 4 * model_mb;
-  std::filesystem::remove_all(key_dir);
-  std::printf("clients %d, rounds %d (%lld with every result), upload slots %d, %s\n", a.clients,
-              a.rounds, rounds_ok, a.slots, a.encrypted ? "CurveZMQ" : "plaintext");
-  std::printf("model: %.2f MiB (%lld parameters)\n", model_mb,
-              static_cast<long long>(TotalElements(models::MlpLayout(spec))));
-  std::printf(
-      "coordinator peak RSS: %.1f MiB; budget 64 MiB + 4 x model = %.1f MiB; "
-      "peak/budget = %.2f\n",
-      rss_mb, budget, rss_mb / budget);
-  return 0;
+  std::string tmpl = (fs::temp_directory_path() / "huddle_rss_XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) return std::perror("mkdtemp"), 1;
+  const int code = Run(a, tmpl);
+  std::error_code ec;
+  fs::remove_all(tmpl, ec);
+  return code;
 }

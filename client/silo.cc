@@ -23,13 +23,16 @@ struct Placement {
 };
 
 StatusOr<Placement> Place(const SiloOptions& o) {
-  const int gpus = kernels::BuiltWithCuda() ? kernels::CudaDeviceCount() : 0;
+  // A CPU silo never loads the CUDA plugin; `auto` only where a driver is present.
   if (o.device.kind == Kind::kCpu) return Placement{};
-  if (o.device.kind == Kind::kAuto) return Placement{gpus >= o.nproc, 0};
-  if (!kernels::BuiltWithCuda()) {
-    return absl::FailedPreconditionError(fmt::format(
-        "silo device {}: this build has no CUDA support (use device: cpu)", o.device.ToString()));
+  if (o.device.kind == Kind::kAuto) return Placement{kernels::CudaDeviceCount() >= o.nproc, 0};
+  StatusOr<int> counted = kernels::CountCudaDevices();
+  if (!counted.ok()) {
+    return absl::FailedPreconditionError(fmt::format("silo device {}: {} (or use device: cpu)",
+                                                     o.device.ToString(),
+                                                     counted.status().message()));
   }
+  const int gpus = *counted;
   if (o.device.index + o.nproc > gpus) {
     return absl::InvalidArgumentError(fmt::format(
         "silo.nproc {} with device {} needs GPUs cuda:{}..cuda:{}, one per rank (NCCL refuses two "

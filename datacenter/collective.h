@@ -6,8 +6,9 @@
 //                        bits and do not stall with 3+ ranks (the legacy AllreduceRing returns
 //                        different bits on different ranks; the new-style default ring stalls):
 //                        tests/datacenter checks them.
-//   NCCL (ConnectNccl)   device buffers on one GPU per rank (built with CUDA only). NCCL's unique
-//                        id travels through the rendezvous store.
+//   NCCL (ConnectNccl)   device buffers on one GPU per rank, from the CUDA plugin
+//                        (kernels/cuda_plugin.h). NCCL's unique id travels through the rendezvous
+//                        store.
 //
 // Every operation is collective: each rank calls the same operations with the same sizes in the
 // same order. One thread uses a Collective at a time. Each operation ends within the timeout or
@@ -96,8 +97,10 @@ Status ValidateCollectiveOptions(const CollectiveOptions& options);
 StatusOr<std::unique_ptr<Collective>> ConnectGloo(transport::KvStore& store,
                                                   const CollectiveOptions& options);
 
-// NCCL on GPU `device` (buffers passed to the Collective are device pointers on it). Unimplemented
-// in a build without CUDA; FailedPrecondition where no GPU is usable.
+// NCCL on GPU `device` (buffers passed to the Collective are device pointers on it), from the CUDA
+// plugin, loaded on first use. FailedPrecondition naming what is missing where the plugin does not
+// load (kernels::LoadCudaPlugin: a build without CUDA, no plugin file, a CUDA library) or no GPU
+// is usable.
 StatusOr<std::unique_ptr<Collective>> ConnectNccl(transport::KvStore& store,
                                                   const CollectiveOptions& options, int device);
 

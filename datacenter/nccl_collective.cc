@@ -2,15 +2,16 @@
 // is non-blocking (NCCL_CONFIG blocking = 0) so that every wait can be bounded: each operation is
 // enqueued on this rank's stream, then polled until it completes, NCCL reports an asynchronous
 // error, or the timeout passes, in which case the communicator is aborted (a rank that hangs
-// never hangs the others for longer than the timeout).
+// never hangs the others for longer than the timeout). Compiled into the CUDA plugin alone.
+#include "datacenter/nccl_collective.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstring>
 #include <thread>
 
-#include "datacenter/collective.h"
-
-namespace huddle::datacenter {
+namespace huddle::datacenter::nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -184,9 +185,8 @@ class NcclCollective final : public Collective {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Collective>> ConnectNccl(transport::KvStore& store,
-                                                  const CollectiveOptions& options, int device) {
-  HUDDLE_RETURN_IF_ERROR(ValidateCollectiveOptions(options));
+StatusOr<std::unique_ptr<Collective>> Connect(transport::KvStore& store,
+                                              const CollectiveOptions& options, int device) {
   int count = 0;
   if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
     return CudaError(err, "NCCL needs a GPU, and none is usable");
@@ -200,4 +200,4 @@ StatusOr<std::unique_ptr<Collective>> ConnectNccl(transport::KvStore& store,
   return std::unique_ptr<Collective>(std::move(collective));
 }
 
-}  // namespace huddle::datacenter
+}  // namespace huddle::datacenter::nccl

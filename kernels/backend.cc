@@ -1,5 +1,6 @@
-// Device parsing and the ordered backend list. HUDDLE_WITH_CUDA is defined for this file alone
-// (kernels/CMakeLists.txt): this is where the CUDA backend is registered, ahead of the CPU.
+// Device parsing and the ordered backend list: the CUDA backend, from the CUDA plugin
+// (kernels/cuda_plugin.h), ahead of the CPU. HUDDLE_BUILT_CUDA_PLUGIN (kernels/CMakeLists.txt)
+// says whether this build made the plugin; nothing here links CUDA.
 #include "kernels/backend.h"
 
 #include <absl/strings/str_cat.h>
@@ -7,9 +8,7 @@
 #include <charconv>
 #include <string>
 
-#if HUDDLE_WITH_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
+#include "kernels/cuda_plugin.h"
 
 namespace huddle::kernels {
 
@@ -52,52 +51,47 @@ StatusOr<DeviceRequest> ParseDeviceRequest(std::string_view text) {
       "device '", std::string(text), "' is not one of: auto, cpu, cuda, cuda:N (N a GPU ordinal)"));
 }
 
-bool BuiltWithCuda() {
-#if HUDDLE_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
+bool BuiltWithCuda() { return HUDDLE_BUILT_CUDA_PLUGIN != 0; }
+
+StatusOr<int> CountCudaDevices() {
+  HUDDLE_ASSIGN_OR_RETURN(const CudaPluginV1* plugin, LoadCudaPlugin());
+  std::string why;
+  const int gpus = plugin->device_count(&why);
+  if (gpus == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("no CUDA GPU is usable here (", why, ")"));
+  }
+  return gpus;
 }
 
 int CudaDeviceCount() {
-#if HUDDLE_WITH_CUDA
-  std::string why;
-  return cuda::DeviceCount(&why);
-#else
-  return 0;
-#endif
+  if (!NvidiaDriverPresent()) return 0;
+  return CountCudaDevices().value_or(0);
 }
 
 StatusOr<std::unique_ptr<Backend>> OpenBackend(const DeviceRequest& request) {
   using Kind = DeviceRequest::Kind;
   if (request.kind == Kind::kCpu) return OpenCpuBackend();
-#if HUDDLE_WITH_CUDA
-  // The ordered list: CUDA first where a GPU is present, the CPU always last.
-  std::string why;
-  const int gpus = cuda::DeviceCount(&why);
+  // The ordered list: CUDA first where a GPU is present, the CPU always last. `auto` looks for a
+  // GPU only where a driver is installed, so a CPU host never maps the CUDA libraries.
   if (request.kind == Kind::kAuto) {
-    if (gpus > 0) return cuda::OpenBackend(0);
+    if (CudaDeviceCount() > 0) {
+      HUDDLE_ASSIGN_OR_RETURN(const CudaPluginV1* plugin, LoadCudaPlugin());
+      return plugin->open_backend(0);
+    }
     return OpenCpuBackend();
   }
-  if (gpus == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device ", request.ToString(), " was asked for but no CUDA GPU is usable here (", why,
-        "); use device: cpu or auto"));
+  StatusOr<int> gpus = CountCudaDevices();
+  if (!gpus.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", request.ToString(), " was asked for but ", gpus.status().message(),
+                     "; use device: cpu or auto"));
   }
-  if (request.index >= gpus) {
+  if (request.index >= *gpus) {
     return absl::FailedPreconditionError(absl::StrCat("device ", request.ToString(),
-                                                      " was asked for but this machine has ", gpus,
-                                                      " CUDA GPU(s): cuda:0 .. cuda:", gpus - 1));
+                                                      " was asked for but this machine has ", *gpus,
+                                                      " CUDA GPU(s): cuda:0 .. cuda:", *gpus - 1));
   }
-  return cuda::OpenBackend(request.index);
-#else
-  if (request.kind == Kind::kAuto) return OpenCpuBackend();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "device ", request.ToString(),
-      " was asked for but this build of huddle has no CUDA support (nvcc was not found when it "
-      "was built); rebuild on a machine with the CUDA toolkit, or use device: cpu or auto"));
-#endif
+  return (*LoadCudaPlugin())->open_backend(request.index);
 }
 
 }  // namespace huddle::kernels

@@ -6,8 +6,8 @@
 //
 // Choosing a device: OpenBackend(ParseDeviceRequest("auto" | "cpu" | "cuda" | "cuda:N")). The
 // backends form an ordered list (CUDA, then the CPU, always available); `auto` takes the first
-// whose device is present. Asking for `cuda` where this build has no CUDA support or the machine
-// has no such GPU is an error that says which, never a silent fallback to the CPU.
+// whose device is present. Asking for `cuda` where the CUDA plugin or its libraries are missing or
+// the machine has no such GPU is an error that says which, never a silent fallback to the CPU.
 //
 // Memory and ordering: pointers passed to a backend's kernels point into DeviceBuffers that the
 // same backend allocated (host memory for the CPU backend, device memory for CUDA). Every kernel
@@ -180,17 +180,24 @@ inline void DeviceBuffer::Release() {
   bytes_ = 0;
 }
 
-// The device `request` names, opened: CUDA GPUs are probed only where this build includes the
-// CUDA backend. Errors (FailedPrecondition) say what is missing: no CUDA support in this build,
-// no CUDA driver or GPU on this machine (with the CUDA runtime's message), or an ordinal past
-// the GPUs present.
+// The device `request` names, opened. `cpu` never touches CUDA; `auto` loads the CUDA plugin
+// (kernels/cuda_plugin.h) only where this host has an NVIDIA driver, and takes the CPU, quietly,
+// where the plugin, its libraries or a GPU are missing; `cuda[:N]` loads it and fails
+// (FailedPrecondition) saying what is missing: the plugin file (with the places looked in), a
+// CUDA library it needs (the dynamic loader's message), a usable GPU (the CUDA runtime's
+// message), or an ordinal past the GPUs present.
 StatusOr<std::unique_ptr<Backend>> OpenBackend(const DeviceRequest& request);
 
 // The CPU backend (always available).
 std::unique_ptr<Backend> OpenCpuBackend();
 
-// Whether this build includes the CUDA backend, and how many GPUs it sees (0 on error).
+// Whether this build made the CUDA plugin (libhuddle_cuda.so); cheap, loads nothing, and says
+// nothing about this host.
 bool BuiltWithCuda();
+// GPUs usable here, loading the CUDA plugin first; the error says what is missing, as
+// OpenBackend's.
+StatusOr<int> CountCudaDevices();
+// CountCudaDevices() or 0, and 0 without loading anything where this host has no NVIDIA driver.
 int CudaDeviceCount();
 
 }  // namespace huddle::kernels

@@ -1,5 +1,6 @@
-// The CUDA backend's entry points, for the backend registry (kernels/backend.cc). Host-only: no
-// CUDA header is needed to include it.
+// The CUDA backend's entry points, for the CUDA plugin's table (datacenter/cuda_plugin.cc, loaded
+// by kernels/backend.cc through kernels/cuda_plugin.h). Host-only: no CUDA header is needed to
+// include it.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,7 @@
 // The NCCL backend of Collective on a real GPU: a one-rank communicator (NCCL refuses two ranks on
 // one GPU, so several ranks need several GPUs), every operation on device buffers, and
-// data-parallel training through it against the CPU. Skipped, with the reason, where this build has
-// no CUDA or the machine no GPU.
+// data-parallel training through it against the CPU. Skipped, with the reason, where this build
+// made no CUDA plugin, the plugin does not load, or the machine has no GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,8 +23,11 @@ using std::chrono::seconds;
 class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!kernels::BuiltWithCuda()) GTEST_SKIP() << "this build has no CUDA (nvcc was not found)";
-    if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU is usable on this machine";
+    if (!kernels::BuiltWithCuda())
+      GTEST_SKIP() << "this build made no CUDA plugin (nvcc was not found)";
+    // Loads the CUDA plugin (NCCL is in it); the reason names what is missing.
+    const StatusOr<int> gpus = kernels::CountCudaDevices();
+    if (!gpus.ok()) GTEST_SKIP() << gpus.status().message();
     auto opened = kernels::OpenBackend(*kernels::ParseDeviceRequest("cuda:0"));
     ASSERT_TRUE(opened.ok()) << opened.status();
     gpu_ = std::move(opened).value();

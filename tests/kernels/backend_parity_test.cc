@@ -1,7 +1,8 @@
 // Every kernel of the CUDA backend against the CPU reference on seeded random inputs, compared by
 // atol + rtol * |ref| (bit for bit where the math is shared: the update pipeline, the fixed-point
 // fold, DP-SGD's grid sums), and one local epoch of training on each. Labelled `gpu`: every test
-// skips itself, saying why, where this build has no CUDA backend or the machine no GPU.
+// skips itself, saying why, where this build made no CUDA plugin, the plugin does not load, or the
+// machine has no GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,8 +40,10 @@ using test_util::RandomVector;
 class ParityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!BuiltWithCuda()) GTEST_SKIP() << "this build has no CUDA backend (nvcc was not found)";
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU is usable on this machine";
+    if (!BuiltWithCuda()) GTEST_SKIP() << "this build made no CUDA plugin (nvcc was not found)";
+    // Loads the CUDA plugin; the reason names what is missing (the plugin, a library, a GPU).
+    const StatusOr<int> gpus = CountCudaDevices();
+    if (!gpus.ok()) GTEST_SKIP() << gpus.status().message();
     auto opened = OpenBackend(*ParseDeviceRequest("cuda:0"));
     ASSERT_TRUE(opened.ok()) << opened.status().message();
     gpu_ = std::move(opened).value();

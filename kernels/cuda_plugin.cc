@@ -1,0 +1,108 @@
+// Finding and loading the CUDA plugin (kernels/cuda_plugin.h). HUDDLE_CUDA_PLUGIN_BUILD_ID and
+// HUDDLE_CUDA_PLUGIN_BUILD_PATH (empty where this build made no plugin) come from
+// kernels/CMakeLists.txt.
+#include "kernels/cuda_plugin.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace huddle::kernels {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool Exists(const fs::path& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+// The places of kernels/cuda_plugin.h, in order. The environment is read here, once per process:
+// the plugin is process-wide by nature (like LD_LIBRARY_PATH for the dynamic loader), and the
+// callers that open backends (trainers, silos, tests) have no config of their own to carry it.
+std::vector<fs::path> Candidates() {
+  if (const char* override_path = std::getenv("HUDDLE_CUDA_PLUGIN");
+      override_path != nullptr && *override_path != '\0') {
+    return {fs::path(override_path)};
+  }
+  std::vector<fs::path> paths;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) paths.push_back(exe.parent_path() / kCudaPluginFile);
+  constexpr std::string_view kBuilt = HUDDLE_CUDA_PLUGIN_BUILD_PATH;
+  if (!kBuilt.empty() && (paths.empty() || paths.front() != fs::path(kBuilt))) {
+    paths.emplace_back(kBuilt);
+  }
+  return paths;
+}
+
+StatusOr<const CudaPluginV1*> Load() {
+  const std::vector<fs::path> candidates = Candidates();
+  const fs::path* found = nullptr;
+  for (const fs::path& path : candidates) {
+    if (Exists(path)) {
+      found = &path;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    std::string looked;
+    for (const fs::path& path : candidates)
+      absl::StrAppend(&looked, looked.empty() ? "" : ", ", path.string());
+    if (std::string_view(HUDDLE_CUDA_PLUGIN_BUILD_PATH).empty() &&
+        std::getenv("HUDDLE_CUDA_PLUGIN") == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this build of huddle has no CUDA plugin (", kCudaPluginFile,
+          ": nvcc was not found when it was built, or -DHUDDLE_ENABLE_CUDA=OFF); looked in ",
+          looked));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("the CUDA plugin ", kCudaPluginFile, " is not installed: no file at ", looked,
+                     " (put it next to the huddle binary or set HUDDLE_CUDA_PLUGIN to its path)"));
+  }
+  const std::string path = found->string();
+  // RTLD_LOCAL: the plugin's own copies of huddle code stay private to it.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot load the CUDA plugin ", path, ": ", why != nullptr ? why : "unknown error",
+        " (it needs the CUDA 13 libraries libcublas, libcublasLt and libnccl on the loader's "
+        "path)"));
+  }
+  using Entry = const CudaPluginV1* (*)();
+  auto entry = reinterpret_cast<Entry>(dlsym(handle, kCudaPluginEntry));
+  const CudaPluginV1* plugin = entry != nullptr ? entry() : nullptr;
+  if (plugin == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a huddle CUDA plugin (no ", kCudaPluginEntry, ")"));
+  }
+  if (plugin->abi_version != kCudaPluginAbiVersion ||
+      std::strcmp(plugin->build_id, HUDDLE_CUDA_PLUGIN_BUILD_ID) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the CUDA plugin ", path, " was built from other sources or by another compiler (ABI ",
+        plugin->abi_version, ", build ", plugin->build_id, ") than this huddle (ABI ",
+        kCudaPluginAbiVersion, ", build ", HUDDLE_CUDA_PLUGIN_BUILD_ID,
+        "): use the plugin of the same build"));
+  }
+  // Never dlclose'd: backends and collectives it made may live until exit.
+  return plugin;
+}
+
+}  // namespace
+
+StatusOr<const CudaPluginV1*> LoadCudaPlugin() {
+  static const StatusOr<const CudaPluginV1*> loaded = Load();
+  return loaded;
+}
+
+bool NvidiaDriverPresent() {
+  return Exists("/dev/nvidiactl") || Exists("/proc/driver/nvidia/version") || Exists("/dev/dxg");
+}
+
+}  // namespace huddle::kernels

@@ -1,0 +1,70 @@
+// The CUDA plugin: the CUDA backend (kernels/cuda/) and the NCCL collective
+// (datacenter/nccl_collective.cc) live in one shared object, libhuddle_cuda.so, built wherever
+// nvcc is found and placed next to the `huddle` binary. Nothing else links a CUDA library: the
+// plugin, and with it cudart, cuBLAS, cuBLASLt and NCCL, is mapped only when a CUDA device is asked
+// for, so the same binary runs on a host without the CUDA toolkit and a coordinator or a CPU client
+// never pays for the GPU libraries (docs/deployment.md, "Memory").
+//
+// Where it is looked for, the first that exists wins (a file that exists but does not load is an
+// error, not a reason to try the next):
+//   1. $HUDDLE_CUDA_PLUGIN, when set and not empty: that file alone;
+//   2. libhuddle_cuda.so in the directory of the running executable (/proc/self/exe);
+//   3. the file this build wrote (build/cli/libhuddle_cuda.so), for the tests and benches that run
+//      from their own directories, as a build tree's RPATH does.
+//
+// The plugin exports one C symbol, huddle_cuda_plugin_v1, returning a CudaPluginV1. C++ objects
+// (Backend, Collective, Status) cross the boundary, so the plugin must come from the same source
+// and compiler as the binary that loads it: `build_id` (a hash of the interface headers and the
+// compiler, kernels/CMakeLists.txt) must match, or the plugin is refused with both ids named. Bump
+// kCudaPluginAbiVersion when the struct below changes.
+//
+// Thread-safety: LoadCudaPlugin may be called from any thread; the plugin is loaded at most once
+// per process and never unloaded (objects it made may live until exit).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace huddle::transport {
+class KvStore;
+}  // namespace huddle::transport
+namespace huddle::datacenter {
+class Collective;
+struct CollectiveOptions;
+}  // namespace huddle::datacenter
+
+namespace huddle::kernels {
+
+class Backend;
+
+inline constexpr uint32_t kCudaPluginAbiVersion = 1;
+inline constexpr const char* kCudaPluginFile = "libhuddle_cuda.so";
+inline constexpr const char* kCudaPluginEntry = "huddle_cuda_plugin_v1";
+
+struct CudaPluginV1 {
+  uint32_t abi_version;  // kCudaPluginAbiVersion
+  const char* build_id;  // HUDDLE_CUDA_PLUGIN_BUILD_ID of the plugin's build
+  // GPUs the CUDA runtime sees; 0 with *why set (the runtime's message) when it sees none.
+  int (*device_count)(std::string* why);
+  // kernels/cuda/cuda_backend.h: GPU `ordinal` with its own stream and cuBLAS handle.
+  StatusOr<std::unique_ptr<Backend>> (*open_backend)(int ordinal);
+  // datacenter/collective.h's ConnectNccl, options already validated.
+  StatusOr<std::unique_ptr<datacenter::Collective>> (*connect_nccl)(
+      transport::KvStore& store, const datacenter::CollectiveOptions& options, int device);
+};
+
+// The plugin, loaded on the first call (the later ones return the same plugin or the same error).
+// FailedPrecondition says what is missing: this build made no plugin, no file at the places
+// above (named), the dynamic loader's message for a file that does not load (a missing
+// libcublas.so / libnccl.so names itself there), or an id that does not match this binary's.
+StatusOr<const CudaPluginV1*> LoadCudaPlugin();
+
+// Whether this host shows signs of an NVIDIA driver (/dev/nvidiactl, /proc/driver/nvidia or WSL's
+// /dev/dxg): a check that maps nothing, so that `device: auto` on a host without a GPU never loads
+// the plugin.
+bool NvidiaDriverPresent();
+
+}  // namespace huddle::kernels
