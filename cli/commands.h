@@ -26,6 +26,7 @@ struct CoordinatorFlags {
   std::string out_dir;  // overrides output.dir
   std::string bind;     // overrides coordinator.bind
   bool resume = false;
+  bool force = false;      // start afresh over an earlier job's outputs
   std::string server_key;  // overrides security.server_secret_key
   std::string allow;       // overrides security.allowed_clients
   bool insecure = false;
@@ -38,6 +39,8 @@ struct ClientFlags {
   std::string client_id;
   std::string data;
   std::string format;
+  int64_t num_classes = 0;  // > 0: overrides data.num_classes
+  bool scale_255 = false;   // csv: divide features by 255 (data.scale_255)
   std::string partition;
   int64_t num_shards = 0;
   int64_t shard = -1;
@@ -57,6 +60,8 @@ struct RunFlags {
   std::string config;
   std::string out_dir;
   bool insecure = false;
+  bool resume = false;  // continue the job in OUT
+  bool force = false;   // start afresh over an earlier job's outputs in OUT
 };
 
 struct KeygenFlags {
@@ -78,11 +83,13 @@ struct DatacenterFlags {
   int64_t nproc = 0;    // 0: datacenter.nproc
   int rank = -1;
   int world_size = 0;
-  int local_rank = -1;             // the GPU of this rank (default: rank modulo the GPUs present)
-  std::string rendezvous;          // tcp://HOST:PORT or file:///DIR
-  std::string run_id = "default";  // separates jobs sharing a rendezvous
-  std::string host = "127.0.0.1";  // the address the other ranks reach this one at
-  bool serve_rendezvous = true;    // rank 0 serves a tcp:// rendezvous itself
+  int local_rank = -1;               // the GPU of this rank (default: rank modulo the GPUs present)
+  std::string rendezvous;            // tcp://HOST:PORT or file:///DIR
+  std::string run_id = "default";    // separates jobs sharing a rendezvous
+  std::string host = "127.0.0.1";    // the address the other ranks reach this one at
+  bool serve_rendezvous = true;      // rank 0 serves a tcp:// rendezvous itself
+  std::string rendezvous_key;        // the job's key file (overrides HUDDLE_RENDEZVOUS_KEY)
+  bool insecure_rendezvous = false;  // allow an unauthenticated tcp:// rendezvous
 };
 int RunDatacenterCommand(const DatacenterFlags& flags, const std::string& self_exe);
 

@@ -7,13 +7,28 @@
 // and writes the model. With train.dp_sgd, rank 0 first appends each epoch's steps to the privacy
 // ledger, reports every epsilon from it, writes OUT/privacy.json, and keeps the values computed
 // from the private data without noise apart (cli/datacenter_privacy.h).
+//
+// Security of the rendezvous (docs/datacenter.md): a tcp:// rendezvous is authenticated with the
+// job's CurveZMQ key pair (transport/kv_store.h). The launcher generates one per job and hands it
+// to its ranks as a 0600 key file in a private directory named by HUDDLE_RENDEZVOUS_KEY in their
+// environment (never on the command line); ranks started by hand read the same variable (a
+// key file of `huddle keygen`, copied to every host), and refuse an unauthenticated tcp://
+// rendezvous unless HUDDLE_RENDEZVOUS_INSECURE=1.
+//
+// Stopping: SIGINT/SIGTERM set the stop flag. While training, every rank stops after the same
+// step (datacenter::DataParallelOptions::stop), rank 0 writes a checkpoint that --resume
+// continues from exactly, and the rank exits with 128 + the signal. Before training (loading,
+// rendezvous) a rank exits at once. The launcher forwards the signal, waits for its ranks and
+// reports a clean stop with 128 + the signal (130 for SIGINT, 143 for SIGTERM).
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,6 +49,7 @@
 #include "datacenter/data_parallel.h"
 #include "kernels/backend.h"
 #include "privacy/report.h"
+#include "transport/curve_keys.h"
 #include "transport/kv_store.h"
 
 namespace huddle::cli {
@@ -41,6 +57,130 @@ namespace {
 
 constexpr uint64_t kInitStream = 0x696e6974;  // "init", as the coordinator's
 constexpr char kCommand[] = "huddle datacenter";
+// The job's rendezvous key file (tcp://), and the explicit opt-out of authentication.
+constexpr char kKeyEnv[] = "HUDDLE_RENDEZVOUS_KEY";
+constexpr char kInsecureEnv[] = "HUDDLE_RENDEZVOUS_INSECURE";
+// The key under which rank 0 publishes the run id it drew, when none was given.
+constexpr char kRunIdKey[] = "huddle/run-id";
+constexpr char kDefaultRunId[] = "default";  // DatacenterFlags::run_id when --run-id is absent
+
+// The signal that set StopFlag() (0: none yet). Recorded by this command's own handlers so that
+// exit codes and messages can name it.
+std::atomic<int>& StopSignal() {
+  static std::atomic<int> signal{0};
+  return signal;
+}
+
+void InstallDatacenterStopHandlers() {
+  StopFlag();  // initialised here, not first in a signal handler
+  StopSignal();
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) {
+    int none = 0;
+    StopSignal().compare_exchange_strong(none, sig);
+    StopFlag().store(true);
+  };
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+// The shell's convention for a stop by signal: 130 (SIGINT), 143 (SIGTERM).
+int StopExitCode() { return 128 + (StopSignal().load() != 0 ? StopSignal().load() : SIGTERM); }
+const char* StopSignalName() { return StopSignal().load() == SIGINT ? "SIGINT" : "SIGTERM"; }
+bool IsStopExitCode(int code) { return code == 128 + SIGINT || code == 128 + SIGTERM; }
+
+// A stop requested before training (loading the data, waiting at the rendezvous) ends the rank at
+// once: nothing is trained yet, so nothing needs saving. Once training runs, the trainer stops
+// within a few steps and checkpoints; if it cannot (a collective stuck until its timeout), the
+// process still ends `grace` after the request.
+class StopWatchdog {
+ public:
+  explicit StopWatchdog(std::chrono::milliseconds grace) : grace_(grace) {
+    thread_ = std::thread([this] { Watch(); });
+  }
+  ~StopWatchdog() {
+    done_ = true;
+    thread_.join();
+  }
+  void TrainingStarted() { training_ = true; }
+
+ private:
+  void Watch() {
+    std::optional<std::chrono::steady_clock::time_point> asked;
+    while (!done_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!StopFlag().load()) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (!asked) asked = now;
+      if (!training_ || now - *asked > grace_) {
+        std::fprintf(stderr, "%s: stopped by %s %s\n", kCommand, StopSignalName(),
+                     training_ ? "(training did not stop in time)" : "before training");
+        std::fflush(nullptr);
+        std::_Exit(StopExitCode());
+      }
+    }
+  }
+
+  std::chrono::milliseconds grace_;
+  std::atomic<bool> training_{false}, done_{false};
+  std::thread thread_;
+};
+
+// The rendezvous key of a rank: the file --rendezvous-key (or HUDDLE_RENDEZVOUS_KEY) names; none
+// for a file:// store; a refusal for an unauthenticated tcp:// rendezvous unless
+// --insecure-rendezvous (or HUDDLE_RENDEZVOUS_INSECURE=1).
+StatusOr<std::optional<transport::KvAuth>> RendezvousAuth(const DatacenterFlags& f) {
+  const std::string& rendezvous = f.rendezvous;
+  const char* env_path = std::getenv(kKeyEnv);
+  const char* path = !f.rendezvous_key.empty() ? f.rendezvous_key.c_str() : env_path;
+  const char* env_insecure = std::getenv(kInsecureEnv);
+  const char* insecure = f.insecure_rendezvous ? "1" : env_insecure;
+  if (!rendezvous.starts_with("tcp://")) {
+    if (path != nullptr && *path != '\0') {
+      return absl::InvalidArgumentError(fmt::format(
+          "{} is set, but the rendezvous {} is not tcp://: a file store is protected by its "
+          "directory's permissions, not by a key",
+          kKeyEnv, rendezvous));
+    }
+    return std::optional<transport::KvAuth>();
+  }
+  if (path != nullptr && *path != '\0') {
+    auto auth = transport::ReadKvAuthFile(path);
+    if (!auth.ok()) {
+      return Status(auth.status().code(),
+                    fmt::format("rendezvous key {}: {}", path, auth.status().message()));
+    }
+    return std::optional<transport::KvAuth>(*std::move(auth));
+  }
+  if (insecure != nullptr && std::string_view(insecure) == "1") {
+    spdlog::warn(
+        "the rendezvous {} is NOT authenticated ({}=1): anyone who reaches it can join "
+        "this job",
+        rendezvous, kInsecureEnv);
+    return std::optional<transport::KvAuth>();
+  }
+  return absl::FailedPreconditionError(fmt::format(
+      "a tcp:// rendezvous needs the job's key, or anyone who reaches {} could join the job as a "
+      "rank: make one with `huddle keygen server --id JOB --out DIR`, copy DIR/JOB.key to every "
+      "host (mode 0600) and pass --rendezvous-key DIR/JOB.key (or set {}) to every rank; or pass "
+      "--insecure-rendezvous (or set {}=1) to run unauthenticated on a network where every host "
+      "is trusted",
+      rendezvous, kKeyEnv, kInsecureEnv));
+}
+
+// The run id: the one given, or (none given) one that rank 0 draws from the OS CSPRNG and
+// publishes in the store, which the other ranks read.
+StatusOr<std::string> AgreeRunId(const DatacenterFlags& f, transport::KvStore& store,
+                                 std::chrono::milliseconds timeout) {
+  if (f.run_id != kDefaultRunId) return f.run_id;
+  if (f.rank == 0) {
+    const std::string id = fmt::format("{:016x}", SecureRandomU64());
+    HUDDLE_RETURN_IF_ERROR(store.Set(kRunIdKey, id));
+    return id;
+  }
+  return store.Get(kRunIdKey, timeout);
+}
 
 std::string Path(const std::string& dir, const char* file) { return dir + "/" + file; }
 
@@ -53,12 +193,14 @@ int Fail(int code, std::string_view what, const Status& st) {
 // `cpu`, `cuda` (GPU local_rank) or `auto` (a GPU when one is usable), resolved.
 StatusOr<bool> UseCuda(const std::string& device) {
   if (device == "cpu") return false;
-  const bool usable = kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0;
-  if (device == "auto") return usable;
-  if (!kernels::BuiltWithCuda()) {
-    return absl::FailedPreconditionError("device cuda: this build has no CUDA support");
+  // `auto` loads the CUDA plugin only where an NVIDIA driver is present.
+  if (device == "auto") return kernels::CudaDeviceCount() > 0;
+  StatusOr<int> gpus = kernels::CountCudaDevices();
+  if (!gpus.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("device cuda: ", gpus.status().message()));
   }
-  if (!usable) return absl::FailedPreconditionError("device cuda: no usable GPU on this machine");
+  if (*gpus == 0)
+    return absl::FailedPreconditionError("device cuda: no usable GPU on this machine");
   return true;
 }
 
@@ -235,16 +377,6 @@ class Reporter {
   std::optional<int64_t> target_epoch_;
 };
 
-// The endpoint rank 0 serves the rendezvous on: the URL's port on every interface.
-StatusOr<std::string> ServeEndpoint(const std::string& url) {
-  const size_t colon = url.rfind(':');
-  if (!url.starts_with("tcp://") || colon == std::string::npos || colon < 6) {
-    return absl::InvalidArgumentError(
-        fmt::format("--rendezvous '{}': rank 0 serves tcp://HOST:PORT rendezvous only", url));
-  }
-  return "tcp://0.0.0.0" + url.substr(colon);
-}
-
 // Rank 0, before joining the others: the start rules of the privacy ledger (DP-SGD; see
 // cli/datacenter_privacy.h), the checkpoint to resume from, and the metrics files cut back to it.
 // Returns 0, or the exit code after saying why.
@@ -287,9 +419,13 @@ int PrepareRank0(const DatacenterConfig& c, const DatacenterFlags& f, int64_t n,
   } else if (*resume) {
     spdlog::info("resuming after epoch {} (step {}) from {}", (*resume)->epochs_done,
                  (*resume)->steps, ckpt_path);
-    std::printf("%s: resuming after epoch %lld (step %lld)\n", kCommand,
-                static_cast<long long>((*resume)->epochs_done),
-                static_cast<long long>((*resume)->steps));
+    std::printf(
+        "%s: resuming after epoch %lld (step %lld%s)\n", kCommand,
+        static_cast<long long>((*resume)->epochs_done), static_cast<long long>((*resume)->steps),
+        (*resume)->epoch_rows > 0 ? fmt::format(", {} rows into epoch {}", (*resume)->epoch_rows,
+                                                (*resume)->epochs_done + 1)
+                                        .c_str()
+                                  : "");
   }
   for (const std::string& path : metrics) {
     if (f.resume) {
@@ -315,8 +451,10 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   co.world_size = f.world_size;
   co.timeout = std::chrono::milliseconds(c.timeout_ms);
   co.host = f.host;
-  co.key_prefix = "huddle/" + f.run_id;
   if (Status st = datacenter::ValidateCollectiveOptions(co); !st.ok()) return Fail(2, "", st);
+  auto auth = RendezvousAuth(f);
+  if (!auth.ok()) return Fail(2, "", auth.status());
+  StopWatchdog watchdog(std::chrono::milliseconds(c.timeout_ms) + std::chrono::seconds(10));
   if (Status st = MakeDirs(c.out_dir); !st.ok()) return Fail(1, "output directory", st);
 
   // Everything that can fail alone comes before joining the others.
@@ -358,15 +496,20 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
 
   std::unique_ptr<transport::KvServer> server;
   if (f.rank == 0 && f.serve_rendezvous && f.rendezvous.starts_with("tcp://")) {
-    auto endpoint = ServeEndpoint(f.rendezvous);
-    if (!endpoint.ok()) return Fail(2, "", endpoint.status());
-    auto started = transport::KvServer::Start(*endpoint);
+    // On the address the user named, never on every interface.
+    auto endpoint = transport::KvServerEndpointFor(f.rendezvous);
+    if (!endpoint.ok()) return Fail(2, "--rendezvous", endpoint.status());
+    auto started = transport::KvServer::Start(*endpoint, {}, *auth);
     if (!started.ok()) return Fail(1, "serving the rendezvous", started.status());
     server = std::move(started).value();
-    spdlog::info("serving the rendezvous on {}", *endpoint);
+    spdlog::info("serving the rendezvous on {} ({})", *endpoint,
+                 *auth ? "CurveZMQ, the job's key" : "NOT authenticated");
   }
-  auto store = transport::OpenKvStore(f.rendezvous);
+  auto store = transport::OpenKvStore(f.rendezvous, std::chrono::seconds(30), *auth);
   if (!store.ok()) return Fail(2, "--rendezvous", store.status());
+  auto run_id = AgreeRunId(f, **store, std::chrono::milliseconds(c.timeout_ms));
+  if (!run_id.ok()) return Fail(1, "joining the other ranks", run_id.status());
+  co.key_prefix = "huddle/" + *run_id;
   auto collective =
       *cuda ? datacenter::ConnectNccl(**store, co, gpu) : datacenter::ConnectGloo(**store, co);
   if (!collective.ok()) return Fail(1, "joining the other ranks", collective.status());
@@ -391,9 +534,21 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   if (resume) reporter.set_last_steps(resume->steps);
   o.on_epoch = [&](const datacenter::EpochReport& r) -> Status {
     if (f.rank == 0) HUDDLE_RETURN_IF_ERROR(reporter.OnEpoch(r));
-    if (StopFlag().load()) return absl::CancelledError("stopped by a signal");
     return absl::OkStatus();
   };
+  // A stop (SIGINT/SIGTERM on any rank) takes effect on every rank after the same step.
+  o.stop = &StopFlag();
+  std::optional<int64_t> stopped_at_step;
+  if (!c.dp_sgd) {
+    // With DP-SGD no checkpoint: the ledger records whole epochs before anything is released,
+    // so the job resumes from its last epoch's checkpoint (steps since need no entry).
+    o.on_stop = [&](const datacenter::TrainingState& state) -> Status {
+      HUDDLE_RETURN_IF_ERROR(datacenter::WriteTrainingState(
+          Path(c.out_dir, datacenter::kDatacenterCheckpointFile), state));
+      stopped_at_step = state.steps;
+      return absl::OkStatus();
+    };
+  }
   if (f.rank == 0) {
     if (!resume) {
       std::printf("%s: %d rank(s), %s, model %s, global batch %lld, %lld epochs\n", kCommand,
@@ -421,10 +576,21 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
     std::fflush(stdout);
   }
   TensorList params = models::InitMlp(c.model, DeriveSeed(c.seed, kInitStream));
+  watchdog.TrainingStarted();
   auto stats = datacenter::TrainDataParallel(**collective, c.model, o,
                                              data::DatasetView{&*train, {}}, &params);
   if (!stats.ok()) {
     const bool stopped = absl::IsCancelled(stats.status());
+    if (stopped) {
+      if (stopped_at_step) {
+        std::printf("%s: stopped after step %lld; checkpoint %s written (continue with --resume)\n",
+                    kCommand, static_cast<long long>(*stopped_at_step),
+                    Path(c.out_dir, datacenter::kDatacenterCheckpointFile).c_str());
+      } else if (f.rank == 0) {
+        std::printf("%s: stopped; --resume continues from the last epoch's checkpoint\n", kCommand);
+      }
+      std::fflush(stdout);
+    }
     if (privacy) {
       // The ledger may hold an entry whose epoch's outputs were not all written.
       const std::string why =
@@ -433,7 +599,7 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
         spdlog::error("cannot write {}: {}", privacy::kPrivacyReportFile, st.message());
       }
     }
-    return Fail(stopped ? 130 : 1, fmt::format("rank {}", f.rank), stats.status());
+    return Fail(stopped ? StopExitCode() : 1, fmt::format("rank {}", f.rank), stats.status());
   }
   if (f.rank == 0) {
     if (Status st = reporter.WriteSummary(*stats); !st.ok()) return Fail(1, "summary.json", st);
@@ -476,6 +642,39 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   return 0;
 }
 
+// The launcher's per-job rendezvous key: DIR/rendezvous.key (0600) in a fresh directory (0700)
+// under the system's temporary directory, removed with this object. Its path, not the key,
+// travels to the ranks, in their environment.
+class PrivateKeyDir {
+ public:
+  static StatusOr<PrivateKeyDir> Create(const transport::KvAuth& auth) {
+    std::error_code ec;
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+    std::string pattern = (ec ? std::string("/tmp") : tmp.string()) + "/huddle-rendezvous-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return absl::UnavailableError(
+          fmt::format("cannot create a private directory {}: {}", pattern, std::strerror(errno)));
+    }
+    PrivateKeyDir dir(pattern);
+    HUDDLE_RETURN_IF_ERROR(transport::WriteKeyFiles(
+        transport::CurveKeyPair{"server", "rendezvous", auth.public_z85, auth.secret_z85}, dir.dir_,
+        "rendezvous"));
+    return dir;
+  }
+  PrivateKeyDir(PrivateKeyDir&& other) noexcept : dir_(std::exchange(other.dir_, "")) {}
+  PrivateKeyDir& operator=(PrivateKeyDir&&) = delete;
+  ~PrivateKeyDir() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string key_file() const { return dir_ + "/rendezvous.key"; }
+
+ private:
+  explicit PrivateKeyDir(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
 // `--nproc N`: N ranks of this binary on this host.
 int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
            const std::string& exe) {
@@ -490,9 +689,16 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
   }
   const std::string logs = c.out_dir + "/logs";
   if (Status st = MakeDirs(logs); !st.ok()) return Fail(1, "output directory", st);
-  auto server = transport::KvServer::Start("tcp://127.0.0.1:0");
+  // The job's rendezvous key: fresh, in a private directory that goes with the launcher.
+  auto auth = transport::GenerateKvAuth();
+  if (!auth.ok()) return Fail(1, "rendezvous key", auth.status());
+  auto key_dir = PrivateKeyDir::Create(*auth);
+  if (!key_dir.ok()) return Fail(1, "rendezvous key", key_dir.status());
+  auto server = transport::KvServer::Start("tcp://127.0.0.1:0", {}, *auth);
   if (!server.ok()) return Fail(1, "serving the rendezvous", server.status());
-  const std::string run_id = fmt::format("{:016x}", SecureRandomU64());
+  const std::vector<std::string> rank_env = {fmt::format("{}={}", kKeyEnv, key_dir->key_file())};
+  const std::string run_id =
+      f.run_id != kDefaultRunId ? f.run_id : fmt::format("{:016x}", SecureRandomU64());
   std::printf("%s: %lld ranks on this host, rendezvous %s, logs in %s\n", kCommand,
               static_cast<long long>(nproc), (*server)->url().c_str(), logs.c_str());
   std::fflush(stdout);
@@ -521,7 +727,7 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
                                      c.device};
     if (f.resume) argv.push_back("--resume");
     rank_logs.push_back(fmt::format("{}/rank-{}.log", logs, r));
-    auto pid = Spawn(argv, rank_logs.back(), /*keep_stdout=*/r == 0);
+    auto pid = Spawn(argv, rank_logs.back(), /*keep_stdout=*/r == 0, rank_env);
     if (!pid.ok()) {
       for (pid_t p : ranks) ::kill(p, SIGTERM);
       return Fail(1, "starting the ranks", pid.status());
@@ -530,10 +736,14 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
   }
 
   // The first rank to fail is the one to quote: the others usually fail because of it. They
-  // notice on their own within the collective timeout; a few seconds later they are stopped.
+  // notice on their own within the collective timeout; a few seconds later they are stopped. A
+  // stop (SIGINT/SIGTERM here) is forwarded once; ranks that have not ended `stop_grace` later
+  // (stuck in a collective) are killed.
   std::vector<int> codes(ranks.size(), -1);
   int first_failed = -1;
   auto failed_at = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> stop_at;
+  const auto stop_grace = std::chrono::milliseconds(c.timeout_ms) + std::chrono::seconds(15);
   size_t running = ranks.size();
   while (running > 0) {
     for (size_t r = 0; r < ranks.size(); ++r) {
@@ -541,30 +751,49 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
       if (codes[r] >= 0 || ::waitpid(ranks[r], &status, WNOHANG) != ranks[r]) continue;
       codes[r] = ExitCode(status);
       --running;
-      if (codes[r] != 0 && first_failed < 0) {
+      const bool clean_stop = stop_at && (codes[r] == 0 || IsStopExitCode(codes[r]));
+      if (codes[r] != 0 && !clean_stop && first_failed < 0) {
         first_failed = static_cast<int>(r);
         failed_at = std::chrono::steady_clock::now();
       }
     }
-    const bool grace_over =
-        first_failed >= 0 && std::chrono::steady_clock::now() - failed_at > std::chrono::seconds(5);
-    if (StopFlag().load() || grace_over) {
+    const auto now = std::chrono::steady_clock::now();
+    if (StopFlag().load() && !stop_at) {
+      stop_at = now;
+      std::fprintf(stderr, "%s: %s: stopping the ranks after their current step\n", kCommand,
+                   StopSignalName());
       for (size_t r = 0; r < ranks.size(); ++r) {
-        if (codes[r] < 0) ::kill(ranks[r], SIGTERM);
+        if (codes[r] < 0)
+          ::kill(ranks[r], StopSignal().load() != 0 ? StopSignal().load() : SIGTERM);
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const bool grace_over = first_failed >= 0 && now - failed_at > std::chrono::seconds(5);
+    const bool stop_over = stop_at && now - *stop_at > stop_grace;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (codes[r] < 0 && (grace_over || stop_over))
+        ::kill(ranks[r], stop_over ? SIGKILL : SIGTERM);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (first_failed < 0) return 0;
-  std::fprintf(stderr, "%s: rank %d exited with %d: %s (see %s)\n", kCommand, first_failed,
-               codes[first_failed], LastLogLine(rank_logs[first_failed]).c_str(),
-               rank_logs[first_failed].c_str());
-  return codes[first_failed] == 130 ? 130 : 1;
+  if (first_failed >= 0) {
+    std::fprintf(stderr, "%s: rank %d exited with %d: %s (see %s)\n", kCommand, first_failed,
+                 codes[first_failed], LastLogLine(rank_logs[first_failed]).c_str(),
+                 rank_logs[first_failed].c_str());
+    return 1;
+  }
+  if (stop_at) {
+    std::fprintf(stderr,
+                 "%s: stopped by %s: every rank stopped cleanly; continue with --resume (see %s)\n",
+                 kCommand, StopSignalName(), logs.c_str());
+    return StopExitCode();
+  }
+  return 0;
 }
 
 }  // namespace
 
 int RunDatacenterCommand(const DatacenterFlags& flags, const std::string& self_exe) {
+  InstallDatacenterStopHandlers();
   auto config = LoadDatacenterConfig(flags.config);
   if (!config.ok()) return Fail(2, "", config.status());
   DatacenterConfig c = std::move(config).value();

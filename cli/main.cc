@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   coord->add_option("--out", cf.out_dir, "Output directory (overrides output.dir)");
   coord->add_option("--bind", cf.bind, "Endpoint to bind, e.g. tcp://0.0.0.0:5555");
   coord->add_flag("--resume", cf.resume, "Continue from OUT/checkpoint.bin");
+  coord->add_flag("--force", cf.force,
+                  "Start afresh in an OUT that holds an earlier job's outputs (replacing them)");
   coord->add_option("--server-key", cf.server_key,
                     "The coordinator's secret key file (overrides security.server_secret_key)");
   coord->add_option("--allow", cf.allow,
@@ -35,6 +37,10 @@ int main(int argc, char** argv) {
   client->add_option("--data", kf.data,
                      "Local data: a directory of IDX .gz files, or a CSV file with --format csv");
   client->add_option("--format", kf.format, "Data format: idx (default) or csv");
+  client->add_option("--num-classes", kf.num_classes, "Labels lie in [0, N) (data.num_classes)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 16));
+  client->add_flag("--scale-255", kf.scale_255,
+                   "CSV features are 0-255: divide them by 255 (data.scale_255)");
   client->add_option("--partition", kf.partition,
                      "Use one shard of the data: none (default), iid or dirichlet");
   client->add_option("--num-shards", kf.num_shards, "Number of shards the data is split into");
@@ -60,6 +66,9 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "Run a whole federation on this machine");
   run->add_option("config", rf.config, "Job YAML")->required()->check(CLI::ExistingFile);
   run->add_option("--out", rf.out_dir, "Output directory (overrides output.dir)");
+  run->add_flag("--resume", rf.resume, "Continue the job in OUT from its checkpoint");
+  run->add_flag("--force", rf.force,
+                "Start afresh in an OUT that holds an earlier job's outputs (replacing them)");
   run->add_flag("--insecure", rf.insecure,
                 "Plaintext transport between the local processes (default: ephemeral CurveZMQ "
                 "keys in OUT/keys)");
@@ -89,6 +98,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   dc->add_option("--run-id", df.run_id, "Names this job in a shared rendezvous")
       ->capture_default_str();
+  dc->add_option("--rendezvous-key", df.rendezvous_key,
+                 "Key file of the job's tcp:// rendezvous, the same on every host (huddle keygen "
+                 "server --id JOB; also HUDDLE_RENDEZVOUS_KEY)");
+  dc->add_flag("--insecure-rendezvous", df.insecure_rendezvous,
+               "Allow an unauthenticated tcp:// rendezvous (every host on the network trusted)");
   dc->add_flag("!--no-serve-rendezvous", df.serve_rendezvous,
                "Rank 0 does not serve the tcp:// rendezvous (another process does)");
 

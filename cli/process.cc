@@ -4,14 +4,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string_view>
 
 #include "common/file_util.h"
 
 namespace huddle::cli {
 
 StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
-                      bool keep_stdout) {
+                      bool keep_stdout, const std::vector<std::string>& extra_env) {
   if (argv.empty()) return absl::InvalidArgumentError("Spawn: empty argv");
   // Everything the child needs is prepared here: between fork and exec a child of a
   // multithreaded process (ZeroMQ's I/O threads, a rendezvous server) may only make
@@ -20,6 +22,17 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& l
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view var(*e);
+    const bool overridden = std::any_of(extra_env.begin(), extra_env.end(), [&](const auto& x) {
+      const size_t eq = x.find('=');
+      return eq != std::string::npos && var.starts_with(std::string_view(x).substr(0, eq + 1));
+    });
+    if (!overridden) env.push_back(*e);
+  }
+  for (const std::string& x : extra_env) env.push_back(const_cast<char*>(x.c_str()));
+  env.push_back(nullptr);
   const std::string failed = "cannot start " + argv[0] + "\n";
   pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
@@ -29,7 +42,7 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& l
       if (!keep_stdout) ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
     }
-    ::execv(args[0], args.data());
+    ::execve(args[0], args.data(), env.data());
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, failed.data(), failed.size());
     ::_exit(127);
   }

@@ -11,7 +11,8 @@
 namespace huddle::datacenter {
 namespace {
 
-constexpr char kMagic[] = "HUDDLED1";
+constexpr char kMagic[] = "HUDDLED2";
+constexpr char kMagicV1[] = "HUDDLED1";                    // no epoch_ fields
 constexpr size_t kDigestBytes = crypto_generichash_BYTES;  // 32
 
 std::string DigestOf(std::string_view bytes) {
@@ -33,6 +34,9 @@ Status WriteTrainingState(const std::string& path, const TrainingState& s) {
   AppendU64(static_cast<uint64_t>(s.batch_size), &out);
   AppendU64(std::bit_cast<uint64_t>(s.seconds), &out);
   AppendU64(s.dp_sgd ? 1 : 0, &out);
+  AppendU64(static_cast<uint64_t>(s.epoch_rows), &out);
+  AppendU64(std::bit_cast<uint64_t>(s.epoch_loss_sum), &out);
+  AppendU64(std::bit_cast<uint64_t>(s.epoch_correct), &out);
   AppendTensorList(s.params, &out);
   AppendTensorList(s.velocity, &out);
   out += DigestOf(out);
@@ -41,7 +45,8 @@ Status WriteTrainingState(const std::string& path, const TrainingState& s) {
 
 StatusOr<TrainingState> ReadTrainingState(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  if (bytes.size() < 8 + kDigestBytes || bytes.compare(0, 8, kMagic, 8) != 0) {
+  const bool v1 = bytes.size() >= 8 + kDigestBytes && bytes.compare(0, 8, kMagicV1, 8) == 0;
+  if (bytes.size() < 8 + kDigestBytes || (!v1 && bytes.compare(0, 8, kMagic, 8) != 0)) {
     return absl::DataLossError(
         absl::StrCat(path, ": not a Huddle datacenter checkpoint (bad magic or too short)"));
   }
@@ -73,6 +78,17 @@ StatusOr<TrainingState> ReadTrainingState(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(uint64_t flags, r.U64());
   if (flags > 1) return absl::DataLossError(absl::StrCat(path, ": unknown flags ", flags));
   s.dp_sgd = flags == 1;
+  if (!v1) {
+    HUDDLE_RETURN_IF_ERROR(next(&s.epoch_rows));
+    HUDDLE_ASSIGN_OR_RETURN(uint64_t loss_bits, r.U64());
+    HUDDLE_ASSIGN_OR_RETURN(uint64_t correct_bits, r.U64());
+    s.epoch_loss_sum = std::bit_cast<double>(loss_bits);
+    s.epoch_correct = std::bit_cast<double>(correct_bits);
+    if (!std::isfinite(s.epoch_loss_sum) || s.epoch_loss_sum < 0 ||
+        !std::isfinite(s.epoch_correct) || s.epoch_correct < 0) {
+      return absl::DataLossError(absl::StrCat(path, ": corrupt epoch totals"));
+    }
+  }
   HUDDLE_ASSIGN_OR_RETURN(s.params, r.TensorListValue());
   HUDDLE_ASSIGN_OR_RETURN(s.velocity, r.TensorListValue());
   if (r.remaining() != 0) {

@@ -3,9 +3,11 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -304,10 +306,9 @@ StatusOr<std::vector<int>> RanksDiffering(Collective& c, Scratch& scratch, const
   return differ;
 }
 
-// What every rank must agree on before the first step: the model, the options that shape the
-// trajectory or the order of collectives, and the data (size and labels).
-Digest AgreementDigest(const models::MlpSpec& spec, const DataParallelOptions& o,
-                       const data::DatasetView& data) {
+// What every rank must agree on before the first step: the model and the options that shape the
+// trajectory or the order of collectives.
+Digest ConfigDigest(const models::MlpSpec& spec, const DataParallelOptions& o) {
   crypto_generichash_state h;
   crypto_generichash_init(&h, nullptr, 0, kDigestBytes);
   auto add = [&](const auto& v) {
@@ -328,6 +329,7 @@ Digest AgreementDigest(const models::MlpSpec& spec, const DataParallelOptions& o
   add(o.bucket_bytes);
   add(o.first_bucket_bytes);
   add(o.checksum_every);
+  add(o.stop_check_every);
   if (o.dp_sgd) {
     add(o.dp_sgd->dp.noise_multiplier);
     add(o.dp_sgd->dp.clip_norm);
@@ -335,16 +337,105 @@ Digest AgreementDigest(const models::MlpSpec& spec, const DataParallelOptions& o
   } else {
     add(int64_t{-1});
   }
-  const int64_t n = data.size();
-  add(n);
-  std::vector<int32_t> labels(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = data.base->labels[data.row(i)];
-  crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(labels.data()),
-                            labels.size() * sizeof(int32_t));
   Digest d;
   crypto_generichash_final(&h, reinterpret_cast<unsigned char*>(d.data()), d.size());
   return d;
 }
+
+// The data itself, in the view's order: its size and shape, then each example's features (their
+// bytes) and label. A rank with poisoned data of the right shape differs here.
+Digest DataDigest(const data::DatasetView& data) {
+  crypto_generichash_state h;
+  crypto_generichash_init(&h, nullptr, 0, kDigestBytes);
+  auto add = [&](const void* p, size_t bytes) {
+    crypto_generichash_update(&h, static_cast<const unsigned char*>(p), bytes);
+  };
+  const int64_t n = data.size();
+  const int64_t dim = n > 0 ? data.base->feature_dim : 0;
+  add(&n, sizeof n);
+  add(&dim, sizeof dim);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = data.row(i);
+    add(data.base->row_features(row), static_cast<size_t>(dim) * sizeof(float));
+    add(&data.base->labels[static_cast<size_t>(row)], sizeof(int32_t));
+  }
+  Digest d;
+  crypto_generichash_final(&h, reinterpret_cast<unsigned char*>(d.data()), d.size());
+  return d;
+}
+
+// Same model, options and data on every rank (one all-gather of both digests), or an error on
+// every rank naming the ranks that differ from rank 0 and what differs.
+Status CheckAgreement(Collective& c, Scratch& scratch, const models::MlpSpec& spec,
+                      const DataParallelOptions& o, const data::DatasetView& data) {
+  std::array<std::byte, 2 * kDigestBytes> mine;
+  const Digest config = ConfigDigest(spec, o), values = DataDigest(data);
+  std::memcpy(mine.data(), config.data(), kDigestBytes);
+  std::memcpy(mine.data() + kDigestBytes, values.data(), kDigestBytes);
+  std::vector<std::byte> all(mine.size() * static_cast<size_t>(c.world_size()));
+  HUDDLE_RETURN_IF_ERROR(scratch.AllGather(c, mine, all));
+  std::vector<int> other_config, other_data;
+  for (int r = 1; r < c.world_size(); ++r) {
+    const std::byte* theirs = all.data() + static_cast<size_t>(r) * mine.size();
+    if (std::memcmp(theirs, all.data(), kDigestBytes) != 0) other_config.push_back(r);
+    if (std::memcmp(theirs + kDigestBytes, all.data() + kDigestBytes, kDigestBytes) != 0) {
+      other_data.push_back(r);
+    }
+  }
+  if (!other_config.empty()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "rank(s) {} have a different model, training options or seed than rank 0; every rank "
+        "must run the same configuration",
+        fmt::join(other_config, ", ")));
+  }
+  if (!other_data.empty()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "rank(s) {} hold different training data than rank 0 (the digest of every example's "
+        "features and label differs); every rank must load the same data",
+        fmt::join(other_data, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+// The stop agreement (DataParallelOptions::stop): every `every` steps the ranks sum their stop
+// flags, so that all of them stop after the same step. Deadlock-free: every rank votes at the
+// same step counts, whatever its flag.
+class StopVote {
+ public:
+  static StatusOr<StopVote> Create(Collective& c, kernels::Backend& backend,
+                                   const DataParallelOptions& o) {
+    StopVote v;
+    v.flag_ = o.stop;
+    v.every_ = std::max<int64_t>(1, o.stop_check_every);
+    v.backend_ = &backend;
+    if (v.flag_ != nullptr && c.world_size() > 1) {
+      HUDDLE_ASSIGN_OR_RETURN(v.buffer_, backend.Allocate(sizeof(double)));
+      HUDDLE_ASSIGN_OR_RETURN(v.reduce_,
+                              c.PrepareAllReduceSum(std::span<double>(v.buffer_.as<double>(), 1)));
+    }
+    return v;
+  }
+
+  // After step `steps` (counted from the run's start): whether every rank stops now.
+  StatusOr<bool> StopAfter(int64_t steps) {
+    if (flag_ == nullptr || steps % every_ != 0) return false;
+    const double mine = flag_->load() ? 1.0 : 0.0;
+    if (reduce_ == nullptr) return mine > 0;
+    double sum = 0;
+    backend_->CopyToDevice(buffer_.data(), &mine, sizeof mine);
+    HUDDLE_RETURN_IF_ERROR(backend_->Synchronize());
+    HUDDLE_RETURN_IF_ERROR(reduce_->Run());
+    HUDDLE_RETURN_IF_ERROR(backend_->CopyToHost(&sum, buffer_.data(), sizeof sum));
+    return sum > 0;
+  }
+
+ private:
+  const std::atomic<bool>* flag_ = nullptr;
+  int64_t every_ = 1;
+  kernels::Backend* backend_ = nullptr;
+  kernels::DeviceBuffer buffer_;
+  std::unique_ptr<PreparedAllReduce> reduce_;
+};
 
 // Compares a BLAKE2b digest of every rank's parameters; DataLoss naming the ranks that differ
 // from rank 0.
@@ -373,11 +464,13 @@ struct ResumeHeader {
   int64_t steps = 0;
   int64_t has_velocity = 0;
   double seconds = 0;
+  int64_t epoch_rows = 0;  // a stop within epoch epochs_done: the rows of it already trained
 };
 
 StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace& ws,
-                                   const DataParallelOptions& options, const Status& fit,
+                                   const DataParallelOptions& options, int64_t n, const Status& fit,
                                    Status* refusal) {
+  static_assert(sizeof(ResumeHeader) <= 64, "Scratch::Broadcast moves at most 64 bytes");
   ResumeHeader h;
   if (c.rank() == 0 && options.resume != nullptr) {
     const TrainingState& state = *options.resume;
@@ -394,6 +487,11 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace
                       state.seed, options.seed));
     } else if (state.epochs_done < 0 || state.steps < 0) {
       *refusal = absl::DataLossError("the checkpoint's position is negative");
+    } else if (state.epoch_rows < 0 || state.epoch_rows > n ||
+               (state.dp_sgd && state.epoch_rows != 0)) {
+      *refusal = absl::FailedPreconditionError(
+          fmt::format("the checkpoint stopped {} rows into an epoch; this data set has {} rows",
+                      state.epoch_rows, n));
     } else {
       *refusal = ws.UploadVelocity(state.velocity);
     }
@@ -402,6 +500,7 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace
     h.steps = state.steps;
     h.has_velocity = state.velocity.empty() ? 0 : 1;
     h.seconds = state.seconds;
+    h.epoch_rows = state.epoch_rows;
   }
   HUDDLE_RETURN_IF_ERROR(
       scratch.Broadcast(c, std::as_writable_bytes(std::span<ResumeHeader>(&h, 1)), /*root=*/0));
@@ -575,15 +674,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   HUDDLE_RETURN_IF_ERROR(backend.Synchronize());
 
   // Same model, options and data everywhere, or no step at all.
-  HUDDLE_ASSIGN_OR_RETURN(
-      const std::vector<int> disagree,
-      RanksDiffering(collective, scratch, AgreementDigest(spec, options, data)));
-  if (!disagree.empty()) {
-    return absl::FailedPreconditionError(fmt::format(
-        "rank(s) {} have a different model, training options, seed or data (size or labels) "
-        "than rank 0; every rank must run the same configuration on the same data",
-        fmt::join(disagree, ", ")));
-  }
+  HUDDLE_RETURN_IF_ERROR(CheckAgreement(collective, scratch, spec, options, data));
   // Rank 0's parameters, everywhere (the gaps between parameters are zero on every rank).
   HUDDLE_RETURN_IF_ERROR(collective.Broadcast(
       std::span<std::byte>(reinterpret_cast<std::byte*>(ws->params_base()),
@@ -591,7 +682,13 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       0));
   Status refusal;
   HUDDLE_ASSIGN_OR_RETURN(const ResumeHeader resume,
-                          ShareResume(collective, scratch, *ws, options, resume_fit, &refusal));
+                          ShareResume(collective, scratch, *ws, options, n, resume_fit, &refusal));
+  HUDDLE_ASSIGN_OR_RETURN(StopVote stop_vote, StopVote::Create(collective, backend, options));
+  // A resume within an epoch: rank 0 carries that epoch's totals so far into its end.
+  std::array<double, 2> carried{0, 0};
+  if (resuming && resume.epoch_rows > 0) {
+    carried = {options.resume->epoch_loss_sum, options.resume->epoch_correct};
+  }
 
   const kernels::SgdHyper hyper{static_cast<float>(options.train.learning_rate),
                                 static_cast<float>(options.train.momentum),
@@ -612,7 +709,24 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   float last_factor = std::nanf("");
 
   TrainingState state;  // rank 0's EpochReport::state
-  // After each step: fault injection (tests) and the periodic replica check.
+  // Rank 0's state after the current step (on_epoch, on_stop).
+  const auto fill_state = [&](int64_t epochs_done, double seconds) -> Status {
+    state.epochs_done = epochs_done;
+    state.steps = stats.steps;
+    state.seed = options.seed;
+    state.world_size = world;
+    state.batch_size = batch;
+    state.seconds = seconds;
+    state.dp_sgd = options.dp_sgd.has_value();
+    state.epoch_rows = 0;
+    state.epoch_loss_sum = state.epoch_correct = 0;
+    if (state.params.empty()) state.params = *params;  // names and shapes
+    HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(&state.params));
+    return ws->DownloadVelocity(&state.velocity);
+  };
+  // The epoch being trained and the rows of it done (for a stop within it).
+  int64_t current_epoch = resume.epochs_done, current_rows = 0;
+  // After each step: fault injection (tests), the periodic replica check, and the stop vote.
   const auto after_step = [&]() -> Status {
     if (options.after_step_for_testing) {
       options.after_step_for_testing(stats.steps, ws->params_base(), ws->params_span());
@@ -621,14 +735,33 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
       ++stats.checksums;
     }
-    return absl::OkStatus();
+    HUDDLE_ASSIGN_OR_RETURN(const bool stop, stop_vote.StopAfter(stats.steps));
+    if (!stop) return absl::OkStatus();
+    if (!options.dp_sgd) {
+      // The epoch's totals so far, over all ranks (every rank takes part), for the resume.
+      HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
+      std::array<double, 2> global{totals.loss_sum + carried[0],
+                                   static_cast<double>(totals.correct) + carried[1]};
+      HUDDLE_RETURN_IF_ERROR(scratch.AllReduceSum(collective, global));
+      if (options.state_on_rank0 && rank == 0 && options.on_stop) {
+        HUDDLE_RETURN_IF_ERROR(fill_state(current_epoch, resume.seconds + SecondsSince(start)));
+        state.epoch_rows = current_rows;
+        state.epoch_loss_sum = global[0];
+        state.epoch_correct = global[1];
+        HUDDLE_RETURN_IF_ERROR(options.on_stop(state));
+      }
+    }
+    return absl::CancelledError(
+        fmt::format("stopped on request after step {} (rank {})", stats.steps, rank));
   };
   // After each epoch (its totals over `examples` rows of all ranks): loss and accuracy, the
   // divergence check, and the caller's callback with rank 0's state.
   const auto end_epoch = [&](int64_t epoch, int64_t epochs, SteadyTime::time_point epoch_start,
                              double examples) -> Status {
     HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
-    std::array<double, 2> global{totals.loss_sum, static_cast<double>(totals.correct)};
+    std::array<double, 2> global{totals.loss_sum + carried[0],
+                                 static_cast<double>(totals.correct) + carried[1]};
+    carried = {0, 0};
     HUDDLE_RETURN_IF_ERROR(scratch.AllReduceSum(collective, global));
     stats.loss = examples > 0 ? global[0] / examples : 0.0;
     stats.accuracy = examples > 0 ? global[1] / examples : 0.0;
@@ -648,16 +781,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                        epoch + 1 == epochs,
                        nullptr};
     if (options.state_on_rank0 && rank == 0) {
-      state.epochs_done = epoch + 1;
-      state.steps = stats.steps;
-      state.seed = options.seed;
-      state.world_size = world;
-      state.batch_size = batch;
-      state.seconds = report.seconds;
-      state.dp_sgd = options.dp_sgd.has_value();
-      if (state.params.empty()) state.params = *params;  // names and shapes
-      HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(&state.params));
-      HUDDLE_RETURN_IF_ERROR(ws->DownloadVelocity(&state.velocity));
+      HUDDLE_RETURN_IF_ERROR(fill_state(epoch + 1, report.seconds));
       report.state = &state;
     }
     return options.on_epoch(report);
@@ -675,7 +799,10 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
     rng.Shuffle(order);
     HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
     ws->ResetTotals();
-    for (int64_t begin = 0; begin < n; begin += global_batch) {
+    current_epoch = epoch;
+    // A resume within this epoch continues at the next global batch of its order.
+    const int64_t first_row = epoch == resume.epochs_done ? resume.epoch_rows : 0;
+    for (int64_t begin = first_row; begin < n; begin += global_batch) {
       // This rank's slice of the global batch [begin, begin + m).
       const int64_t m = std::min(global_batch, n - begin);
       const int64_t lo = m * rank / world, hi = m * (rank + 1) / world;
@@ -716,6 +843,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
       ++stats.steps;
       stats.examples += rows;
+      current_rows = begin + m;
       HUDDLE_RETURN_IF_ERROR(after_step());
     }
     HUDDLE_RETURN_IF_ERROR(

@@ -23,6 +23,7 @@
 // training on every rank with that error.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -49,6 +50,14 @@ struct TrainingState {
   int64_t batch_size = 0;  // per rank, ditto
   double seconds = 0;      // training time so far, over all sessions
   bool dp_sgd = false;     // written by a DP-SGD run (steps are DP-SGD steps)
+  // A stop within epoch `epochs_done` (DataParallelOptions::stop): the rows of that epoch's
+  // shuffled order already trained (whole global batches; all n when the stop came after its
+  // last step, before its end-of-epoch report), and the epoch's loss sum and correct
+  // count so far over all ranks, so that the resumed epoch reports the whole epoch. 0 at the end
+  // of an epoch.
+  int64_t epoch_rows = 0;
+  double epoch_loss_sum = 0;
+  double epoch_correct = 0;
   TensorList params;
   TensorList velocity;  // momentum, one per parameter; empty without momentum
 };
@@ -118,6 +127,16 @@ struct DataParallelOptions {
   const TrainingState* resume = nullptr;
   // DP-SGD instead of epochs of shuffled minibatches (see DataParallelDpSgd).
   std::optional<DataParallelDpSgd> dp_sgd;
+  // Stopping on request (a signal). When *stop is set on ANY rank, every rank stops after the
+  // same step: every stop_check_every steps the ranks sum their flags in one all-reduce of a
+  // single double (prepared once; at world size 1 just a load), so all ranks see the same answer
+  // at the same step, and a stop takes effect within stop_check_every steps (plus the step
+  // running). Then rank 0 (with state_on_rank0, and not with DP-SGD, whose ledger counts whole
+  // epochs) passes the state reached, mid-epoch, to on_stop (e.g. to write a checkpoint that a
+  // resume continues from exactly), and every rank returns Cancelled. Null: never checked.
+  const std::atomic<bool>* stop = nullptr;
+  int64_t stop_check_every = 8;
+  std::function<Status(const TrainingState&)> on_stop;
   // Fault injection for tests: called after every step with the packed parameters (on the
   // training device) and their count, to corrupt a replica the way failing hardware would.
   std::function<void(int64_t step, float* params, int64_t count)> after_step_for_testing;
@@ -145,9 +164,11 @@ Status ValidateDataParallelOptions(const DataParallelOptions& options);
 
 // Trains *params in place on every rank (rank 0's initial values, or its resume state, win) and
 // leaves every rank with identical parameters. `data` must be the same on every rank: before the
-// first step the ranks compare a digest of the model, the options that shape the trajectory, the
-// seed and the data's size and labels, and refuse to start (FailedPrecondition naming the ranks)
-// when they differ.
+// first step the ranks compare a digest of the model, the options that shape the trajectory and
+// the seed, and a BLAKE2b digest of the data itself (every example's features and label, in the
+// view's order), and refuse to start (FailedPrecondition naming the ranks that differ from rank
+// 0, and whether the configuration or the data differs) when they differ. Cancelled when
+// stopped on request (options.stop).
 StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::MlpSpec& spec,
                                               const DataParallelOptions& options,
                                               const data::DatasetView& data, TensorList* params);

@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "common/file_util.h"
+#include "transport/curve_keys.h"
 
 namespace huddle::transport {
 namespace {
@@ -138,11 +139,32 @@ class FileKvStore final : public KvStore {
 // request, so a reply that arrives after its request timed out is recognised and dropped.
 
 constexpr size_t kSeqBytes = 8;
+// A bound on any one receive: the parts of a message arrive together, so this only matters if
+// libzmq ever hands over a part late; no receive can block for good.
+constexpr int kReceiveTimeoutMs = 1000;
+
+// One whole message from `socket` (after a poll said one is there): its first `keep` frames, the
+// rest received and dropped. Ends at the last part (or when a receive times out), so the next
+// receive starts at the next message whatever this one's shape: 0 frames, 1, 7 or 10,000.
+std::vector<zmq::message_t> ReceiveMessage(zmq::socket_t& socket, size_t keep) {
+  std::vector<zmq::message_t> frames;
+  for (;;) {
+    zmq::message_t part;
+    if (!socket.recv(part, zmq::recv_flags::none).has_value()) break;  // timed out
+    const bool more = part.more();
+    if (frames.size() < keep) frames.push_back(std::move(part));
+    if (!more) break;
+  }
+  return frames;
+}
 
 class ZmqKvStore final : public KvStore {
  public:
-  ZmqKvStore(std::string url, milliseconds request_timeout)
-      : url_(std::move(url)), request_timeout_(request_timeout), context_(1) {}
+  ZmqKvStore(std::string url, milliseconds request_timeout, std::optional<KvAuth> auth)
+      : url_(std::move(url)),
+        request_timeout_(request_timeout),
+        auth_(std::move(auth)),
+        context_(1) {}
 
   Status Set(std::string_view key, std::string_view value) override {
     HUDDLE_RETURN_IF_ERROR(CheckKey(key));
@@ -189,6 +211,12 @@ class ZmqKvStore final : public KvStore {
       socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxValueBytes + 4096));
+      socket_.set(zmq::sockopt::rcvtimeo, kReceiveTimeoutMs);
+      if (auth_) {
+        socket_.set(zmq::sockopt::curve_serverkey, auth_->public_z85);
+        socket_.set(zmq::sockopt::curve_publickey, auth_->public_z85);
+        socket_.set(zmq::sockopt::curve_secretkey, auth_->secret_z85);
+      }
       socket_.connect(url_);
     } catch (const zmq::error_t& e) {
       socket_.close();
@@ -226,11 +254,7 @@ class ZmqKvStore final : public KvStore {
         if (left <= milliseconds(0)) break;
         zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
         if (zmq::poll(&item, 1, left) == 0) break;
-        std::vector<zmq::message_t> frames;
-        do {
-          frames.emplace_back();
-          (void)socket_.recv(frames.back(), zmq::recv_flags::none);
-        } while (frames.back().more() && frames.size() < 8);
+        std::vector<zmq::message_t> frames = ReceiveMessage(socket_, 3);
         uint64_t got = 0;
         if (frames.size() < 2 || frames[0].size() != kSeqBytes || frames[1].size() != 1) continue;
         std::memcpy(&got, frames[0].data(), kSeqBytes);
@@ -256,6 +280,7 @@ class ZmqKvStore final : public KvStore {
 
   std::string url_;
   milliseconds request_timeout_;
+  std::optional<KvAuth> auth_;
   std::mutex mu_;
   zmq::context_t context_;
   zmq::socket_t socket_;
@@ -264,7 +289,8 @@ class ZmqKvStore final : public KvStore {
 
 class ZmqKvServer final : public KvServer {
  public:
-  ZmqKvServer(KvServerLimits limits) : limits_(limits), context_(1) {}
+  ZmqKvServer(KvServerLimits limits, std::optional<KvAuth> auth)
+      : limits_(limits), auth_(std::move(auth)), context_(1) {}
   ~ZmqKvServer() override {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
@@ -272,9 +298,26 @@ class ZmqKvServer final : public KvServer {
 
   Status Bind(std::string_view endpoint) {
     try {
+      if (auth_) {
+        HUDDLE_ASSIGN_OR_RETURN(CurveKey key, DecodeZ85Key(auth_->public_z85, "rendezvous key"));
+        job_key_ = key;
+        // libzmq admits any CURVE client unless a ZAP handler answers in the socket's context:
+        // bound before the ROUTER, served on the server's own thread.
+        zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
+        zap_.set(zmq::sockopt::linger, 0);
+        zap_.set(zmq::sockopt::rcvtimeo, kReceiveTimeoutMs);
+        zap_.set(zmq::sockopt::sndtimeo, kReceiveTimeoutMs);
+        zap_.bind("inproc://zeromq.zap.01");
+      }
       socket_ = zmq::socket_t(context_, zmq::socket_type::router);
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxValueBytes + 4096));
+      socket_.set(zmq::sockopt::rcvtimeo, kReceiveTimeoutMs);
+      if (auth_) {
+        socket_.set(zmq::sockopt::curve_server, 1);
+        socket_.set(zmq::sockopt::curve_secretkey, auth_->secret_z85);
+        socket_.set(zmq::sockopt::zap_domain, "huddle-rendezvous");
+      }
       socket_.bind(std::string(endpoint));
       std::string bound = socket_.get(zmq::sockopt::last_endpoint);
       // "tcp://0.0.0.0:PORT" -> "tcp://127.0.0.1:PORT" for clients on this host.
@@ -290,32 +333,49 @@ class ZmqKvServer final : public KvServer {
   }
 
   std::string url() const override { return url_; }
+  uint64_t refused_handshakes() const override { return refused_.load(); }
 
  private:
   void Serve() {
     while (!stop_) {
       try {
-        zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-        if (zmq::poll(&item, 1, milliseconds(50)) == 0) continue;
-        std::vector<zmq::message_t> frames;
-        do {
-          frames.emplace_back();
-          (void)socket_.recv(frames.back(), zmq::recv_flags::none);
-        } while (frames.back().more() && frames.size() < 6);
-        while (frames.back().more()) {  // drain an over-long message
-          zmq::message_t extra;
-          (void)socket_.recv(extra, zmq::recv_flags::none);
+        zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                   {zap_.handle(), 0, ZMQ_POLLIN, 0}};
+        const int count = zap_.handle() != nullptr ? 2 : 1;
+        if (zmq::poll(items, count, milliseconds(50)) == 0) continue;
+        if (count == 2 && (items[1].revents & ZMQ_POLLIN)) AnswerZap();
+        if (items[0].revents & ZMQ_POLLIN) {
+          std::vector<zmq::message_t> frames = ReceiveMessage(socket_, 6);
+          Answer(frames);
         }
-        Answer(frames);
       } catch (const zmq::error_t&) {
         // A peer's misbehaviour never stops the server; the next poll carries on.
       }
     }
   }
 
+  // RFC 27: [version "1.0"] [request id] [domain] [address] [identity] [mechanism] [client key];
+  // admitted: CURVE with the job's public key (which proves the client holds its secret half).
+  void AnswerZap() {
+    std::vector<zmq::message_t> f = ReceiveMessage(zap_, 8);
+    const bool admit = f.size() >= 7 && f[0].to_string() == "1.0" && f[5].to_string() == "CURVE" &&
+                       f[6].size() == job_key_.size() &&
+                       std::memcmp(f[6].data(), job_key_.data(), job_key_.size()) == 0;
+    if (!admit) refused_++;
+    const std::string request_id = f.size() > 1 ? f[1].to_string() : "";
+    auto more = zmq::send_flags::sndmore;
+    zap_.send(zmq::str_buffer("1.0"), more);
+    zap_.send(zmq::buffer(request_id), more);
+    zap_.send(zmq::buffer(std::string(admit ? "200" : "400")), more);
+    zap_.send(zmq::buffer(std::string(admit ? "OK" : "not a rank of this job")), more);
+    zap_.send(zmq::buffer(std::string(admit ? "rank" : "")), more);
+    zap_.send(zmq::str_buffer(""), zmq::send_flags::none);
+  }
+
   // frames: [routing id] [seq] [op] [key] [value]
   void Answer(std::vector<zmq::message_t>& frames) {
-    if (frames.size() < 4 || frames[1].size() != kSeqBytes) return;  // not ours: ignore
+    // Not ours (no routing id, sequence number, op and key): dropped.
+    if (frames.size() < 4 || frames[1].size() != kSeqBytes) return;
     std::string_view op(frames[2].data<char>(), frames[2].size());
     std::string key = frames[3].to_string();
     char status = 'E';
@@ -354,19 +414,60 @@ class ZmqKvServer final : public KvServer {
   }
 
   KvServerLimits limits_;
+  std::optional<KvAuth> auth_;
+  CurveKey job_key_{};
   zmq::context_t context_;
+  zmq::socket_t zap_;  // with auth_: the ZAP handler's socket (before socket_: outlives it)
   zmq::socket_t socket_;
   std::string url_;
   std::map<std::string, std::string> table_;
   size_t total_bytes_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> refused_{0};
   std::thread thread_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<KvStore>> OpenKvStore(std::string_view url, milliseconds request_timeout) {
+StatusOr<KvAuth> ReadKvAuthFile(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(CurveKeyPair keys, ReadKeyFile(path, /*need_secret=*/true));
+  return KvAuth{keys.public_z85, keys.secret_z85};
+}
+
+StatusOr<KvAuth> GenerateKvAuth() {
+  HUDDLE_ASSIGN_OR_RETURN(CurveKeyPair keys, GenerateKeyPair("server", "rendezvous"));
+  return KvAuth{keys.public_z85, keys.secret_z85};
+}
+
+StatusOr<std::string> KvServerEndpointFor(std::string_view url) {
+  const size_t colon = url.rfind(':');
+  const bool ok =
+      url.starts_with("tcp://") && colon != std::string_view::npos && colon > 6 &&
+      colon + 1 < url.size() &&
+      std::all_of(url.begin() + colon + 1, url.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        fmt::format("rendezvous '{}': a server needs tcp://HOST:PORT", url));
+  }
+  const std::string_view host = url.substr(6, colon - 6);
+  if (host == "*" || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    return absl::InvalidArgumentError(fmt::format(
+        "rendezvous '{}': name the address to serve on (this host's address that the other "
+        "ranks reach), not a wildcard",
+        url));
+  }
+  return std::string(url);
+}
+
+StatusOr<std::unique_ptr<KvStore>> OpenKvStore(std::string_view url, milliseconds request_timeout,
+                                               const std::optional<KvAuth>& auth) {
   if (url.starts_with("file://")) {
+    if (auth) {
+      return absl::InvalidArgumentError(fmt::format(
+          "rendezvous '{}': a file store cannot be authenticated with a key (its directory's "
+          "permissions protect it); use tcp://HOST:PORT",
+          url));
+    }
     std::string dir(url.substr(7));
     if (dir.empty() || dir[0] != '/') {
       return absl::InvalidArgumentError(fmt::format(
@@ -386,15 +487,16 @@ StatusOr<std::unique_ptr<KvStore>> OpenKvStore(std::string_view url, millisecond
           fmt::format("rendezvous '{}': expected tcp://HOST:PORT", url));
     }
     return std::unique_ptr<KvStore>(
-        std::make_unique<ZmqKvStore>(std::string(url), request_timeout));
+        std::make_unique<ZmqKvStore>(std::string(url), request_timeout, auth));
   }
   return absl::InvalidArgumentError(fmt::format(
       "rendezvous '{}': expected tcp://HOST:PORT (a rendezvous server) or file:///DIR", url));
 }
 
 StatusOr<std::unique_ptr<KvServer>> KvServer::Start(std::string_view endpoint,
-                                                    KvServerLimits limits) {
-  auto server = std::make_unique<ZmqKvServer>(limits);
+                                                    KvServerLimits limits,
+                                                    std::optional<KvAuth> auth) {
+  auto server = std::make_unique<ZmqKvServer>(limits, std::move(auth));
   HUDDLE_RETURN_IF_ERROR(server->Bind(endpoint));
   return std::unique_ptr<KvServer>(std::move(server));
 }

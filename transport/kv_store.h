@@ -7,13 +7,25 @@
 //                     launch would be read as this one's.
 //
 // Values are opaque bytes; keys are at most kMaxKeyBytes of printable ASCII. The store is for
-// rendezvous, not data: the server bounds what one key and the whole table may hold. It is not
-// authenticated (docs/datacenter.md: the datacenter mode assumes a trusted cluster network).
+// rendezvous, not data: the server bounds what one key and the whole table may hold.
+//
+// Authentication (KvAuth): a tcp:// server and its clients can share one CurveZMQ key pair, the
+// job's. The server then speaks CURVE only and admits, through its own ZAP check, only clients
+// that prove they hold that same key pair; everyone else's handshake fails and their requests
+// time out unanswered. Knowing the key file is membership of the job: every rank is equally
+// trusted (any rank could serve), so one pair for all is as strong as separate server and
+// client keys and there is one secret to hand out. Traffic is encrypted too. A file:// store
+// is protected by its directory's permissions only.
+//
+// Every wait is bounded: a client request by its timeout, the server's receives by a poll and a
+// receive timeout, so a malformed or half-sent message never stalls the server or its
+// destructor.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -36,10 +48,30 @@ class KvStore {
   virtual std::string url() const = 0;
 };
 
+// The job's CurveZMQ key pair (40-character Z85 halves, transport/curve_keys.h).
+struct KvAuth {
+  std::string public_z85;
+  std::string secret_z85;
+};
+
+// Reads a rendezvous key file: a secret key file of `huddle keygen` (transport/curve_keys.h's
+// NAME.key, any role; refused when group or others can read it, or its halves do not match).
+StatusOr<KvAuth> ReadKvAuthFile(const std::string& path);
+// A fresh key pair from the OS CSPRNG.
+StatusOr<KvAuth> GenerateKvAuth();
+
 // Opens the store at `url` (tcp://HOST:PORT or file:///DIR; the directory is created if missing).
 // Opening does not contact a tcp:// server: an unreachable one shows up as Get/Set timing out.
+// `auth`: the job's key pair, for a server started with the same (tcp:// only; InvalidArgument
+// with a file:// URL).
 StatusOr<std::unique_ptr<KvStore>> OpenKvStore(
-    std::string_view url, std::chrono::milliseconds request_timeout = std::chrono::seconds(30));
+    std::string_view url, std::chrono::milliseconds request_timeout = std::chrono::seconds(30),
+    const std::optional<KvAuth>& auth = std::nullopt);
+
+// The endpoint a server for the rendezvous `url` (tcp://HOST:PORT) binds: that host's address
+// and port, never a wildcard (an explicit "*" or "0.0.0.0" in the URL is refused: name the
+// interface). InvalidArgument naming the URL otherwise.
+StatusOr<std::string> KvServerEndpointFor(std::string_view url);
 
 // Limits on what a KvServer holds, against a misbehaving client.
 struct KvServerLimits {
@@ -47,13 +79,20 @@ struct KvServerLimits {
   size_t max_total_bytes = 64u << 20;
 };
 
-// Serves a KvStore over ZeroMQ (a ROUTER socket, one thread) until destroyed.
+// Serves a KvStore over ZeroMQ (a ROUTER socket, one thread) until destroyed. A malformed
+// message (any number of frames, any sizes) is answered with an error or dropped, and the server
+// goes on; the destructor returns within about 100 ms.
 class KvServer {
  public:
-  // Binds `endpoint` ("tcp://0.0.0.0:29500"; port 0 picks a free port, see url()).
+  // Binds `endpoint` ("tcp://10.0.0.1:29500"; port 0 picks a free port, see url()). With `auth`
+  // only clients holding that key pair are admitted (CURVE, checked by a ZAP handler of the
+  // server's own).
   static StatusOr<std::unique_ptr<KvServer>> Start(std::string_view endpoint,
-                                                   KvServerLimits limits = {});
+                                                   KvServerLimits limits = {},
+                                                   std::optional<KvAuth> auth = std::nullopt);
   virtual ~KvServer() = default;
+  // CURVE handshakes refused so far (clients without the job's key pair).
+  virtual uint64_t refused_handshakes() const = 0;
   // tcp://HOST:PORT that a client on this host can connect to (the bound port, 127.0.0.1 for a
   // wildcard address).
   virtual std::string url() const = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/file_util.h"
@@ -310,8 +311,90 @@ TEST(DataParallel, RanksWithADifferentConfigurationOrDataRefuseToStart) {
       2, data, [](int) { return BaseOptions(8); }, milliseconds(30000),
       [&](int r) { return r == 1 ? &relabelled : &data; });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(ranks[r].status.message().find("rank(s) 1 have a different"), std::string::npos)
+    EXPECT_NE(ranks[r].status.message().find("rank(s) 1 hold different training data"),
+              std::string::npos)
         << ranks[r].status;
+  }
+}
+
+// Issue 18: the agreement covered the data's size and labels only, so a rank with poisoned
+// examples of the right shape trained. Now one changed feature value is refused at start-up on
+// every rank, naming the rank.
+TEST(DataParallel, ARankWithPoisonedExamplesOfTheRightShapeIsRefused) {
+  const data::Dataset data = models::Blobs(200, kSpec.input_dim, kSpec.num_classes, 5);
+  data::Dataset poisoned = data;
+  poisoned.features[123] += 0.5f;  // row 6; its label and the data's size unchanged
+  auto ranks = Train(
+      3, data, [](int) { return BaseOptions(8); }, milliseconds(30000),
+      [&](int r) { return r == 2 ? &poisoned : &data; });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(ranks[r].status)) << "rank " << r << ranks[r].status;
+    EXPECT_NE(ranks[r].status.message().find("rank(s) 2 hold different training data"),
+              std::string::npos)
+        << ranks[r].status;
+    EXPECT_EQ(ranks[r].stats.steps, 0);
+  }
+}
+
+// Issue 18: a stop (a signal) took effect only at the end of an epoch. Now a stop requested on
+// ONE rank mid-epoch ends every rank after the same step (the next multiple of
+// stop_check_every), rank 0 hands over the state reached, and a resume from it ends with the
+// bits of an uninterrupted run, the last epoch's loss included.
+TEST(DataParallel, AStopMidEpochEndsEveryRankAtTheSameStepAndResumesExactly) {
+  const data::Dataset data = models::Blobs(300, kSpec.input_dim, kSpec.num_classes, 8);
+  auto options = [](int) {
+    DataParallelOptions o = BaseOptions(8);
+    o.train.epochs = 3;
+    o.stop_check_every = 4;
+    return o;
+  };
+  auto straight = Train(2, data, options);
+  ASSERT_TRUE(straight[0].status.ok()) << straight[0].status;
+
+  // 19 steps of 16 rows per epoch: the flag goes up on rank 1 after step 25 (epoch 1, row 96),
+  // so every rank stops after step 28, 9 global batches (144 rows) into epoch 1.
+  std::atomic<bool> stop_on_rank1{false}, never{false};
+  std::optional<TrainingState> saved;
+  auto stopped = Train(2, data, [&](int r) {
+    DataParallelOptions o = options(r);
+    o.state_on_rank0 = true;
+    o.stop = r == 1 ? &stop_on_rank1 : &never;
+    if (r == 1) {
+      o.after_step_for_testing = [&](int64_t step, float*, int64_t) {
+        if (step == 25) stop_on_rank1 = true;
+      };
+    }
+    if (r == 0)
+      o.on_stop = [&](const TrainingState& s) -> Status {
+        saved = s;
+        return absl::OkStatus();
+      };
+    return o;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(absl::IsCancelled(stopped[r].status)) << "rank " << r << stopped[r].status;
+    EXPECT_NE(stopped[r].status.message().find("after step 28"), std::string::npos)
+        << stopped[r].status;
+  }
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(saved->steps, 28);
+  EXPECT_EQ(saved->epochs_done, 1);
+  EXPECT_EQ(saved->epoch_rows, 9 * 16);
+  EXPECT_GT(saved->epoch_correct, 0);
+  // Through the checkpoint file, as the command does.
+  const std::string path = testing::TempDir() + "/dc_stop_checkpoint.bin";
+  ASSERT_TRUE(WriteTrainingState(path, *saved).ok());
+  auto back = ReadTrainingState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->epoch_rows, saved->epoch_rows);
+  EXPECT_EQ(back->epoch_loss_sum, saved->epoch_loss_sum);
+  auto resumed = ResumeFrom(kSpec, data, options, *back);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
+    EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
+    EXPECT_EQ(resumed[r].stats.steps, straight[0].stats.steps);
+    EXPECT_EQ(resumed[r].stats.loss, straight[0].stats.loss);
+    EXPECT_EQ(resumed[r].stats.accuracy, straight[0].stats.accuracy);
   }
 }
 

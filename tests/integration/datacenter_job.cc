@@ -87,6 +87,25 @@ std::vector<std::string> Launcher(const std::string& config, const std::string& 
           "--out",     out,          "--nproc",  std::to_string(nproc)};
 }
 
+std::vector<std::string> WithEnv(const std::vector<std::string>& env,
+                                 const std::vector<std::string>& argv) {
+  std::vector<std::string> out = {"/usr/bin/env"};
+  out.insert(out.end(), env.begin(), env.end());
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+std::string MakeRendezvousKey(const std::string& dir) {
+  const std::string key = dir + "/keys/job.key";
+  if (std::filesystem::exists(key)) return key;
+  Process keygen({HuddleBin(), "keygen", "server", "--id", "job", "--out", dir + "/keys"},
+                 dir + "/keygen.log");
+  if (keygen.Wait(std::chrono::seconds(30)) != 0) return "";
+  return key;
+}
+
+std::string KeyEnv(const std::string& key_file) { return "HUDDLE_RENDEZVOUS_KEY=" + key_file; }
+
 std::vector<nlohmann::json> JsonLines(const std::string& path) {
   std::vector<nlohmann::json> lines;
   for (const std::string& line : ReadLines(path)) lines.push_back(nlohmann::json::parse(line));

@@ -34,6 +34,16 @@ std::string WriteJob(const std::string& dir, const std::string& name, const DcJo
 // `huddle datacenter --config CONFIG --out OUT --nproc N`.
 std::vector<std::string> Launcher(const std::string& config, const std::string& out, int nproc);
 
+// `argv` run under /usr/bin/env with `env` ("NAME=value") added to its environment.
+std::vector<std::string> WithEnv(const std::vector<std::string>& env,
+                                 const std::vector<std::string>& argv);
+
+// A rendezvous key file made with `huddle keygen server --id job --out DIR` (DIR/job.key), and
+// the environment entry that hands it to a rank (HUDDLE_RENDEZVOUS_KEY=...).
+std::string MakeRendezvousKey(const std::string& dir);
+std::string KeyEnv(const std::string& key_file);
+inline constexpr const char* kInsecureRendezvous = "HUDDLE_RENDEZVOUS_INSECURE=1";
+
 // The objects of a JSON-lines file (empty when it is missing), and a JSON file (null if missing).
 std::vector<nlohmann::json> JsonLines(const std::string& path);
 nlohmann::json JsonFile(const std::string& path);

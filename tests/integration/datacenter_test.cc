@@ -63,12 +63,14 @@ TEST(DatacenterCommand, KillingOneRankEndsTheOthersWithAnError) {
   const std::string dir = MakeTempDir("dc_kill");
   const std::string config = WriteConfig(dir, 1000, /*timeout_s=*/5);
   const std::string rendezvous = "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  const std::string key = MakeRendezvousKey(dir);
+  ASSERT_FALSE(key.empty()) << ReadAll(dir + "/keygen.log");
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < 3; ++r) {
     ranks.push_back(std::make_unique<Process>(
-        std::vector<std::string>{HuddleBin(), "datacenter", "--config", config, "--out",
-                                 dir + "/out", "--rank", std::to_string(r), "--world-size", "3",
-                                 "--rendezvous", rendezvous, "--run-id", "kill-test"},
+        WithEnv({KeyEnv(key)}, {HuddleBin(), "datacenter", "--config", config, "--out",
+                                dir + "/out", "--rank", std::to_string(r), "--world-size", "3",
+                                "--rendezvous", rendezvous, "--run-id", "kill-test"}),
         dir + "/rank-" + std::to_string(r) + ".log"));
   }
   ASSERT_TRUE(WaitFor([&] { return Metrics(dir + "/out").size() >= 2; }, milliseconds(60000)))
@@ -92,9 +94,10 @@ TEST(DatacenterCommand, KillingOneRankEndsTheOthersWithAnError) {
 TEST(DatacenterCommand, ARankThatNeverComesIsNamed) {
   const std::string dir = MakeTempDir("dc_missing");
   const std::string config = WriteConfig(dir, 1, /*timeout_s=*/2);
-  Process rank0({HuddleBin(), "datacenter", "--config", config, "--out", dir + "/out", "--rank",
-                 "0", "--world-size", "2", "--rendezvous",
-                 "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort())},
+  Process rank0(WithEnv({kInsecureRendezvous},
+                        {HuddleBin(), "datacenter", "--config", config, "--out", dir + "/out",
+                         "--rank", "0", "--world-size", "2", "--rendezvous",
+                         "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort())}),
                 dir + "/rank-0.log");
   EXPECT_EQ(rank0.Wait(seconds(30)), 1);
   EXPECT_NE(ReadAll(dir + "/rank-0.log").find("rank(s) 1 did not join"), std::string::npos)
