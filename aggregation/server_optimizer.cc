@@ -49,17 +49,6 @@ Status CheckSameLayout(const TensorList& other, const TensorList& model, const c
   return CheckSelfConsistent(other, what);
 }
 
-Status CheckFinite(const TensorList& list, const char* what) {
-  for (const Tensor& t : list) {
-    const int64_t bad = FirstNonFinite(t.data);
-    if (bad >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " tensor '", t.name(), "' element ", bad, " is ", t.data[bad]));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 ServerOptimizer::ServerOptimizer(ServerOptimizerOptions options) : options_(options) {}

@@ -34,6 +34,8 @@ Status ApplyFlags(const ClientFlags& f, ClientConfig* c) {
       c->data.partitioned = true;
     }
   }
+  if (f.num_classes > 0) c->data.num_classes = f.num_classes;
+  if (f.scale_255) c->data.csv_scale_255 = true;
   if (f.num_shards > 0) c->data.partition.num_shards = f.num_shards;
   if (f.shard >= 0) c->data.shard = f.shard;
   if (f.alpha > 0) c->data.partition.alpha = f.alpha;

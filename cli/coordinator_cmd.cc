@@ -65,7 +65,8 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   std::fflush(stdout);
   Status st = coord.Run(&StopFlag());
   if (!st.ok()) {
-    std::fprintf(stderr, "huddle coordinator: %s\n", std::string(st.message()).c_str());
+    std::fprintf(stderr, "huddle coordinator: %s%s\n", absl::IsAborted(st) ? "job failed: " : "",
+                 std::string(st.message()).c_str());
     return absl::IsCancelled(st) ? 130 : 1;
   }
   const coordinator::JobSummary& s = coord.summary();
@@ -101,6 +102,7 @@ int RunCoordinatorCommand(const CoordinatorFlags& flags) {
   if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
   if (!flags.bind.empty()) job->bind = flags.bind;
   job->coordinator.resume = flags.resume;
+  job->coordinator.force = flags.force;
   if (job->coordinator.out_dir.empty())
     job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
   if (!flags.server_key.empty()) job->security.server_secret_key = flags.server_key;

@@ -18,7 +18,7 @@ Status OptionalSeconds(ConfigMap& m, const char* key, int64_t* out_ms, double lo
 }
 
 Status ReadDataSpec(ConfigMap& m, data::DataSpec* spec, bool shard_keys) {
-  HUDDLE_RETURN_IF_ERROR(m.Optional("path", &spec->path));
+  HUDDLE_RETURN_IF_ERROR(m.OptionalPath("path", &spec->path));
   HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("format", &spec->format, {"idx", "csv"}));
   std::string partition =
       spec->partitioned
@@ -219,11 +219,13 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(agg.Optional("max_update_abs", &o.aggregation.max_abs_value, 1e-6, 1e12));
   HUDDLE_RETURN_IF_ERROR(
       agg.Optional("max_examples", &o.aggregation.max_weight, 1, int64_t{1} << 40));
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_update_norm", &o.max_update_norm, 0.0, 1e12));
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_weight_ratio", &o.max_weight_ratio, 0.0, 1e12));
   HUDDLE_RETURN_IF_ERROR(agg.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap eval, top.Child("evaluation"));
   HUDDLE_RETURN_IF_ERROR(eval.Optional("every", &o.eval_every, 0, 1000000));
-  HUDDLE_RETURN_IF_ERROR(eval.Optional("data", &job.eval_data));
+  HUDDLE_RETURN_IF_ERROR(eval.OptionalPath("data", &job.eval_data));
   HUDDLE_RETURN_IF_ERROR(eval.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap coord, top.Child("coordinator"));
@@ -239,6 +241,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
       OptionalSeconds(coord, "heartbeat_interval_s", &o.heartbeat_interval_ms, 0.05, 3600));
   HUDDLE_RETURN_IF_ERROR(
       OptionalSeconds(coord, "client_timeout_s", &o.client_timeout_ms, 0, 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      coord.Optional("max_rounds_without_update", &o.max_rounds_without_update, 1, 1000000));
   HUDDLE_RETURN_IF_ERROR(coord.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
@@ -266,8 +270,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   }
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
-  HUDDLE_RETURN_IF_ERROR(sec.Optional("server_secret_key", &job.security.server_secret_key));
-  HUDDLE_RETURN_IF_ERROR(sec.Optional("allowed_clients", &job.security.allowed_clients));
+  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("server_secret_key", &job.security.server_secret_key));
+  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("allowed_clients", &job.security.allowed_clients));
   HUDDLE_RETURN_IF_ERROR(
       OptionalSeconds(sec, "reload_interval_s", &job.security.reload_interval_ms, 0.1, 86400));
   HUDDLE_RETURN_IF_ERROR(
@@ -288,6 +292,12 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": round.quorum (", o.quorum,
                                                    ") exceeds cohort.size (", o.cohort.size,
                                                    "): no round could ever update the model"));
+  }
+  if (o.privacy.mode != privacy::PrivacyMode::kNone && o.max_update_norm > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": aggregation.max_update_norm applies to jobs without client-level DP; under "
+        "privacy.mode every update is already bounded by privacy.clip_norm (remove one)"));
   }
   if (job.simulation && job.client_silo_nproc > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -355,7 +365,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(train.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
-  HUDDLE_RETURN_IF_ERROR(data.Optional("path", &c.data.path));
+  HUDDLE_RETURN_IF_ERROR(data.OptionalPath("path", &c.data.path));
   HUDDLE_RETURN_IF_ERROR(data.OptionalChoice("format", &c.data.format, {"idx", "csv"}));
   HUDDLE_RETURN_IF_ERROR(data.Optional("num_classes", &c.data.num_classes, 2, 1 << 16));
   HUDDLE_RETURN_IF_ERROR(data.Optional("scale_255", &c.data.csv_scale_255));
@@ -363,7 +373,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap eval, top.Child("evaluation"));
   HUDDLE_RETURN_IF_ERROR(eval.Optional("every", &c.eval_every, 0, 1000000));
-  HUDDLE_RETURN_IF_ERROR(eval.Optional("data", &c.eval_data));
+  HUDDLE_RETURN_IF_ERROR(eval.OptionalPath("data", &c.eval_data));
   HUDDLE_RETURN_IF_ERROR(eval.Optional("target_accuracy", &c.target_accuracy, 0.0, 1.0));
   HUDDLE_RETURN_IF_ERROR(eval.Finish());
 
@@ -404,7 +414,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
 
 // The client's `privacy` section (client::ClientPrivacyPolicy).
 Status ReadClientPrivacy(ConfigMap& m, client::ClientPrivacyPolicy* p) {
-  HUDDLE_RETURN_IF_ERROR(m.Optional("ledger", &p->ledger_path));
+  HUDDLE_RETURN_IF_ERROR(m.OptionalPath("ledger", &p->ledger_path));
   if (m.Has("local")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap l, m.Child("local"));
     client::LocalDpPolicy local;
@@ -466,8 +476,8 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
   HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &c.data, /*shard_keys=*/true));
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
-  HUDDLE_RETURN_IF_ERROR(sec.Optional("server_public_key", &c.security.server_public_key));
-  HUDDLE_RETURN_IF_ERROR(sec.Optional("secret_key", &c.security.secret_key));
+  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("server_public_key", &c.security.server_public_key));
+  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("secret_key", &c.security.secret_key));
   HUDDLE_RETURN_IF_ERROR(sec.Finish());
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap conn, top.Child("connection"));
   HUDDLE_RETURN_IF_ERROR(

@@ -21,6 +21,7 @@
 #include "client/agent.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "coordinator/coordinator.h"
 #include "data/csv.h"
 #include "data/fashion_mnist.h"
 #include "data/partition.h"
@@ -79,7 +80,8 @@ std::string PolicyYaml(const client::ClientPrivacyPolicy& p) {
 }
 
 int RunProcesses(const JobConfig& job, const std::string& config, const std::string& out,
-                 const std::string& exe, bool insecure) {
+                 const std::string& exe, const RunFlags& flags) {
+  const bool insecure = flags.insecure;
   auto port = transport::FreeLoopbackPort();
   if (!port.ok()) {
     std::fprintf(stderr, "huddle run: %s\n", std::string(port.status().message()).c_str());
@@ -112,6 +114,8 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
 
   std::vector<std::string> coord_argv = {exe,     "coordinator", "--config", config,
                                          "--out", out,           "--bind",   endpoint};
+  if (flags.resume) coord_argv.push_back("--resume");
+  if (flags.force) coord_argv.push_back("--force");
   if (insecure) {
     coord_argv.push_back("--insecure");
   } else {
@@ -129,6 +133,10 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
         exe,        "client",         "--coordinator", endpoint, "--client-id",     id,
         "--data",   d.path,           "--format",      d.format, "--give-up-after", "120",
         "--device", job.client_device};
+    if (d.format == "csv") {
+      argv.insert(argv.end(), {"--num-classes", std::to_string(d.num_classes)});
+      if (d.csv_scale_255) argv.push_back("--scale-255");
+    }
     if (job.client_silo_nproc > 1) {
       argv.insert(argv.end(), {"--silo-nproc", std::to_string(job.client_silo_nproc)});
     }
@@ -289,13 +297,20 @@ int RunLocalCommand(const RunFlags& flags, const std::string& self_exe) {
   if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
   if (job->coordinator.out_dir.empty())
     job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
+  job->coordinator.resume = flags.resume;
+  job->coordinator.force = flags.force;
+  // Before any process starts: an earlier job's outputs are never replaced by accident.
+  if (Status st = coordinator::CheckOutputDir(job->coordinator); !st.ok()) {
+    std::fprintf(stderr, "huddle run: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
   if (job->simulation) {
     if (Status st = SetupLogging(job->log_level, "simulation"); !st.ok()) return 2;
     if (Status st = MakeDirs(job->coordinator.out_dir); !st.ok()) return 1;
     return RunSimulation(std::move(job).value());
   }
   std::string out_dir = job->coordinator.out_dir;
-  return RunProcesses(*job, flags.config, out_dir, self_exe, flags.insecure);
+  return RunProcesses(*job, flags.config, out_dir, self_exe, flags);
 }
 
 }  // namespace huddle::cli

@@ -109,10 +109,13 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
     StatusOr<models::Update> update = TrainAndPrivatize(fit, admission->clip_norm, seed, global);
     if (!update.ok()) {
-      // Bad training settings or local data, or a diverged run: tell the coordinator (it counts
-      // the client as failed) and stay available for the next round.
+      // Bad training settings or local data, or a diverged run: tell the coordinator at once (it
+      // counts the client as failed and the round need not wait for it) and stay available for
+      // the next round.
       spdlog::error("round {}: local training failed: {}", msg.round, update.status().message());
-      return Replies{};
+      return Replies{wire::MakeError(
+          wire::ErrorCode::kInternal,
+          absl::StrCat("local training failed: ", update.status().message()), msg.round)};
     }
     const models::TrainStats& stats = update->train;
     pending.result.train_loss = stats.loss;

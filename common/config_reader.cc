@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
@@ -125,6 +126,18 @@ Status ConfigMap::Optional(std::string_view key, bool* out) {
 Status ConfigMap::Optional(std::string_view key, std::string* out) {
   HUDDLE_ASSIGN_OR_RETURN(auto v, Scalar(key));
   if (v) *out = v->Scalar();
+  return absl::OkStatus();
+}
+
+Status ConfigMap::OptionalPath(std::string_view key, std::string* out) {
+  HUDDLE_ASSIGN_OR_RETURN(auto v, Scalar(key));
+  if (!v) return absl::OkStatus();
+  const std::filesystem::path given(v->Scalar());
+  if (given.empty() || given.is_absolute()) {
+    *out = given.string();
+    return absl::OkStatus();
+  }
+  *out = (std::filesystem::path(origin_).parent_path() / given).lexically_normal().string();
   return absl::OkStatus();
 }
 

@@ -36,6 +36,9 @@ class ConfigMap {
   Status Optional(std::string_view key, double* out, double lo, double hi);
   Status Optional(std::string_view key, bool* out);
   Status Optional(std::string_view key, std::string* out);
+  // A file or directory path: a relative one is resolved against the directory of the YAML file
+  // that holds it (not the working directory), so a config means the same from anywhere.
+  Status OptionalPath(std::string_view key, std::string* out);
   Status OptionalChoice(std::string_view key, std::string* out,
                         std::initializer_list<std::string_view> allowed);
   Status Optional(std::string_view key, std::vector<int64_t>* out, int64_t lo, int64_t hi);

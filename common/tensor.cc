@@ -91,4 +91,15 @@ int64_t FirstNonFinite(std::span<const float> values) {
   return -1;
 }
 
+Status CheckFinite(const TensorList& list, absl::string_view what) {
+  for (const Tensor& t : list) {
+    const int64_t bad = FirstNonFinite(t.data);
+    if (bad >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " tensor '", t.name(), "' element ", bad, " is ", t.data[bad]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace huddle

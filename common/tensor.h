@@ -60,5 +60,7 @@ Status ValidateShape(std::span<const int64_t> shape, int64_t max_elements, const
 
 // Returns the index of the first non-finite value in `values`, or -1 if all are finite.
 int64_t FirstNonFinite(std::span<const float> values);
+// InvalidArgument naming `what`, the tensor and the element when any value of `list` is not finite.
+Status CheckFinite(const TensorList& list, absl::string_view what);
 
 }  // namespace huddle

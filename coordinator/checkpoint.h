@@ -4,6 +4,7 @@
 // clients, ends with the same model as an uninterrupted run.
 #pragma once
 
+#include <limits>
 #include <string>
 
 #include "common/rng.h"
@@ -27,6 +28,12 @@ struct Checkpoint {
   // local), so that a DP job is not resumed without DP or the reverse; -1 in files written before
   // it was recorded.
   int64_t privacy_mode = -1;
+  // The job summary's evaluation record so far (C4), so that a resumed job's summary.json stays
+  // whole: NaN / 0 where there is none yet.
+  double final_test_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double final_test_loss = std::numeric_limits<double>::quiet_NaN();
+  double best_test_accuracy = std::numeric_limits<double>::quiet_NaN();
+  uint64_t best_round = 0;
 };
 // A checkpoint is operator-only: it holds the global model, the server optimizer state and the
 // seeded cohort stream of non-DP jobs. DP jobs draw their cohorts from the OS CSPRNG and store no
@@ -34,6 +41,12 @@ struct Checkpoint {
 
 inline constexpr char kCheckpointFile[] = "checkpoint.bin";
 
+// The newest format (C4) ends with a BLAKE2b-256 digest of everything before it. Reading refuses,
+// with DataLoss naming the file and what is wrong: a digest mismatch (a flipped bit, a truncated
+// or spliced file), counters out of range (completed_round > kMaxCheckpointRound, a model version
+// past it), non-finite model or optimizer values, or a corrupt field. C1-C3 files (no digest) are
+// still read, with the same range and finiteness checks.
+inline constexpr uint64_t kMaxCheckpointRound = 1'000'000;  // the largest `rounds` a job may have
 Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 

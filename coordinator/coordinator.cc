@@ -6,14 +6,17 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/secure_random.h"
 #include "common/tensor_io.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/update_check.h"
 #include "models/wire_spec.h"
+#include "privacy/clip.h"
 #include "privacy/report.h"
 #include "privacy/sampling.h"
 
@@ -25,6 +28,9 @@ using transport::PeerName;
 constexpr uint64_t kInitStream = 0x696e6974;    // "init"
 constexpr uint64_t kCohortStream = 0x636f686f;  // "coho"
 constexpr uint64_t kClientStream = 0x636c6e74;  // "clnt"
+constexpr int kMaxFitsPerRound = 2;
+// Upload allowance beyond the model's tensor bytes: the FitResult header and framing.
+constexpr size_t kResultOverheadBytes = size_t{64} << 10;
 
 std::string Path(const std::string& dir, const char* file) {
   return (std::filesystem::path(dir) / file).string();
@@ -45,6 +51,7 @@ Coordinator::Coordinator(CoordinatorOptions options, transport::ServerTransport*
 Status Coordinator::Initialise() {
   HUDDLE_RETURN_IF_ERROR(models::ValidateMlpSpec(options_.model));
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
+  HUDDLE_RETURN_IF_ERROR(CheckOutputDir(options_));
   const std::string ckpt_path = Path(options_.out_dir, kCheckpointFile);
   if (options_.resume && !std::filesystem::exists(ckpt_path)) {
     // Killed before its first checkpoint: nothing to continue but the privacy ledger, if any.
@@ -79,6 +86,14 @@ Status Coordinator::Initialise() {
     bytes_in_base_ = ckpt.bytes_in;
     bytes_out_base_ = ckpt.bytes_out;
     summary_.rounds_completed = ckpt.completed_round;
+    summary_.elapsed_s = ckpt.elapsed_s;
+    summary_.bytes_in = ckpt.bytes_in;
+    summary_.bytes_out = ckpt.bytes_out;
+    auto known = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
+    summary_.final_test_accuracy = known(ckpt.final_test_accuracy);
+    summary_.final_test_loss = known(ckpt.final_test_loss);
+    summary_.best_test_accuracy = known(ckpt.best_test_accuracy);
+    if (ckpt.best_round > 0) summary_.best_round = ckpt.best_round;
     // Drop metrics lines of rounds after the checkpoint (written just before a crash).
     for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile}) {
       HUDDLE_RETURN_IF_ERROR(
@@ -89,14 +104,22 @@ Status Coordinator::Initialise() {
   } else {
     model_ = models::InitMlp(options_.model, DeriveSeed(options_.seed, kInitStream));
     if (!options_.out_dir.empty()) {
+      // A fresh start (CheckOutputDir allowed it): nothing of an earlier job may mix with this one.
       std::error_code ec;
-      std::filesystem::remove(Path(options_.out_dir, kMetricsFile), ec);
-      std::filesystem::remove(Path(options_.out_dir, privacy::kOperatorMetricsFile), ec);
+      for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile, kCheckpointFile,
+                               "summary.json", "model.bin"}) {
+        std::filesystem::remove(Path(options_.out_dir, file), ec);
+      }
     }
   }
   layout_ = LayoutOf(model_);
-  HUDDLE_ASSIGN_OR_RETURN(auto agg,
-                          aggregation::StreamingAggregator::Create(layout_, options_.aggregation));
+  aggregation::AggregatorOptions agg_options = options_.aggregation;
+  if (options_.max_update_norm > 0) {
+    // Every folded delta has L2 norm <= the bound, so each value has |x| <= it (with a margin for
+    // the float rounding of the norm): the norm, not a separate |value| limit, bounds the sum.
+    agg_options.max_abs_value = options_.max_update_norm * (1 + 1e-6);
+  }
+  HUDDLE_ASSIGN_OR_RETURN(auto agg, aggregation::StreamingAggregator::Create(layout_, agg_options));
   aggregator_.emplace(std::move(agg));
   return InitialisePrivacy(clip_norm_, next_round_ - 1);
 }
@@ -104,7 +127,8 @@ Status Coordinator::Initialise() {
 Status Coordinator::Run(const std::atomic<bool>* stop) {
   HUDDLE_RETURN_IF_ERROR(Initialise());
   started_ms_ = clock_->NowMs();
-  for (uint64_t r = next_round_; r <= static_cast<uint64_t>(options_.rounds); ++r) {
+  const uint64_t first = next_round_;
+  for (uint64_t r = first; r <= static_cast<uint64_t>(options_.rounds); ++r) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped before round ", r));
     }
@@ -115,31 +139,69 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
       summary_.stop_reason = why;
       break;
     }
-    HUDDLE_RETURN_IF_ERROR(WaitForClients(stop));
+    HUDDLE_RETURN_IF_ERROR(WaitForClients(stop, /*started=*/r > first));
     HUDDLE_RETURN_IF_ERROR(RunRound(r));
+    if (rounds_without_update_ >= options_.max_rounds_without_update) {
+      summary_.failure = absl::StrCat(
+          rounds_without_update_, " rounds in a row accepted no update (",
+          absl::StrJoin(no_update_reasons_, "; "),
+          "); stopping: see the warnings above (aggregation.max_update_norm clips updates instead "
+          "of refusing them; coordinator.max_rounds_without_update sets this limit)");
+      break;
+    }
   }
-  return Finish();
+  if (summary_.failure.empty() && model_version_ == 0 && summary_.rounds_completed > 0) {
+    summary_.failure = "no round of the job accepted an update: the model is the initial one";
+  }
+  if (summary_.failure.empty() && dp() && rounds_this_run_ > 0 && results_this_run_ == 0) {
+    // Decided after every round was released, so the stopping time reveals nothing; the verdict
+    // itself (no client contributed at all) is for the operator.
+    summary_.failure = absl::StrCat("no client's update was accepted in any of the ",
+                                    rounds_this_run_, " rounds: the released models are noise");
+  }
+  // The released model's evaluation, when the job stopped early (a budget stop) after the last
+  // evaluation: post-processing of a released model, so under DP it spends nothing.
+  if (evaluator_ && options_.eval_every > 0 && evaluated_version_ != model_version_ &&
+      summary_.rounds_completed > 0 && summary_.failure.empty()) {
+    RoundMetrics final_eval;
+    HUDDLE_RETURN_IF_ERROR(Evaluate(&final_eval));
+    spdlog::info("final model: test accuracy {:.4f}, loss {:.4f}", *final_eval.test_accuracy,
+                 *final_eval.test_loss);
+  }
+  HUDDLE_RETURN_IF_ERROR(Finish());
+  if (!summary_.failure.empty()) return absl::AbortedError(summary_.failure);
+  return absl::OkStatus();
 }
 
-Status Coordinator::WaitForClients(const std::atomic<bool>* stop) {
+Status Coordinator::WaitForClients(const std::atomic<bool>* stop, bool started) {
+  // The job starts with min_clients; later rounds go on as long as enough clients are live for
+  // the round to reach its quorum, and otherwise wait for clients to come back.
+  const int64_t needed =
+      started ? std::max<int64_t>(1, dp() ? 1 : std::min(options_.quorum, options_.min_clients))
+              : options_.min_clients;
   const int64_t give_up = clock_->NowMs() + options_.wait_for_clients_ms;
   bool announced = false;
-  while (LiveClients() < options_.min_clients) {
+  while (LiveClients() < needed) {
     if (stop != nullptr && stop->load()) return absl::CancelledError("stopped");
     if (!announced) {
-      spdlog::info("waiting for clients: {} of {} joined", LiveClients(), options_.min_clients);
+      spdlog::info("waiting for clients: {} of {} {}", LiveClients(), needed,
+                   started ? "needed to go on are live" : "joined");
       announced = true;
     }
     if (clock_->NowMs() >= give_up) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("only ", LiveClients(), " of the ", options_.min_clients,
-                       " required clients joined within ", options_.wait_for_clients_ms / 1000,
-                       " s (coordinator.min_clients, coordinator.wait_for_clients_s)"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "only ", LiveClients(), " of the ", needed, " required clients ",
+          started ? "were live" : "joined", " within ", options_.wait_for_clients_ms / 1000,
+          " s (coordinator.min_clients, round.quorum, coordinator.wait_for_clients_s)"));
     }
     Pump(100);
     ExpireSilentClients();
   }
-  if (announced) spdlog::info("{} clients joined", LiveClients());
+  if (announced) spdlog::info("{} clients live", LiveClients());
+  if (started && LiveClients() < options_.min_clients) {
+    spdlog::warn("{} live clients, fewer than coordinator.min_clients {}; going on", LiveClients(),
+                 options_.min_clients);
+  }
   return absl::OkStatus();
 }
 
@@ -186,6 +248,7 @@ Status Coordinator::RunRound(uint64_t number) {
     SendFit(id);
   }
   round.metrics.clients_sampled = static_cast<int64_t>(round.members.size());
+  round.weight_cap = WeightCap();
 
   // 3.
   auto open = [&] {
@@ -218,8 +281,14 @@ Status Coordinator::RunRound(uint64_t number) {
       static_cast<int64_t>(transport_->auth_rejections() - auth_rejections_seen_);
   round.metrics.rate_limited =
       static_cast<int64_t>(transport_->rate_limited() - rate_limited_seen_);
+  round.metrics.connections_cut =
+      static_cast<int64_t>(transport_->connections_cut() - connections_cut_seen_);
   auth_rejections_seen_ = transport_->auth_rejections();
   rate_limited_seen_ = transport_->rate_limited();
+  connections_cut_seen_ = transport_->connections_cut();
+  for (const auto& [id, state] : round.members) {
+    if (state == MemberState::kUploading) transport_->SetUploadAllowance(clients_.at(id).peer, 0);
+  }
   Status st = FinishRound(round);
   round_.reset();
   return st;
@@ -250,8 +319,20 @@ std::vector<std::string> Coordinator::SampleCohort() {
   return cohort;
 }
 
+int64_t Coordinator::WeightCap() const {
+  const int64_t max_weight = options_.aggregation.max_weight;
+  if (dp() || options_.max_weight_ratio <= 0 || round_->members.empty()) return max_weight;
+  // The median of the counts the cohort claimed when joining: a minority of liars cannot move it.
+  std::vector<uint64_t> claims;
+  for (const auto& [id, state] : round_->members) claims.push_back(clients_.at(id).num_examples);
+  std::nth_element(claims.begin(), claims.begin() + claims.size() / 2, claims.end());
+  const double cap = options_.max_weight_ratio * static_cast<double>(claims[claims.size() / 2]);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min(cap, 9e15)), 1, max_weight);
+}
+
 void Coordinator::SendFit(const std::string& id) {
   Round& round = *round_;
+  round.fits_sent[id]++;
   wire::FitInstruction fit;
   fit.model_version = model_version_;
   fit.train = options_.train;
@@ -285,6 +366,7 @@ void Coordinator::Pump(int64_t timeout_ms) {
     spdlog::error("transport: {}", in.status().message());
     return;
   }
+  FlushLogs();
   if (!in->has_value()) return;
   Handle(std::move(**in));
   // Drain whatever else is already queued without waiting.
@@ -306,11 +388,26 @@ void Coordinator::Handle(transport::Inbound in) {
     auto id_it = peer_to_id_.find(in.peer);
     const std::string who =
         id_it != peer_to_id_.end() ? "client " + id_it->second : "peer " + PeerName(in.peer);
-    spdlog::warn("{}: {}", who, err.message());
+    Warn(absl::IsFailedPrecondition(err) ? "messages of another protocol version"
+                                         : "malformed messages",
+         in.auth_id.empty() ? who : in.auth_id,
+         [&] { return absl::StrCat(who, ": ", err.message()); });
     (round_ ? round_->metrics.malformed : pending_malformed_)++;
     const auto code = absl::IsFailedPrecondition(err) ? wire::ErrorCode::kVersionMismatch
                                                       : wire::ErrorCode::kMalformed;
     Reply(in.peer, wire::MakeError(code, std::string(err.message()), current));
+    if (round_ && id_it != peer_to_id_.end()) {
+      // A member holding an upload slot that sends garbage gives the slot back now, not at
+      // round.upload_timeout_s: it cannot hold up the others.
+      auto m = round_->members.find(id_it->second);
+      if (m != round_->members.end() && m->second == MemberState::kUploading) {
+        round_->metrics.rejected++;
+        if (round_->first_rejection.empty()) {
+          round_->first_rejection = absl::StrCat("malformed: ", err.message());
+        }
+        FailMember(id_it->second, "sent a malformed result");
+      }
+    }
     return;
   }
   wire::Message& msg = *in.message;
@@ -345,19 +442,35 @@ void Coordinator::Handle(transport::Inbound in) {
     case wire::MessageType::kError:
       OnClientError(id, msg);
       return;
-    default:
-      spdlog::warn("client {}: unexpected {} message", id, wire::MessageTypeName(msg.type()));
+    default: {
+      Warn("messages of a type a client may not send", id, [&] {
+        return absl::StrCat("client ", id, ": unexpected ", wire::MessageTypeName(msg.type()),
+                            " message");
+      });
       (round_ ? round_->metrics.malformed : pending_malformed_)++;
       Refuse(in.peer, wire::ErrorCode::kMalformed,
              absl::StrCat("a client may not send ", wire::MessageTypeName(msg.type())), msg.round);
+    }
   }
+}
+
+void Coordinator::Warn(const std::string& what, const std::string& source,
+                       const std::function<std::string()>& detail) {
+  logs_.try_emplace(what, what).first->second.Add(clock_->NowMs(), source, detail);
+}
+
+void Coordinator::FlushLogs() {
+  const int64_t now = clock_->NowMs();
+  for (auto& [what, log] : logs_) log.Flush(now);
 }
 
 void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg) {
   const transport::PeerId& peer = in.peer;
   const auto& join = std::get<wire::Join>(msg.body);
   if (!wire::IsValidClientId(join.client_id)) {
-    spdlog::warn("peer {}: refused join with invalid client id", PeerName(peer));
+    Warn("joins with an invalid client id", in.auth_id.empty() ? PeerName(peer) : in.auth_id, [&] {
+      return absl::StrCat("peer ", PeerName(peer), ": refused join with invalid client id");
+    });
     Refuse(peer, wire::ErrorCode::kRejected, "client id must be 1-128 characters of [A-Za-z0-9._-]",
            0);
     return;
@@ -369,24 +482,34 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
   }
   ClientRecord& c = clients_[join.client_id];
   const bool rejoin = !c.peer.empty();
+  const transport::PeerId old_peer = c.peer;
   if (rejoin && c.peer != peer &&
       clock_->NowMs() - c.last_seen_ms < 2 * options_.heartbeat_interval_ms) {
     // The old connection was alive a moment ago: two agents may share this id (ids must be
     // unique). The newest connection wins; the other will be told it is unknown and rejoin.
-    spdlog::warn(
-        "client {} joined from a second connection ({}) while its first ({}) is live; "
-        "client ids must be unique",
-        join.client_id, PeerName(peer), PeerName(c.peer));
+    Warn("joins from a second live connection", join.client_id, [&] {
+      return absl::StrCat("client ", join.client_id, " joined from a second connection (",
+                          PeerName(peer), ") while its first (", PeerName(c.peer),
+                          ") is live; client ids must be unique");
+    });
   }
   if (rejoin && c.peer != peer) peer_to_id_.erase(c.peer);
   c.peer = peer;
   c.num_examples = join.num_examples;
   c.last_seen_ms = clock_->NowMs();
   peer_to_id_[peer] = join.client_id;
-  // Each join at info while the population is small; a simulation of thousands logs a summary.
-  spdlog::log(clients_.size() <= 32 ? spdlog::level::info : spdlog::level::debug,
-              "client {} {} ({} examples, {} live)", join.client_id, rejoin ? "rejoined" : "joined",
-              join.num_examples, LiveClients());
+  // Each first join at info while the population is small (a simulation of thousands logs a
+  // summary); rejoins as one flood-proof summary, so that a rejoin flood cannot flood the log.
+  if (!rejoin) {
+    spdlog::log(clients_.size() <= 32 ? spdlog::level::info : spdlog::level::debug,
+                "client {} joined ({} examples, {} live)", join.client_id, join.num_examples,
+                LiveClients());
+  } else {
+    Warn("rejoins", join.client_id, [&] {
+      return absl::StrCat("client ", join.client_id, " rejoined (", join.num_examples,
+                          " examples, ", LiveClients(), " live)");
+    });
+  }
   wire::Welcome welcome;
   welcome.job_name = options_.job_name;
   welcome.model = models::MlpSpecToWire(options_.model);
@@ -397,7 +520,16 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
     auto m = round_->members.find(join.client_id);
     if (m != round_->members.end() && m->second != MemberState::kDone &&
         m->second != MemberState::kFailed) {
-      if (m->second == MemberState::kUploading) round_->uploads_in_flight--;
+      if (round_->fits_sent[join.client_id] >= kMaxFitsPerRound) {
+        // The model goes to a member at most twice a round (once, and once more after a restart):
+        // a rejoin flood must not multiply the bytes sent.
+        FailMember(join.client_id, "rejoined again mid-round; its work is not sent a third time");
+        return;
+      }
+      if (m->second == MemberState::kUploading) {
+        round_->uploads_in_flight--;
+        transport_->SetUploadAllowance(old_peer, 0);
+      }
       std::erase(round_->waiting, join.client_id);
       m->second = MemberState::kTraining;
       SendFit(join.client_id);
@@ -424,7 +556,10 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
   }
   if (std::get<wire::UploadRequest>(msg.body).nonce != round_->nonces[id]) {
     round_->metrics.rejected++;
-    spdlog::warn("client {}: upload request with a stale nonce in round {}", id, msg.round);
+    Warn("upload requests with a stale nonce", id, [&] {
+      return absl::StrCat("client ", id, ": upload request with a stale nonce in round ",
+                          msg.round);
+    });
     Refuse(peer, wire::ErrorCode::kRejected,
            absl::StrCat("upload request does not answer the instruction client ", id,
                         " was last sent in round ", msg.round, " (nonce mismatch)"),
@@ -437,9 +572,10 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
 }
 
 void Coordinator::OnClientError(const std::string& id, const wire::Message& msg) {
-  // A client declines the round it was sent (its own privacy policy refuses it): it fails for
-  // the round at once instead of at the deadline. One message per instruction at most, so one log
-  // line each, its text cut short.
+  // A client declines the round it was sent (its own privacy policy refuses it, kRejected) or
+  // reports that its local training failed (any other code): it fails for the round at once
+  // instead of at the deadline. One message per instruction at most, so one log line each, its
+  // text cut short.
   const auto& err = std::get<wire::Error>(msg.body);
   if (!round_ || msg.round != round_->number) {
     (round_ ? round_->metrics.stale : pending_stale_)++;
@@ -450,13 +586,14 @@ void Coordinator::OnClientError(const std::string& id, const wire::Message& msg)
     round_->metrics.rejected++;
     return;
   }
-  round_->metrics.declined++;
+  const bool declined = err.code == wire::ErrorCode::kRejected;
+  (declined ? round_->metrics.declined : round_->metrics.failed)++;
   constexpr size_t kMaxText = 300;
   const std::string text =
       err.message.size() > kMaxText ? err.message.substr(0, kMaxText) + "..." : err.message;
-  spdlog::warn("round {}: client {} declined ({}): {}", round_->number, id,
-               wire::ErrorCodeName(err.code), text);
-  FailMember(id, "declined the round");
+  spdlog::warn("round {}: client {} {} ({}): {}", round_->number, id,
+               declined ? "declined" : "could not train", wire::ErrorCodeName(err.code), text);
+  FailMember(id, declined ? "declined the round" : "reported that its training failed");
 }
 
 void Coordinator::GrantSlots() {
@@ -475,6 +612,11 @@ void Coordinator::GrantSlots() {
     m->second = MemberState::kUploading;
     round.granted_at_ms[id] = clock_->NowMs();
     round.uploads_in_flight++;
+    // The transport holds undelivered bytes of this connection up to the result's size, and no
+    // more (transport.h): a result is the only large message a client sends.
+    transport_->SetUploadAllowance(
+        clients_.at(id).peer,
+        static_cast<size_t>(TotalElements(layout_)) * sizeof(float) + kResultOverheadBytes);
   }
 }
 
@@ -498,7 +640,10 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
   const transport::PeerId& peer = clients_[id].peer;
   if (!round_ || msg.round != round_->number) {
     (round_ ? round_->metrics.stale : pending_stale_)++;
-    spdlog::warn("client {}: result for round {} arrived after it closed", id, msg.round);
+    Warn("results after their round closed", id, [&] {
+      return absl::StrCat("client ", id, ": result for round ", msg.round,
+                          " arrived after it closed");
+    });
     Refuse(peer, wire::ErrorCode::kWrongRound, absl::StrCat("round ", msg.round, " is closed"),
            msg.round);
     return;
@@ -507,23 +652,28 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
   auto m = round.members.find(id);
   if (m == round.members.end() || m->second != MemberState::kUploading) {
     round.metrics.rejected++;
-    spdlog::warn("client {}: unsolicited result in round {}", id, round.number);
+    Warn("unsolicited results", id, [&] {
+      return absl::StrCat("client ", id, ": unsolicited result in round ", round.number);
+    });
     Refuse(peer, wire::ErrorCode::kRejected,
            absl::StrCat("client ", id, " holds no upload grant in round ", round.number),
            msg.round);
     return;
   }
   round.uploads_in_flight--;
+  transport_->SetUploadAllowance(peer, 0);
   const auto& result = std::get<wire::FitResult>(msg.body);
-  Status st = FoldResult(id, msg, result);
+  int64_t weight = 0;
+  Status st = FoldResult(id, msg, result, &weight);
   if (st.ok()) {
     m->second = MemberState::kDone;
     round.metrics.results++;
-    round.metrics.examples += static_cast<int64_t>(result.num_examples);
-    round.weighted_loss += result.train_loss * static_cast<double>(result.num_examples);
+    round.metrics.examples += weight;
+    round.weighted_loss += result.train_loss * static_cast<double>(weight);
   } else {
     m->second = MemberState::kFailed;
     round.metrics.rejected++;
+    if (round.first_rejection.empty()) round.first_rejection = std::string(st.message());
     spdlog::warn("client {}: round {}: update rejected: {}", id, round.number, st.message());
     Refuse(peer, wire::ErrorCode::kInvalidUpdate, std::string(st.message()), round.number);
   }
@@ -531,7 +681,7 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
 }
 
 Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
-                               const wire::FitResult& result) {
+                               const wire::FitResult& result, int64_t* weight) {
   UpdateExpectation want;
   want.round = round_->number;
   want.model_version = model_version_;
@@ -545,14 +695,44 @@ Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
     HUDDLE_RETURN_IF_ERROR(CheckUpdateNorm(*round_, spans));
     HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, 1));
     if (result.within_clip) round_->within_clip++;
+    *weight = 1;
     return absl::OkStatus();
   }
-  return aggregator_->Fold(spans, static_cast<int64_t>(result.num_examples));
+  // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
+  *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);
+  const bool capped = *weight < static_cast<int64_t>(result.num_examples);
+  if (options_.max_update_norm > 0) {
+    // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused
+    // (a refusal by size would lock honest clients out after one bad round moved the model).
+    const double norm = privacy::L2Norm(spans);
+    if (!std::isfinite(norm)) {
+      return aggregator_->Fold(spans, *weight);  // refused, naming the non-finite element
+    }
+    if (norm > options_.max_update_norm) {
+      clip_scratch_.resize(spans.size());
+      for (size_t i = 0; i < spans.size(); ++i) {
+        clip_scratch_[i].spec = layout_[i];
+        clip_scratch_[i].data.assign(spans[i].begin(), spans[i].end());
+      }
+      privacy::ClipToNorm(&clip_scratch_, options_.max_update_norm);
+      std::vector<std::span<const float>> clipped;
+      for (const Tensor& t : clip_scratch_) clipped.emplace_back(t.data);
+      HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(clipped, *weight));
+      round_->metrics.clipped++;
+      if (capped) round_->metrics.weight_capped++;
+      return absl::OkStatus();
+    }
+  }
+  HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight));
+  if (capped) round_->metrics.weight_capped++;
+  return absl::OkStatus();
 }
 
 void Coordinator::RefuseIdentity(const transport::Inbound& in, const std::string& why) {
   (round_ ? round_->metrics.auth_rejected : pending_auth_rejected_)++;
-  spdlog::warn("peer {} (key enrolled as '{}'): {}", PeerName(in.peer), in.auth_id, why);
+  Warn("identity refusals", in.auth_id, [&] {
+    return absl::StrCat("peer ", PeerName(in.peer), " (key enrolled as '", in.auth_id, "'): ", why);
+  });
   Refuse(in.peer, wire::ErrorCode::kAuthRefused, why, 0);
 }
 
@@ -568,7 +748,8 @@ void Coordinator::OnRevokedKey(const transport::Inbound& in) {
     peer_to_id_.erase(in.peer);
     clients_.erase(it);
   } else {
-    spdlog::warn("peer {}: {}", PeerName(in.peer), why);
+    Warn("messages with a revoked key", in.auth_id,
+         [&] { return absl::StrCat("peer ", PeerName(in.peer), ": ", why); });
   }
   Refuse(in.peer, wire::ErrorCode::kAuthRefused, why, 0);
 }
@@ -578,7 +759,10 @@ void Coordinator::FailMember(const std::string& id, const char* why) {
   auto m = round.members.find(id);
   if (m == round.members.end()) return;
   if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
-  if (m->second == MemberState::kUploading) round.uploads_in_flight--;
+  if (m->second == MemberState::kUploading) {
+    round.uploads_in_flight--;
+    transport_->SetUploadAllowance(clients_.at(id).peer, 0);
+  }
   m->second = MemberState::kFailed;
   spdlog::warn("round {}: client {} {}", round.number, id, why);
   GrantSlots();
@@ -640,24 +824,33 @@ Status Coordinator::FinishRound(Round& round) {
     spdlog::warn("round {}: {} results, quorum is {}; the model is unchanged", round.number,
                  m.results, options_.quorum);
   }
+  if (m.updated) {
+    // A model that is no longer finite is never checkpointed, sent or reported as trained.
+    if (Status st = CheckFinite(model_, "the global model after the update"); !st.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "round ", round.number, ": ", st.message(),
+          "; the job stops (the last checkpoint holds the model before this round; lower "
+          "server.learning_rate or set aggregation.max_update_norm)"));
+    }
+  }
+  ++rounds_this_run_;
+  results_this_run_ += m.results;
+  // Rounds that accepted nothing, in a row. Not under DP: there every round releases its noised
+  // update, and stopping on the count of results would reveal it without noise.
+  if (!dp() && !m.updated) {
+    ++rounds_without_update_;
+    no_update_reasons_.push_back(absl::StrCat(
+        "round ", round.number, ": ", m.results, " of ", m.clients_sampled, " results",
+        round.first_rejection.empty() ? ""
+                                      : absl::StrCat(", first refusal: ", round.first_rejection)));
+  } else {
+    rounds_without_update_ = 0;
+    no_update_reasons_.clear();
+  }
   const bool last = round.number == static_cast<uint64_t>(options_.rounds);
   if (evaluator_ && options_.eval_every > 0 &&
       (round.number % static_cast<uint64_t>(options_.eval_every) == 0 || last)) {
-    // Evaluate on a worker thread and keep answering heartbeats and joins meanwhile: a long
-    // evaluation must not look like a dead coordinator to the clients.
-    auto pending = std::async(std::launch::async, [this] { return evaluator_(model_); });
-    while (pending.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
-      Pump(20);
-    }
-    HUDDLE_ASSIGN_OR_RETURN(models::EvalStats eval, pending.get());
-    m.test_accuracy = eval.accuracy;
-    m.test_loss = eval.loss;
-    summary_.final_test_accuracy = eval.accuracy;
-    summary_.final_test_loss = eval.loss;
-    if (!summary_.best_test_accuracy || eval.accuracy > *summary_.best_test_accuracy) {
-      summary_.best_test_accuracy = eval.accuracy;
-      summary_.best_round = round.number;
-    }
+    HUDDLE_RETURN_IF_ERROR(Evaluate(&m));
   }
   m.elapsed_s = elapsed_before_s_ + (clock_->NowMs() - started_ms_) / 1000.0;
   summary_.rounds_completed = round.number;
@@ -681,6 +874,39 @@ Status Coordinator::FinishRound(Round& round) {
   return absl::OkStatus();
 }
 
+Status Coordinator::Evaluate(RoundMetrics* m) {
+  // On a worker thread, answering heartbeats and joins meanwhile: a long evaluation must not look
+  // like a dead coordinator to the clients.
+  auto pending = std::async(std::launch::async, [this] { return evaluator_(model_); });
+  while (pending.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    Pump(20);
+  }
+  HUDDLE_ASSIGN_OR_RETURN(models::EvalStats eval, pending.get());
+  evaluated_version_ = model_version_;
+  m->test_accuracy = eval.accuracy;
+  m->test_loss = eval.loss;
+  summary_.final_test_accuracy = eval.accuracy;
+  summary_.final_test_loss = eval.loss;
+  if (!summary_.best_test_accuracy || eval.accuracy > *summary_.best_test_accuracy) {
+    summary_.best_test_accuracy = eval.accuracy;
+    summary_.best_round = summary_.rounds_completed + (round_ ? 1 : 0);
+  }
+  return absl::OkStatus();
+}
+
+Status CheckOutputDir(const CoordinatorOptions& options) {
+  if (options.out_dir.empty() || options.resume || options.force) return absl::OkStatus();
+  std::vector<std::string> found;
+  for (const char* file : {kCheckpointFile, kMetricsFile, "summary.json", "model.bin"}) {
+    if (std::filesystem::exists(Path(options.out_dir, file))) found.push_back(file);
+  }
+  if (found.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      options.out_dir, " holds the outputs of an earlier job (", absl::StrJoin(found, ", "),
+      "): continue that job with --resume, replace its outputs with --force, or choose another "
+      "output directory"));
+}
+
 Status Coordinator::SaveCheckpoint() {
   Checkpoint c;
   c.completed_round = summary_.rounds_completed;
@@ -693,6 +919,11 @@ Status Coordinator::SaveCheckpoint() {
   c.bytes_out = summary_.bytes_out;
   c.clip_norm = clip_norm_;
   c.privacy_mode = static_cast<int64_t>(options_.privacy.mode);
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  c.final_test_accuracy = summary_.final_test_accuracy.value_or(none);
+  c.final_test_loss = summary_.final_test_loss.value_or(none);
+  c.best_test_accuracy = summary_.best_test_accuracy.value_or(none);
+  c.best_round = summary_.best_round.value_or(0);
   c.model = std::move(model_);  // lent to the checkpoint, not copied (the model can be large)
   Status st = WriteCheckpoint(Path(options_.out_dir, kCheckpointFile), c);
   model_ = std::move(c.model);
@@ -746,6 +977,7 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
                      {"bytes_out", bytes_out}};
   }
   if (!stop_reason.empty()) j["stopped_early"] = stop_reason;
+  if (!failure.empty()) j["failed"] = failure;
   return j.dump(2) + "\n";
 }
 

@@ -26,6 +26,7 @@
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
 #include "common/clock.h"
+#include "common/logging.h"
 #include "common/rng.h"
 #include "coordinator/options.h"
 #include "coordinator/round_metrics.h"
@@ -55,8 +56,13 @@ struct JobSummary {
   std::optional<double> delta;
   bool private_noise = true;  // false (seeded noise): epsilon is nominal, reported as not private
   std::string stop_reason;    // why the job ended before its last round ("" = it did not)
+  std::string failure;        // why the job failed (it trained nothing); "" when it did not
   std::string ToJson(const CoordinatorOptions& options) const;
 };
+
+// Refuses an out_dir that holds an earlier job's outputs (checkpoint, metrics, summary, model)
+// unless options.resume or options.force, naming both: starting afresh there would lose them.
+Status CheckOutputDir(const CoordinatorOptions& options);
 
 class Coordinator {
  public:
@@ -65,8 +71,10 @@ class Coordinator {
               Evaluator evaluator = {}, RoundCallback on_round = {});
 
   // Runs (or resumes) the job to its last round, then shuts the clients down and writes the
-  // final model and summary to out_dir. Returns the first unrecoverable error (bad options, no
-  // clients by wait_for_clients_ms, I/O failure writing outputs).
+  // final model and summary to out_dir. Returns the first unrecoverable error (bad options, an
+  // output directory holding another job's outputs, no clients by wait_for_clients_ms, I/O failure
+  // writing outputs), or Aborted when the job trained nothing: max_rounds_without_update rounds in
+  // a row accepted no update, or no round of the job updated the model (summary.json says why).
   Status Run(const std::atomic<bool>* stop = nullptr);
 
   const TensorList& model() const { return model_; }
@@ -86,9 +94,12 @@ class Coordinator {
     std::map<std::string, MemberState> members;
     std::map<std::string, int64_t> granted_at_ms;  // members holding an upload grant
     std::map<std::string, std::string> nonces;     // of each member's latest FitInstruction
-    std::deque<std::string> waiting;  // members waiting for an upload slot, in request order
+    std::map<std::string, int> fits_sent;  // instructions (with the model) sent to each member
+    std::deque<std::string> waiting;       // members waiting for an upload slot, in request order
     int64_t uploads_in_flight = 0;
     double weighted_loss = 0;
+    int64_t weight_cap = 0;       // largest FedAvg weight of a result (max_weight_ratio)
+    std::string first_rejection;  // why the first refused result was refused
     RoundMetrics metrics;
     // Under DP (coordinator/dp_round.cc).
     double clip_norm = 0;               // C every update must respect (central) / clip to (local)
@@ -96,11 +107,13 @@ class Coordinator {
     double value_noise_multiplier = 0;  // z of the update sum (z, or less under adaptive clipping)
     int64_t within_clip = 0;            // results that were within C before clipping
     double expected_cohort = 0;         // central: the fixed denominator (expected cohort size)
+    double local_norm_bound = 0;        // local: the longest update an honest client can send
     uint64_t client_seed = 0;           // fit.seed of the round's instructions
   };
 
   Status Initialise();
-  Status WaitForClients(const std::atomic<bool>* stop);
+  // `started`: a round of this run has already run (min_clients then no longer applies).
+  Status WaitForClients(const std::atomic<bool>* stop, bool started);
   Status RunRound(uint64_t number);
   std::vector<std::string> SampleCohort();
   void SendFit(const std::string& id);
@@ -112,7 +125,15 @@ class Coordinator {
   void OnUploadRequest(const std::string& id, const wire::Message& msg);
   void OnFitResult(const std::string& id, const wire::Message& msg);
   void OnClientError(const std::string& id, const wire::Message& msg);
-  Status FoldResult(const std::string& id, const wire::Message& msg, const wire::FitResult& result);
+  Status FoldResult(const std::string& id, const wire::Message& msg, const wire::FitResult& result,
+                    int64_t* weight);
+  // Without DP: the round's cap on a result's weight, from the cohort's claimed example counts.
+  int64_t WeightCap() const;
+  // A warning about `source` (a client id or a peer): logged at once, or counted into one summary
+  // line per kind (`what`, plural) every 10 s when they come faster (LogSummary).
+  void Warn(const std::string& what, const std::string& source,
+            const std::function<std::string()>& detail);
+  void FlushLogs();
   void GrantSlots();
   void FailMember(const std::string& id, const char* why);
   void ExpireSilentClients();
@@ -133,6 +154,8 @@ class Coordinator {
   // Before round `number` is sampled: false (with *why) if it would exceed the budget.
   StatusOr<bool> PrivacyAllowsRound(uint64_t number, std::string* why);
   Status ConfigureRoundPrivacy(Round& round);
+  // Central: the update's L2 norm must be <= C. Local: <= C plus what the round's noise can add
+  // (dp_round.cc), so that no client can send more than a noised clipped update.
   Status CheckUpdateNorm(const Round& round, std::span<const std::span<const float>> update) const;
   // Noise, ledger (durable), mean over the expected cohort: the round's releasable update.
   Status PrivateMean(Round& round, TensorList* mean);
@@ -142,6 +165,7 @@ class Coordinator {
   Status WritePrivacyReport() const;
   Status WriteDpSgdReport() const;
   Status SaveCheckpoint();
+  Status Evaluate(RoundMetrics* metrics);
   Status Finish();
 
   CoordinatorOptions options_;
@@ -167,6 +191,14 @@ class Coordinator {
   int64_t pending_auth_rejected_ = 0;
   uint64_t auth_rejections_seen_ = 0;  // transport counters already attributed to a round
   uint64_t rate_limited_seen_ = 0;
+  uint64_t connections_cut_seen_ = 0;
+  int64_t rounds_without_update_ = 0;  // in a row, this run
+  int64_t rounds_this_run_ = 0;
+  int64_t results_this_run_ = 0;
+  std::vector<std::string> no_update_reasons_;  // of those rounds
+  uint64_t evaluated_version_ = UINT64_MAX;     // model version of the last evaluation
+  TensorList clip_scratch_;  // a result clipped to max_update_norm (reused; empty until needed)
+  std::map<std::string, LogSummary> logs_;  // Warn()'s, by kind
 
   std::optional<privacy::PrivacyPlan> privacy_;
   std::optional<privacy::PrivacyLedger> ledger_;

@@ -117,6 +117,18 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
   aggregation::AggregatorOptions agg = options_.aggregation;
   agg.max_weight = 1;
   if (p.mode == PrivacyMode::kLocal) {
+    // The client clips to C, rounds onto the noise grid g and adds discrete Gaussian noise of
+    // parameter s (sub-Gaussian with it) to each of the d values. So ||update|| <= C + g sqrt(d)/2
+    // + ||noise||, and ||noise||^2 <= s^2 (d + 2 sqrt(d t) + 2t) but with probability e^-t (Hsu,
+    // Kakade and Zhang 2012, Theorem 1); t = 40. A longer update is no honest client's release.
+    const auto d = static_cast<int64_t>(aggregator_->size());
+    HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
+                            privacy::NoiseGridFor(round.noise_multiplier, round.clip_norm, d));
+    constexpr double t = 40;
+    const double dd = static_cast<double>(d);
+    const double noise = grid.stddev() * std::sqrt(dd + 2 * std::sqrt(dd * t) + 2 * t);
+    round.local_norm_bound =
+        (round.clip_norm + grid.grid() * std::sqrt(dd) / 2 + noise) * (1 + 1e-6);
     // Each update carries noise of std z*C: bound values far beyond any honest draw.
     agg.max_abs_value = round.clip_norm * (1 + 64 * round.noise_multiplier);
     agg.fraction_bits = -1;
@@ -147,13 +159,22 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
 
 Status Coordinator::CheckUpdateNorm(const Round& round,
                                     std::span<const std::span<const float>> update) const {
-  if (options_.privacy.mode != PrivacyMode::kCentral) return absl::OkStatus();
   const double norm = privacy::L2Norm(update);
   // A non-finite norm means a non-finite value: Fold refuses it naming the element.
-  if (std::isfinite(norm) && norm > round.clip_norm) {
+  if (!std::isfinite(norm)) return absl::OkStatus();
+  if (options_.privacy.mode == PrivacyMode::kCentral) {
+    if (norm > round.clip_norm) {
+      return absl::InvalidArgumentError(fmt::format(
+          "update L2 norm {:.9g} exceeds the round's clip norm {:.9g} (privacy.clip_norm)", norm,
+          round.clip_norm));
+    }
+    return absl::OkStatus();
+  }
+  if (norm > round.local_norm_bound) {
     return absl::InvalidArgumentError(fmt::format(
-        "update L2 norm {:.9g} exceeds the round's clip norm {:.9g} (privacy.clip_norm)", norm,
-        round.clip_norm));
+        "update L2 norm {:.9g} exceeds {:.9g}, the most a clipped update (privacy.clip_norm "
+        "{:.9g}) plus the round's noise (multiplier {:.9g}) can reach",
+        norm, round.local_norm_bound, round.clip_norm, round.noise_multiplier));
   }
   return absl::OkStatus();
 }

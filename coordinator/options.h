@@ -39,14 +39,27 @@ struct CoordinatorOptions {
 
   aggregation::ServerOptimizerOptions server;
   aggregation::AggregatorOptions aggregation;
+  // Without DP: each client's delta is clipped to this L2 norm before it is folded (0: off), the
+  // standard norm-bounding defence; the aggregator's |value| bound then follows from it
+  // (|x_i| <= ||x||), so an update is clipped rather than refused for its size.
+  double max_update_norm = 0;
+  // Without DP: a client's FedAvg weight (its claimed example count) is capped at this multiple
+  // of the median count the round's cohort claimed when joining (0: no cap). One client lying
+  // about its data then cannot take over the average.
+  double max_weight_ratio = 4;
   privacy::PrivacyOptions privacy;  // client-level DP (docs/privacy.md); mode none by default
 
   int64_t eval_every = 1;                // evaluate every k rounds (0: never)
   int64_t heartbeat_interval_ms = 1000;  // told to clients
   int64_t client_timeout_ms = 10000;     // silent this long -> considered gone (0: never)
+  // The job fails (non-zero exit) after this many rounds in a row that accepted no update.
+  int64_t max_rounds_without_update = 3;
 
   std::string out_dir;  // metrics.jsonl, summary.json, model.bin, checkpoint
   bool resume = false;  // continue from out_dir/checkpoint.bin
+  // Start afresh in an out_dir that holds a previous job's outputs (they are replaced). Without it
+  // (or resume) such a directory is refused, so that nothing is lost by accident.
+  bool force = false;
 };
 
 }  // namespace huddle::coordinator

@@ -42,6 +42,10 @@ void AddCounts(const RoundMetrics& m, Json* j) {
   (*j)["auth_rejected"] = m.auth_rejected;
   (*j)["rate_limited"] = m.rate_limited;
   (*j)["declined"] = m.declined;
+  (*j)["failed"] = m.failed;
+  (*j)["clipped"] = m.clipped;
+  (*j)["weight_capped"] = m.weight_capped;
+  (*j)["connections_cut"] = m.connections_cut;
 }
 
 // ... and timings and traffic.
@@ -106,6 +110,10 @@ std::string RoundMetrics::ProgressLine() const {
   if (auth_rejected > 0) line += fmt::format(" | {} auth refused", auth_rejected);
   if (rate_limited > 0) line += fmt::format(" | {} rate-limited", rate_limited);
   if (declined > 0) line += fmt::format(" | {} declined by their privacy policy", declined);
+  if (failed > 0) line += fmt::format(" | {} failed to train", failed);
+  if (clipped > 0) line += fmt::format(" | {} clipped", clipped);
+  if (weight_capped > 0) line += fmt::format(" | {} weights capped", weight_capped);
+  if (connections_cut > 0) line += fmt::format(" | {} connections cut", connections_cut);
   if (!updated) line += " | no quorum, model unchanged";
   if (test_accuracy)
     line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);

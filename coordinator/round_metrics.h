@@ -31,9 +31,13 @@ struct RoundMetrics {
   int64_t auth_rejected = 0;  // handshakes refused (unknown/revoked key) + identity refusals
   int64_t rate_limited = 0;   // messages dropped by the per-peer rate limit
   int64_t declined = 0;       // members whose own privacy policy refused the round
-  bool updated = false;       // quorum met and the model changed
-  int64_t examples = 0;       // sum of the accepted results' example counts
-  std::optional<double> train_loss;     // example-weighted mean over accepted results
+  int64_t failed = 0;         // members that reported their local training failed
+  int64_t clipped = 0;        // accepted updates clipped to aggregation.max_update_norm
+  int64_t weight_capped = 0;  // accepted updates whose example count was capped (max_weight_ratio)
+  int64_t connections_cut = 0;       // connections the transport cut (undelivered bytes over bound)
+  bool updated = false;              // quorum met and the model changed
+  int64_t examples = 0;              // sum of the accepted results' example counts
+  std::optional<double> train_loss;  // example-weighted mean over accepted results
   std::optional<double> test_accuracy;  // server-side evaluation, when due
   std::optional<double> test_loss;
   double duration_s = 0;

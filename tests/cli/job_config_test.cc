@@ -35,6 +35,57 @@ TEST(JobConfigTest, EveryExampleJobParses) {
   EXPECT_EQ(client->data.partition.num_shards, 10);
 }
 
+TEST(JobConfigTest, RelativePathsResolveAgainstTheFileNotTheWorkingDirectory) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("huddle_cfg_rel_" + std::to_string(::getpid())) / "jobs";
+  std::filesystem::create_directories(dir);
+  const std::string job_path = (dir / "job.yaml").string();
+  std::ofstream(job_path) << "data: {path: ../data/train.csv, format: csv}\n"
+                             "evaluation: {data: /abs/fmnist}\n"
+                             "security: {server_secret_key: keys/server.key, "
+                             "allowed_clients: keys/allowed}\n"
+                             "output: {dir: runs/x}\n";
+  auto job = LoadJobConfig(job_path);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->client_data.path, (dir.parent_path() / "data/train.csv").string());
+  EXPECT_EQ(job->eval_data, "/abs/fmnist");
+  EXPECT_EQ(job->security.server_secret_key, (dir / "keys/server.key").string());
+  EXPECT_EQ(job->security.allowed_clients, (dir / "keys/allowed").string());
+  EXPECT_EQ(job->coordinator.out_dir, "runs/x") << "outputs go where the job is run from";
+
+  const std::string client_path = (dir / "client.yaml").string();
+  std::ofstream(client_path)
+      << "coordinator: tcp://h:1\nclient_id: a\n"
+         "security: {server_public_key: keys/server.pub, secret_key: a.key}\n"
+         "privacy: {ledger: state/ledger.jsonl}\n";
+  auto client = LoadClientConfig(client_path);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ(client->security.server_public_key, (dir / "keys/server.pub").string());
+  EXPECT_EQ(client->security.secret_key, (dir / "a.key").string());
+  EXPECT_EQ(client->privacy.ledger_path, (dir / "state/ledger.jsonl").string());
+  std::filesystem::remove_all(dir.parent_path());
+}
+
+TEST(JobConfigTest, HardeningKeysAreReadAndChecked) {
+  auto job = LoadJobConfig(Write("hardening",
+                                 "aggregation: {max_update_norm: 5, max_weight_ratio: 2}\n"
+                                 "coordinator: {max_rounds_without_update: 7}\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_DOUBLE_EQ(job->coordinator.max_update_norm, 5);
+  EXPECT_DOUBLE_EQ(job->coordinator.max_weight_ratio, 2);
+  EXPECT_EQ(job->coordinator.max_rounds_without_update, 7);
+  auto defaults = LoadJobConfig(Write("hardening_defaults", "rounds: 2\n"));
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_DOUBLE_EQ(defaults->coordinator.max_update_norm, 0);
+  EXPECT_DOUBLE_EQ(defaults->coordinator.max_weight_ratio, 4);
+  EXPECT_EQ(defaults->coordinator.max_rounds_without_update, 3);
+  EXPECT_NE(ErrorOf("aggregation: {max_update_norm: -1}\n").find("aggregation.max_update_norm"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("coordinator: {max_rounds_without_update: 0}\n")
+                .find("coordinator.max_rounds_without_update"),
+            std::string::npos);
+}
+
 TEST(JobConfigTest, QuickstartMapsOntoTheOptions) {
   auto job = LoadJobConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/fashion_mnist.yaml");
   ASSERT_TRUE(job.ok()) << job.status();
@@ -106,8 +157,10 @@ TEST(JobConfigTest, SecuritySectionsMapOntoTheOptions) {
                                  "  allowed_clients: allowed/\n  reload_interval_s: 0.5\n"
                                  "  max_messages_per_s: 20\n  burst_messages: 40\n"));
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_EQ(job->security.server_secret_key, "keys/server.key");
-  EXPECT_EQ(job->security.allowed_clients, "allowed/");
+  // Relative to the file's directory (Write puts it in the temp directory).
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path();
+  EXPECT_EQ(job->security.server_secret_key, (tmp / "keys/server.key").string());
+  EXPECT_EQ(job->security.allowed_clients, (tmp / "allowed/").string());
   EXPECT_EQ(job->security.reload_interval_ms, 500);
   EXPECT_DOUBLE_EQ(job->security.max_messages_per_s, 20);
   EXPECT_DOUBLE_EQ(job->security.burst_messages, 40);
@@ -117,8 +170,8 @@ TEST(JobConfigTest, SecuritySectionsMapOntoTheOptions) {
                                        "security: {server_public_key: s.pub, "
                                        "secret_key: me.key}\n"));
   ASSERT_TRUE(client.ok()) << client.status();
-  EXPECT_EQ(client->security.server_public_key, "s.pub");
-  EXPECT_EQ(client->security.secret_key, "me.key");
+  EXPECT_EQ(client->security.server_public_key, (tmp / "s.pub").string());
+  EXPECT_EQ(client->security.secret_key, (tmp / "me.key").string());
 }
 
 TEST(JobConfigTest, PrivacySectionMapsOntoTheOptions) {

@@ -138,14 +138,19 @@ TEST_F(AgentTest, AJobForOtherFeaturesIsRefusedAtWelcome) {
       << replies.status();
 }
 
-TEST_F(AgentTest, BadTrainingSettingsSkipTheRoundButKeepTheAgent) {
+TEST_F(AgentTest, FailedTrainingIsReportedSoTheRoundNeedNotWaitAndTheAgentStays) {
   ClientAgent agent("edge-1", &view_);
   ASSERT_TRUE(agent.Handle(Welcome()).ok());
   wire::Message fit = Fit(1, models::InitMlp(spec_, 1));
   std::get<wire::FitInstruction>(fit.body).train.batch_size = 0;
   auto replies = agent.Handle(fit);
   ASSERT_TRUE(replies.ok());
-  EXPECT_TRUE(replies->empty());
+  ASSERT_EQ(replies->size(), 1u) << "one Error, not silence until the coordinator's deadline";
+  const auto* err = std::get_if<wire::Error>(&(*replies)[0].body);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(err->code, wire::ErrorCode::kInternal);
+  EXPECT_EQ((*replies)[0].round, 1u);
+  EXPECT_NE(err->message.find("local training failed"), std::string::npos) << err->message;
   EXPECT_FALSE(agent.done());
 }
 

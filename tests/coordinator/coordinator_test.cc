@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
@@ -264,16 +265,259 @@ TEST_F(CoordinatorTest, AClientThatDeclinesFailsForTheRoundAtOnce) {
   }
 }
 
-TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchanged) {
+TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchangedAndAJobThatTrainedNothingFails) {
   CoordinatorOptions o = Options(1, 3);
   o.quorum = 3;
+  o.out_dir = TempDir("no_quorum");
   std::vector<SyntheticClient> clients = Clients(2);
   clients.push_back({"zombie", Behaviour::kSilent, 100});
+  ManualClock clock;
+  FakeFederation fed(clients, models::MlpLayout(o.model), &clock, 6);
   std::vector<RoundMetrics> metrics;
-  TensorList model = RunJob(o, clients, 6, &metrics);
+  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
+  Status st = coord.Run();
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+  EXPECT_NE(st.message().find("no round of the job accepted an update"), absl::string_view::npos);
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_FALSE(metrics[0].updated);
-  EXPECT_TRUE(BitwiseEqual(model, models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974))));
+  EXPECT_TRUE(
+      BitwiseEqual(coord.model(), models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974))));
+  // The outputs are written, and say why the job failed.
+  auto summary = ReadFile(o.out_dir + "/summary.json");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_NE(summary->find("\"failed\""), std::string::npos) << *summary;
+}
+
+TEST_F(CoordinatorTest, RoundsInARowThatAcceptNothingEndTheJobWithTheReason) {
+  CoordinatorOptions o = Options(20, 2);
+  o.max_rounds_without_update = 3;
+  std::vector<SyntheticClient> clients = Clients(2);
+  for (SyntheticClient& c : clients) c.behaviour = Behaviour::kHugeValue;
+  ManualClock clock;
+  FakeFederation fed(clients, models::MlpLayout(o.model), &clock, 6);
+  std::vector<RoundMetrics> metrics;
+  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
+  Status st = coord.Run();
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+  EXPECT_EQ(metrics.size(), 3u) << "stopped after 3 rounds, not 20";
+  EXPECT_NE(st.message().find("3 rounds in a row accepted no update"), absl::string_view::npos)
+      << st;
+  EXPECT_NE(st.message().find("above the bound 1024"), absl::string_view::npos)
+      << "names the first refusal: " << st;
+}
+
+TEST_F(CoordinatorTest, ALiarAboutItsExampleCountCannotTakeOverTheAverage) {
+  CoordinatorOptions o = Options(1, 5);
+  std::vector<SyntheticClient> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back({"c" + std::to_string(i), Behaviour::kHonest, 100});
+  SyntheticClient liar{"liar", Behaviour::kFlat, uint64_t{1} << 24};
+  liar.value = 0.05f;
+  clients.push_back(liar);
+  std::vector<RoundMetrics> metrics;
+  const TensorList model = RunJob(o, clients, 3, &metrics);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].results, 5);
+  EXPECT_EQ(metrics[0].weight_capped, 1);
+  EXPECT_EQ(metrics[0].examples, 4 * 100 + 4 * 100) << "the liar weighs 4 x the median claim";
+  // Its 0.05 everywhere makes at most half of the mean (uncapped: 99.998% of it).
+  const TensorList init = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
+  double mean_step = 0;
+  int64_t n = 0;
+  for (size_t t = 0; t < model.size(); ++t) {
+    for (size_t i = 0; i < model[t].data.size(); ++i, ++n) {
+      mean_step += model[t].data[i] - init[t].data[i];
+    }
+  }
+  mean_step /= static_cast<double>(n);
+  EXPECT_LT(mean_step, 0.035);
+  EXPECT_GT(mean_step, 0.015);
+}
+
+TEST_F(CoordinatorTest, NormBoundedAggregationClipsAPoisonedRoundAndLocksNoOneOut) {
+  CoordinatorOptions o = Options(4, 4);
+  o.max_update_norm = 1.0;
+  std::vector<SyntheticClient> clients = Clients(3, 0);
+  SyntheticClient poisoner{"poisoner", Behaviour::kPoisonFirst, 50};
+  poisoner.value = 1000.0f;  // within max_update_abs (1024): the old bound let it through
+  clients.push_back(poisoner);
+  o.rounds = 1;
+  std::vector<RoundMetrics> metrics;
+  const TensorList after_one = RunJob(o, clients, 4, &metrics);
+  const TensorList init = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].clipped, 1);
+  for (size_t t = 0; t < init.size(); ++t) {
+    for (size_t i = 0; i < init[t].data.size(); ++i) {
+      // A clipped delta has every |value| <= 1, and it is a quarter of the mean.
+      EXPECT_LE(std::abs(after_one[t].data[i] - init[t].data[i]), 0.25 + 0.05) << t << " " << i;
+    }
+  }
+  o.rounds = 4;
+  metrics.clear();
+  RunJob(o, clients, 4, &metrics);
+  ASSERT_EQ(metrics.size(), 4u);
+  for (const RoundMetrics& m : metrics) {
+    EXPECT_TRUE(m.updated);
+    EXPECT_EQ(m.results, 4);
+    EXPECT_EQ(m.rejected, 0);
+  }
+}
+
+TEST_F(CoordinatorTest, AClientWhoseTrainingFailsFailsForTheRoundAtOnce) {
+  CoordinatorOptions o = Options(2, 3);
+  std::vector<SyntheticClient> clients = Clients(3);
+  clients[1].behaviour = Behaviour::kFailsTraining;
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, clients, 1, &metrics);
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const RoundMetrics& m : metrics) {
+    EXPECT_EQ(m.results, 2);
+    EXPECT_EQ(m.failed, 1);
+    EXPECT_EQ(m.declined, 0);
+    EXPECT_LT(m.duration_s, 10.0) << "closed when the others reported, not at the deadline";
+  }
+}
+
+TEST_F(CoordinatorTest, AMalformedResultGivesItsUploadSlotBackAtOnce) {
+  CoordinatorOptions o = Options(1, 4);
+  o.upload_slots = 1;
+  o.upload_timeout_ms = 30'000;
+  std::vector<SyntheticClient> clients = Clients(3);
+  clients.push_back({"garbage", Behaviour::kGarbageResult, 100});
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, clients, 2, &metrics);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].results, 3);
+  EXPECT_EQ(metrics[0].rejected, 1);
+  EXPECT_LT(metrics[0].duration_s, 5.0) << "not held until round.upload_timeout_s (30 s)";
+}
+
+TEST_F(CoordinatorTest, ARejoinFloodGetsTheModelAtMostTwiceARound) {
+  CoordinatorOptions o = Options(2, 3);
+  std::vector<SyntheticClient> clients = Clients(2);
+  clients.push_back({"flood", Behaviour::kRejoinFlood, 100});
+  std::vector<RoundMetrics> metrics;
+  FakeFederation* fed = nullptr;
+  RunJob(o, clients, 3, &metrics, &fed);
+  std::unique_ptr<FakeFederation> owned(fed);
+  ASSERT_EQ(metrics.size(), 2u);
+  std::map<uint64_t, int> to_flood;
+  for (const FakeFederation::SeenFit& f : fed->fits()) {
+    if (f.peer == "flood") to_flood[f.round]++;
+  }
+  for (const auto& [round, n] : to_flood) EXPECT_LE(n, 2) << "round " << round;
+  for (const RoundMetrics& m : metrics) {
+    EXPECT_EQ(m.results, 2);
+    EXPECT_LT(m.duration_s, 10.0);
+  }
+}
+
+TEST_F(CoordinatorTest, AClientLeavingAfterTheStartDoesNotEndTheJob) {
+  CoordinatorOptions o = Options(3, 3);
+  o.min_clients = 3;
+  o.client_timeout_ms = 10'000;
+  o.wait_for_clients_ms = 30'000;
+  std::vector<SyntheticClient> clients = Clients(2);
+  clients.push_back({"leaver", Behaviour::kLeaves, 100});
+  std::vector<RoundMetrics> metrics;
+  RunJob(o, clients, 1, &metrics, nullptr, false,
+         [](FakeFederation& fed) { fed.set_heartbeat_ms(1000); });
+  ASSERT_EQ(metrics.size(), 3u);
+  EXPECT_EQ(metrics[2].results, 2);
+  EXPECT_TRUE(metrics[2].updated);
+}
+
+TEST_F(CoordinatorTest, AnEarlierJobsOutputsAreNotReplacedWithoutResumeOrForce) {
+  CoordinatorOptions o = Options(1, 2);
+  o.out_dir = TempDir("outputs");
+  RunJob(o, Clients(2), 1);
+  const auto before = ReadFile(o.out_dir + "/metrics.jsonl");
+  ASSERT_TRUE(before.ok());
+  {
+    ManualClock clock;
+    FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+    Coordinator coord(o, &fed, &clock);
+    Status st = coord.Run();
+    EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+    EXPECT_NE(st.message().find("--resume"), absl::string_view::npos) << st;
+    EXPECT_NE(st.message().find("--force"), absl::string_view::npos) << st;
+    EXPECT_EQ(*ReadFile(o.out_dir + "/metrics.jsonl"), *before) << "nothing was touched";
+  }
+  CoordinatorOptions forced = o;
+  forced.force = true;
+  RunJob(forced, Clients(2), 1);
+}
+
+TEST_F(CoordinatorTest, TheSummaryStaysWholeAcrossResumes) {
+  CoordinatorOptions o = Options(2, 2);
+  o.eval_every = 1;
+  o.out_dir = TempDir("summary");
+  int calls = 0;
+  // Round 1's model is the best (0.9); every later one scores 0.5.
+  Evaluator eval = [&](const TensorList&) -> StatusOr<models::EvalStats> {
+    models::EvalStats s;
+    s.accuracy = ++calls == 1 ? 0.9 : 0.5;
+    s.loss = 1.0;
+    return s;
+  };
+  {
+    ManualClock clock;
+    FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+    Coordinator coord(o, &fed, &clock, eval);
+    ASSERT_TRUE(coord.Run().ok());
+  }
+  CoordinatorOptions more = o;
+  more.rounds = 3;
+  more.resume = true;
+  ManualClock clock;
+  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  Coordinator coord(more, &fed, &clock, eval);
+  ASSERT_TRUE(coord.Run().ok());
+  EXPECT_DOUBLE_EQ(*coord.summary().best_test_accuracy, 0.9);
+  EXPECT_EQ(*coord.summary().best_round, 1u);
+  EXPECT_DOUBLE_EQ(*coord.summary().final_test_accuracy, 0.5);
+  auto summary = ReadFile(more.out_dir + "/summary.json");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_NE(summary->find("\"best_round\": 1"), std::string::npos) << *summary;
+}
+
+TEST_F(CoordinatorTest, DamagedOrImpossibleCheckpointsAreRefused) {
+  CoordinatorOptions o = Options(1, 2);
+  o.out_dir = TempDir("damaged");
+  RunJob(o, Clients(2), 1);
+  const std::string path = o.out_dir + "/checkpoint.bin";
+  auto good = ReadCheckpoint(path);
+  ASSERT_TRUE(good.ok()) << good.status();
+  // One flipped bit anywhere.
+  auto bytes = ReadFile(path);
+  ASSERT_TRUE(bytes.ok());
+  std::string flipped = *bytes;
+  flipped[flipped.size() / 2] ^= 0x10;
+  ASSERT_TRUE(WriteFileAtomic(path, flipped).ok());
+  auto bad = ReadCheckpoint(path);
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_NE(bad.status().message().find("checksum"), absl::string_view::npos) << bad.status();
+  CoordinatorOptions resumed = o;
+  resumed.resume = true;
+  {
+    ManualClock clock;
+    FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+    Coordinator coord(resumed, &fed, &clock);
+    EXPECT_TRUE(absl::IsDataLoss(coord.Run())) << "a damaged checkpoint stops the resume";
+  }
+  // Well-formed files with impossible contents: a NaN weight, a wrapped round counter.
+  Checkpoint nan = *good;
+  nan.model[0].data[2] = std::nanf("");
+  ASSERT_TRUE(WriteCheckpoint(path, nan).ok());
+  bad = ReadCheckpoint(path);
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_NE(bad.status().message().find("element 2"), absl::string_view::npos) << bad.status();
+  Checkpoint wrapped = *good;
+  wrapped.completed_round = UINT64_MAX;
+  ASSERT_TRUE(WriteCheckpoint(path, wrapped).ok());
+  bad = ReadCheckpoint(path);
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_NE(bad.status().message().find("completed_round"), absl::string_view::npos);
 }
 
 TEST_F(CoordinatorTest, MalformedMessagesAreCountedAndAnswered) {
@@ -485,6 +729,28 @@ TEST_F(DpCoordinatorTest, UpdatesAboveTheClipNormAreRefused) {
   EXPECT_EQ(fed->ErrorsSent("c1", wire::ErrorCode::kInvalidUpdate), 1);
 }
 
+TEST_F(DpCoordinatorTest, LocalModeRefusesUpdatesLongerThanANoisedClippedUpdate) {
+  CoordinatorOptions o = DpOptions(1, 3, 1.0, "dp_local_norm");
+  o.privacy.mode = privacy::PrivacyMode::kLocal;
+  o.privacy.expected_cohort_size.reset();
+  std::vector<SyntheticClient> clients = Clients(3);
+  // Every value within the |value| bound of a local round (C (1 + 64 z) = 65), but the update's
+  // norm (60 sqrt(53) = 437) is far past C plus any honest noise (about 1 + sqrt(53) + 13 = 21).
+  clients[1].behaviour = Behaviour::kFlat;
+  clients[1].value = 60.0f;
+  // An honest-looking noised update: N(0, 1) in every value, norm about sqrt(53) = 7.3.
+  clients[2].behaviour = Behaviour::kFlat;
+  clients[2].value = 1.0f;
+  std::vector<RoundMetrics> metrics;
+  FakeFederation* fed = nullptr;
+  RunJob(o, clients, 1, &metrics, &fed);
+  std::unique_ptr<FakeFederation> owned(fed);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].results, 2);
+  EXPECT_EQ(metrics[0].rejected, 1);
+  EXPECT_EQ(fed->ErrorsSent("c1", wire::ErrorCode::kInvalidUpdate), 1);
+}
+
 TEST_F(DpCoordinatorTest, LedgerIsWrittenAndTheBudgetStopsTheJob) {
   CoordinatorOptions o = DpOptions(10, 3, 2.0, "dp_budget");
   // Each round alone spends eps(z=2, q=1); a total that fits 4 of them.
@@ -515,6 +781,30 @@ TEST_F(DpCoordinatorTest, LedgerIsWrittenAndTheBudgetStopsTheJob) {
   metrics.clear();
   RunJob(o, Clients(3), 1, &metrics);
   EXPECT_TRUE(metrics.empty());
+}
+
+TEST_F(DpCoordinatorTest, ABudgetStopEvaluatesTheReleasedModel) {
+  CoordinatorOptions o = DpOptions(10, 3, 2.0, "dp_budget_eval");
+  const std::vector<privacy::DpEvent> four_rounds = {{1.0, 2.0, 4}}, five_rounds = {{1.0, 2.0, 5}};
+  auto four = privacy::ComputeEpsilon(four_rounds, 1e-5, privacy::AccountantKind::kAnalytic);
+  auto five = privacy::ComputeEpsilon(five_rounds, 1e-5, privacy::AccountantKind::kAnalytic);
+  ASSERT_TRUE(four.ok() && five.ok());
+  o.privacy.total_epsilon = (four->epsilon + five->epsilon) / 2;
+  o.eval_every = 5;  // round 4, where the budget stops the job, is not an evaluation round
+  int evaluations = 0;
+  Evaluator eval = [&](const TensorList&) -> StatusOr<models::EvalStats> {
+    ++evaluations;
+    return models::EvalStats{0.7, 0.5, 100};
+  };
+  ManualClock clock;
+  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  Coordinator coord(o, &fed, &clock, eval);
+  ASSERT_TRUE(coord.Run().ok());
+  EXPECT_EQ(coord.summary().rounds_completed, 4u);
+  EXPECT_FALSE(coord.summary().stop_reason.empty());
+  EXPECT_EQ(evaluations, 1);
+  ASSERT_TRUE(coord.summary().final_test_accuracy.has_value()) << "the released model is scored";
+  EXPECT_EQ(*coord.summary().best_round, 4u);
 }
 
 TEST_F(DpCoordinatorTest, CentralModeNeedsPoissonSamplingAndAnOutputDirectory) {

@@ -83,6 +83,19 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
       previous_nonces_[peer] = nonces_[peer];
       nonces_[peer] = std::get<wire::FitInstruction>(msg.body).nonce;
       if (c.behaviour == Behaviour::kSilent) return absl::OkStatus();
+      if (c.behaviour == Behaviour::kLeaves && round > 1) {
+        gone_.insert(peer);
+        return absl::OkStatus();
+      }
+      if (c.behaviour == Behaviour::kFailsTraining) {
+        Queue(peer, wire::MakeError(wire::ErrorCode::kInternal,
+                                    "local training failed: loss is NaN at epoch 1", round));
+        return absl::OkStatus();
+      }
+      if (c.behaviour == Behaviour::kRejoinFlood) {
+        Queue(peer, wire::MakeMessage(wire::Join{c.id, c.num_examples, "test"}, 0, c.id));
+        return absl::OkStatus();
+      }
       if (c.behaviour == Behaviour::kDeclines) {
         Queue(peer, wire::MakeError(
                         wire::ErrorCode::kRejected,
@@ -110,9 +123,17 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
     }
     case wire::MessageType::kUploadGrant: {
       if (c.behaviour == Behaviour::kGrabber) return absl::OkStatus();
+      if (c.behaviour == Behaviour::kGarbageResult) {
+        InjectGarbage(peer);
+        return absl::OkStatus();
+      }
       TensorList delta = HonestDelta(layout_, round, c.id);
       if (c.behaviour == Behaviour::kNaN) delta[0].data[3] = std::nanf("");
       if (c.behaviour == Behaviour::kHugeValue) delta[1].data[0] = 1e9f;
+      if (c.behaviour == Behaviour::kFlat ||
+          (c.behaviour == Behaviour::kPoisonFirst && round == 1)) {
+        for (Tensor& t : delta) std::fill(t.data.begin(), t.data.end(), c.value);
+      }
       if (c.behaviour == Behaviour::kCanary) {
         for (Tensor& t : delta) std::fill(t.data.begin(), t.data.end(), 0.0f);
         delta[0].data[0] = 1.0f;
@@ -138,6 +159,13 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
 
 StatusOr<std::optional<transport::Inbound>> FakeFederation::Receive(int64_t timeout_ms) {
   receive_calls_++;
+  if (pending_.empty() && heartbeat_ms_ > 0 &&
+      clock_->NowMs() - last_heartbeat_ms_ >= heartbeat_ms_) {
+    last_heartbeat_ms_ = clock_->NowMs();
+    for (const auto& [peer, c] : clients_) {
+      if (!gone_.contains(peer)) Queue(peer, wire::MakeMessage(wire::Heartbeat{}, 0, c.id));
+    }
+  }
   if (pending_.empty()) {
     clock_->Advance(std::max<int64_t>(1, timeout_ms));
     return std::optional<transport::Inbound>();

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,12 @@ enum class Behaviour {
   kWrongNonce,   // asks for an upload slot with a nonce it was never sent
   kDeclines,     // its privacy policy refuses every round: answers each instruction with an Error
   kCanary,  // a worst-case update for a privacy audit: 1.0 in the first coordinate, 0 elsewhere
+  kFailsTraining,  // answers each instruction with Error kInternal (its training failed)
+  kGarbageResult,  // gets an upload slot, then sends bytes that do not decode
+  kRejoinFlood,    // answers each instruction by joining again
+  kFlat,           // uploads `value` in every coordinate (e.g. a long update of small values)
+  kPoisonFirst,    // uploads `value` in every coordinate in round 1, honest deltas afterwards
+  kLeaves,         // honest in round 1, then never heard from again
 };
 
 struct SyntheticClient {
@@ -47,6 +54,7 @@ struct SyntheticClient {
   Behaviour behaviour = Behaviour::kHonest;
   uint64_t num_examples = 100;
   std::string join_as;  // if set, the Join claims this id instead of `id` (impersonation)
+  float value = 0;      // kFlat, kPoisonFirst
 };
 
 // The delta an honest client sends in `round`: a deterministic function of (round, id).
@@ -82,6 +90,9 @@ class FakeFederation final : public transport::ServerTransport {
     uint64_t seed = 0;
   };
   const std::vector<SeenFit>& fits() const { return fits_; }
+  // Clients send a Heartbeat every `ms` of simulated time while idle (0, the default: never), as
+  // real agents do; a kLeaves client stops once it has left.
+  void set_heartbeat_ms(int64_t ms) { heartbeat_ms_ = ms; }
   // Receive() calls so far; safe to read from another thread.
   int64_t receive_calls() const { return receive_calls_.load(); }
 
@@ -98,6 +109,9 @@ class FakeFederation final : public transport::ServerTransport {
   std::map<std::string, std::string> nonces_;  // nonce of each peer's last instruction
   std::map<std::string, std::string> previous_nonces_;
   bool authenticated_ = false;
+  int64_t heartbeat_ms_ = 0;
+  int64_t last_heartbeat_ms_ = 0;
+  std::set<std::string> gone_;  // kLeaves clients that have left
   std::vector<SeenFit> fits_;
   int shutdowns_ = 0;
   std::atomic<int64_t> receive_calls_{0};

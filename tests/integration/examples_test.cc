@@ -104,6 +104,60 @@ TEST_P(ExamplesTest, RunsShortenedWithWorkAcceptedAndTheMetricMoving) {
   std::filesystem::remove_all(dir);
 }
 
+// The shipped client configuration, as the README uses it: a coordinator started from the
+// quickstart job (shortened, with the security section it documents) and one client started from
+// examples/client.yaml, its key paths relative to the file, run from another directory.
+TEST_F(ExamplesTest, TheClientExampleJoinsACoordinatorAndTrains) {
+  const std::string dir = MakeTempDir("example_client");
+  const std::string keys = dir + "/keys";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"keygen", "server", "--out", keys},
+        std::vector<std::string>{"keygen", "client", "--id", "hospital-a", "--out", keys}}) {
+    std::vector<std::string> argv = {HuddleBin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv, dir + "/keygen.log");
+    ASSERT_EQ(p.Wait(seconds(30)), 0) << ReadAll(dir + "/keygen.log");
+  }
+  std::filesystem::create_directories(keys + "/allowed");
+  std::filesystem::copy_file(keys + "/hospital-a.pub", keys + "/allowed/hospital-a.pub");
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort());
+
+  auto edit = [](std::string text, const std::vector<std::pair<std::string, std::string>>& e) {
+    for (const auto& [from, to] : e) {
+      const size_t at = text.find(from);
+      EXPECT_NE(at, std::string::npos) << "'" << from << "' is no longer in the example";
+      if (at != std::string::npos) text.replace(at, from.size(), to);
+    }
+    return text;
+  };
+  const std::string examples = std::string(HUDDLE_SOURCE_DIR) + "/examples/";
+  WriteText(dir + "/job.yaml",
+            edit(ReadAll(examples + "fashion_mnist.yaml"),
+                 {{"rounds: 20", "rounds: 2"},
+                  {"size: 10}", "size: 1}"},
+                  {"quorum: 8", "quorum: 1"},
+                  {"min_clients: 10", "min_clients: 1"},
+                  {"# security:\n#   server_secret_key: keys/server.key",
+                   "security:\n  server_secret_key: keys/server.key"},
+                  {"#   allowed_clients: keys/allowed", "  allowed_clients: keys/allowed"}}));
+  WriteText(dir + "/client.yaml",
+            edit(ReadAll(examples + "client.yaml"),
+                 {{"coordinator: tcp://127.0.0.1:5555", "coordinator: " + endpoint},
+                  {"give_up_after_s: 0", "give_up_after_s: 60"}}));
+  Process coordinator({HuddleBin(), "coordinator", "--config", dir + "/job.yaml", "--out",
+                       dir + "/out", "--bind", endpoint},
+                      dir + "/coordinator.log");
+  Process client({HuddleBin(), "client", "--config", dir + "/client.yaml"}, dir + "/client.log");
+  ASSERT_EQ(coordinator.Wait(seconds(180)), 0)
+      << ReadAll(dir + "/coordinator.log") << ReadAll(dir + "/client.log");
+  EXPECT_EQ(client.Wait(seconds(30)), 0) << ReadAll(dir + "/client.log");
+  const auto metrics = JsonLinesOf(dir + "/out/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const auto& m : metrics) EXPECT_EQ(m["results"], 1) << m.dump();
+  EXPECT_GT(metrics.back()["test_accuracy"].get<double>(), 0.3);
+  std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shipped, ExamplesTest,
     ::testing::Values(

@@ -9,6 +9,7 @@
 #include <zmq.hpp>
 
 #include "cli/commands.h"
+#include "common/rng.h"
 #include "proto/codec.h"
 #include "tests/integration/process.h"
 #include "transport/curve_keys.h"
@@ -426,6 +427,94 @@ TEST_F(FederationTest, ConfigTypoIsAClearError) {
   EXPECT_NE(ReadAll(dir + "/log2").find("train.batch_size: 0 is out of range [1, 65536]"),
             std::string::npos)
       << ReadAll(dir + "/log2");
+}
+
+// `huddle run` in process mode starts real client processes: they must read the data as the job
+// says (a CSV of raw 0-255 pixels, twelve classes), found relative to the job file, not to the
+// directory `huddle run` was started from.
+TEST_F(FederationTest, ProcessModeHonoursTheJobsDataSettingsAndPathsRelativeToTheFile) {
+  const std::string dir = MakeTempDir("csv_run");
+  std::filesystem::create_directories(dir + "/data");
+  std::string csv;
+  Rng rng(5);
+  for (int row = 0; row < 600; ++row) {
+    const int label = row % 12;
+    csv += std::to_string(label);
+    for (int f = 0; f < 16; ++f) {
+      // Class-dependent pixel values in 0..255: separable, but only once scaled.
+      const int v = (f == label % 16 ? 200 : 20) + static_cast<int>(rng.UniformInt(40));
+      csv += "," + std::to_string(v);
+    }
+    csv += "\n";
+  }
+  WriteText(dir + "/data/pixels.csv", csv);
+  WriteText(dir + "/job.yaml",
+            "name: csv\nseed: 2\nrounds: 2\nclients: 2\n"
+            "model: {input_dim: 16, hidden: [16], num_classes: 12}\n"
+            "train: {epochs: 1, batch_size: 32, learning_rate: 0.5}\n"
+            "cohort: {size: 2}\nevaluation: {every: 0}\n"
+            "data: {path: data/pixels.csv, format: csv, num_classes: 12, scale_255: true, "
+            "partition: iid}\n");
+  Process p({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/log");
+  ASSERT_EQ(p.Wait(seconds(120)), 0)
+      << ReadAll(dir + "/log") << ReadAll(dir + "/out/logs/client-000.log");
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const auto& m : metrics) {
+    EXPECT_EQ(m["results"], 2) << m.dump();
+    EXPECT_EQ(m["failed"], 0) << m.dump();
+  }
+}
+
+// Outputs of an earlier job are never replaced by accident; --resume continues it (its summary
+// whole), --force starts afresh; and a job that trains nothing says so and exits non-zero.
+TEST_F(FederationTest, RunRefusesAnEarlierJobsOutputsResumesItOrStartsAfresh) {
+  const std::string dir = MakeTempDir("rerun");
+  auto job = [&](int rounds, double lr) {
+    WriteText(dir + "/sim.yaml", "name: sim\nseed: 5\nrounds: " + std::to_string(rounds) +
+                                     "\nmodel: {hidden: [16]}\n"
+                                     "train: {epochs: 1, batch_size: 32, learning_rate: " +
+                                     std::to_string(lr) +
+                                     "}\ncohort: {size: 4}\nevaluation: {every: 1}\n"
+                                     "simulation: {clients: 4, threads: 2}\n"
+                                     "data: {partition: iid}\n");
+  };
+  auto run = [&](const std::vector<std::string>& extra, const std::string& log) {
+    std::vector<std::string> argv = {HuddleBin(), "run", dir + "/sim.yaml", "--out", dir + "/out"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Process p(argv, dir + "/" + log);
+    return p.Wait(seconds(120));
+  };
+  job(2, 0.1);
+  ASSERT_EQ(run({}, "log1"), 0) << ReadAll(dir + "/log1");
+  const std::string metrics_before = ReadAll(dir + "/out/metrics.jsonl");
+
+  EXPECT_EQ(run({}, "log2"), 2);
+  const std::string refused = ReadAll(dir + "/log2");
+  EXPECT_NE(refused.find("--resume"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("--force"), std::string::npos) << refused;
+  EXPECT_EQ(ReadAll(dir + "/out/metrics.jsonl"), metrics_before) << "nothing was lost";
+
+  job(3, 0.1);
+  ASSERT_EQ(run({"--resume"}, "log3"), 0) << ReadAll(dir + "/log3");
+  EXPECT_EQ(Metrics(dir).size(), 3u);
+  auto summary = nlohmann::json::parse(ReadAll(dir + "/out/summary.json"));
+  EXPECT_EQ(summary["rounds_completed"], 3);
+  EXPECT_TRUE(summary["best_test_accuracy"].is_number()) << summary.dump(2);
+  EXPECT_TRUE(summary["best_round"].is_number()) << summary.dump(2);
+
+  ASSERT_EQ(run({"--force"}, "log4"), 0) << ReadAll(dir + "/log4");
+  EXPECT_EQ(Metrics(dir).size(), 3u) << "a fresh job of 3 rounds";
+
+  // A learning rate that makes every client's training diverge: no round accepts an update.
+  job(10, 100);
+  EXPECT_EQ(run({"--force"}, "log5"), 1);
+  const std::string failed = ReadAll(dir + "/log5");
+  EXPECT_NE(failed.find("job failed"), std::string::npos) << failed;
+  EXPECT_NE(failed.find("3 rounds in a row accepted no update"), std::string::npos) << failed;
+  summary = nlohmann::json::parse(ReadAll(dir + "/out/summary.json"));
+  EXPECT_TRUE(summary.contains("failed")) << summary.dump(2);
+  EXPECT_EQ(Metrics(dir).size(), 3u);
 }
 
 TEST_F(FederationTest, InProcessSimulationOfAThousandClients) {
