@@ -27,7 +27,7 @@ struct ServerSecurity {
   std::string server_secret_key;      // the coordinator's .key file (huddle keygen server)
   std::string allowed_clients;        // a directory of client .pub files, or a YAML `clients:` file
   int64_t reload_interval_ms = 5000;  // allow-list change check (also reloaded on SIGHUP)
-  double max_messages_per_s = 100;    // per client connection
+  double max_messages_per_s = 100;    // per enrolled client (all its connections)
   double burst_messages = 200;
 };
 
