@@ -977,7 +977,11 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
                      {"bytes_out", bytes_out}};
   }
   if (!stop_reason.empty()) j["stopped_early"] = stop_reason;
-  if (!failure.empty()) j["failed"] = failure;
+  if (!failure.empty()) {
+    // Under DP the only failure (no update accepted in the run) is a count of results: for the
+    // operator, beside the other counts.
+    (dp ? j["operator"]["failed"] : j["failed"]) = failure;
+  }
   return j.dump(2) + "\n";
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <thread>
@@ -805,6 +806,24 @@ TEST_F(DpCoordinatorTest, ABudgetStopEvaluatesTheReleasedModel) {
   EXPECT_EQ(evaluations, 1);
   ASSERT_TRUE(coord.summary().final_test_accuracy.has_value()) << "the released model is scored";
   EXPECT_EQ(*coord.summary().best_round, 4u);
+}
+
+TEST_F(DpCoordinatorTest, ARunThatAcceptedNoUpdateFailsOnlyAfterEveryRoundWasReleased) {
+  CoordinatorOptions o = DpOptions(4, 2, 1.0, "dp_nothing");
+  std::vector<SyntheticClient> clients = Clients(2);
+  for (SyntheticClient& c : clients) c.behaviour = Behaviour::kHugeValue;  // refused by the norm
+  ManualClock clock;
+  FakeFederation fed(clients, models::MlpLayout(o.model), &clock, 1);
+  std::vector<RoundMetrics> metrics;
+  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
+  Status st = coord.Run();
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+  EXPECT_EQ(metrics.size(), 4u) << "no early stop under DP: it would reveal the count of results";
+  auto summary = ReadFile(o.out_dir + "/summary.json");
+  ASSERT_TRUE(summary.ok());
+  const auto j = nlohmann::json::parse(*summary);
+  EXPECT_FALSE(j.contains("failed")) << "a count of results is operator-only under DP";
+  EXPECT_TRUE(j["operator"].contains("failed")) << *summary;
 }
 
 TEST_F(DpCoordinatorTest, CentralModeNeedsPoissonSamplingAndAnOutputDirectory) {
