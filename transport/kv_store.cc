@@ -15,6 +15,7 @@
 
 #include "common/file_util.h"
 #include "transport/curve_keys.h"
+#include "transport/zap_handler.h"
 
 namespace huddle::transport {
 namespace {
@@ -357,19 +358,10 @@ class ZmqKvServer final : public KvServer {
   // RFC 27: [version "1.0"] [request id] [domain] [address] [identity] [mechanism] [client key];
   // admitted: CURVE with the job's public key (which proves the client holds its secret half).
   void AnswerZap() {
-    std::vector<zmq::message_t> f = ReceiveMessage(zap_, 8);
-    const bool admit = f.size() >= 7 && f[0].to_string() == "1.0" && f[5].to_string() == "CURVE" &&
-                       f[6].size() == job_key_.size() &&
-                       std::memcmp(f[6].data(), job_key_.data(), job_key_.size()) == 0;
+    const ZapRequest request = ReadZapRequest(zap_);
+    const bool admit = request.curve_key == job_key_;
     if (!admit) refused_++;
-    const std::string request_id = f.size() > 1 ? f[1].to_string() : "";
-    auto more = zmq::send_flags::sndmore;
-    zap_.send(zmq::str_buffer("1.0"), more);
-    zap_.send(zmq::buffer(request_id), more);
-    zap_.send(zmq::buffer(std::string(admit ? "200" : "400")), more);
-    zap_.send(zmq::buffer(std::string(admit ? "OK" : "not a rank of this job")), more);
-    zap_.send(zmq::buffer(std::string(admit ? "rank" : "")), more);
-    zap_.send(zmq::str_buffer(""), zmq::send_flags::none);
+    SendZapReply(zap_, request, admit, admit ? "OK" : "not a rank of this job", "rank");
   }
 
   // frames: [routing id] [seq] [op] [key] [value]

@@ -17,12 +17,6 @@ constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 
 int64_t NowMs() { return SteadyClock::Get()->NowMs(); }
 
-struct ZapReply {
-  std::string status_code;
-  std::string status_text;
-  std::string user_id;
-};
-
 }  // namespace
 
 StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context,
@@ -105,6 +99,41 @@ void ZapHandler::MaybeReload(int64_t now_ms) {
   (void)Reload();  // logs its own outcome
 }
 
+ZapRequest ReadZapRequest(zmq::socket_t& socket) {
+  std::vector<zmq::message_t> frames;
+  do {
+    frames.emplace_back();
+    (void)socket.recv(frames.back(), zmq::recv_flags::none);
+  } while (frames.back().more() && frames.size() < 16);
+  while (frames.back().more()) {  // never from libzmq; drain defensively
+    zmq::message_t extra;
+    (void)socket.recv(extra, zmq::recv_flags::none);
+    if (!extra.more()) break;
+  }
+  ZapRequest r;
+  if (frames.size() > 1) r.request_id = frames[1].to_string();
+  if (frames.size() < 7 || frames[0].to_string() != "1.0") return r;
+  r.well_formed = true;
+  r.address = frames[3].to_string();
+  r.mechanism = frames[5].to_string();
+  if (r.mechanism == "CURVE" && frames[6].size() == sizeof(CurveKey)) {
+    CurveKey key;
+    std::memcpy(key.data(), frames[6].data(), key.size());
+    r.curve_key = key;
+  }
+  return r;
+}
+
+void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
+                  const std::string& text, const std::string& user_id) {
+  socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(request.request_id), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(std::string(admit ? "200" : "400")), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(text), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(admit ? user_id : std::string()), zmq::send_flags::sndmore);
+  socket.send(zmq::str_buffer(""), zmq::send_flags::none);
+}
+
 void ZapHandler::Serve(zmq::socket_t& socket) {
   // Refusals are counted exactly (rejections_); the log gets one line per kind per period.
   LogSummary not_enrolled("refused handshakes (key not enrolled)", options_.log_period_ms);
@@ -118,61 +147,39 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
     try {
       zmq::poll(&item, 1, std::chrono::milliseconds(200));
       if (!(item.revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> frames;
-      do {
-        frames.emplace_back();
-        (void)socket.recv(frames.back(), zmq::recv_flags::none);
-      } while (frames.back().more() && frames.size() < 16);
-      while (frames.back().more()) {  // never from libzmq; drain defensively
-        zmq::message_t extra;
-        (void)socket.recv(extra, zmq::recv_flags::none);
-        if (!extra.more()) break;
-      }
-      // RFC 27: version, request id, domain, address, identity, mechanism, credentials...
-      ZapReply reply{"400", "malformed ZAP request", ""};
-      std::string request_id = frames.size() > 1 ? frames[1].to_string() : "";
-      if (frames.size() >= 7 && frames[0].to_string() == "1.0") {
-        const std::string address = frames[3].to_string();
-        const std::string mechanism = frames[5].to_string();
-        if (mechanism != "CURVE" || frames[6].size() != 32) {
-          reply = {"400", "only CURVE with a 32-byte key is accepted", ""};
-          rejections_++;
-          plaintext.Add(NowMs(), address, [&] {
-            return fmt::format(
-                "refused a {} handshake from {}: encryption is required ({} refusals so far)",
-                mechanism, address, rejections_.load());
-          });
-        } else {
-          CurveKey key;
-          std::memcpy(key.data(), frames[6].data(), 32);
-          std::optional<std::string> id;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            id = list_.Lookup(key);
-          }
-          if (id) {
-            reply = {"200", "OK", *id};
-          } else {
-            reply = {"400", "client key is not enrolled", ""};
-            rejections_++;
-            const std::string fp = Fingerprint(key);
-            not_enrolled.Add(NowMs(), fp, [&] {
-              return fmt::format(
-                  "refused a handshake from {}: key {} is not enrolled (not in the allow-list, or "
-                  "revoked); {} refusals so far",
-                  address, fp, rejections_.load());
-            });
-          }
-        }
-      } else {
+      const ZapRequest request = ReadZapRequest(socket);
+      if (!request.well_formed) {
         rejections_++;
+        SendZapReply(socket, request, false, "malformed ZAP request", "");
+        continue;
       }
-      socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
-      socket.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
-      socket.send(zmq::buffer(reply.status_code), zmq::send_flags::sndmore);
-      socket.send(zmq::buffer(reply.status_text), zmq::send_flags::sndmore);
-      socket.send(zmq::buffer(reply.user_id), zmq::send_flags::sndmore);
-      socket.send(zmq::str_buffer(""), zmq::send_flags::none);
+      if (!request.curve_key) {
+        rejections_++;
+        plaintext.Add(NowMs(), request.address, [&] {
+          return fmt::format(
+              "refused a {} handshake from {}: encryption is required ({} refusals so far)",
+              request.mechanism, request.address, rejections_.load());
+        });
+        SendZapReply(socket, request, false, "only CURVE with a 32-byte key is accepted", "");
+        continue;
+      }
+      std::optional<std::string> id;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        id = list_.Lookup(*request.curve_key);
+      }
+      if (!id) {
+        rejections_++;
+        const std::string fp = Fingerprint(*request.curve_key);
+        not_enrolled.Add(NowMs(), fp, [&] {
+          return fmt::format(
+              "refused a handshake from {}: key {} is not enrolled (not in the allow-list, or "
+              "revoked); {} refusals so far",
+              request.address, fp, rejections_.load());
+        });
+      }
+      SendZapReply(socket, request, id.has_value(), id ? "OK" : "client key is not enrolled",
+                   id.value_or(""));
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) return;
       if (e.num() != EINTR) spdlog::error("ZAP handler: {}", e.what());

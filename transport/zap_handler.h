@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -39,6 +40,22 @@ struct ZapOptions {
   const std::atomic<uint64_t>* reload_requests = nullptr;  // a change triggers a reload
   int64_t log_period_ms = 10'000;  // refused handshakes: at most one log line per period
 };
+
+// One ZAP request (RFC 27: version, request id, domain, address, identity, mechanism,
+// credentials), read whole from a handler's socket, at most 16 frames kept. `curve_key` is set for
+// a well-formed CURVE request with a 32-byte client key.
+struct ZapRequest {
+  bool well_formed = false;  // version "1.0" and at least the seven frames above
+  std::string request_id;
+  std::string address;
+  std::string mechanism;
+  std::optional<CurveKey> curve_key;
+};
+ZapRequest ReadZapRequest(zmq::socket_t& socket);
+// The reply to `request`: "200" (admitted as `user_id`, which ZeroMQ attaches to every message of
+// the connection) or "400" with `text`.
+void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
+                  const std::string& text, const std::string& user_id);
 
 class ZapHandler {
  public:
