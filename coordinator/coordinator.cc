@@ -700,31 +700,26 @@ Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
   }
   // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
   *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);
-  const bool capped = *weight < static_cast<int64_t>(result.num_examples);
+  bool clipped = false;
   if (options_.max_update_norm > 0) {
     // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused
-    // (a refusal by size would lock honest clients out after one bad round moved the model).
+    // (a refusal by size would lock honest clients out after one bad round moved the model). A
+    // non-finite norm is left to Fold, which refuses it naming the element.
     const double norm = privacy::L2Norm(spans);
-    if (!std::isfinite(norm)) {
-      return aggregator_->Fold(spans, *weight);  // refused, naming the non-finite element
-    }
-    if (norm > options_.max_update_norm) {
+    if (std::isfinite(norm) && norm > options_.max_update_norm) {
       clip_scratch_.resize(spans.size());
       for (size_t i = 0; i < spans.size(); ++i) {
         clip_scratch_[i].spec = layout_[i];
         clip_scratch_[i].data.assign(spans[i].begin(), spans[i].end());
       }
       privacy::ClipToNorm(&clip_scratch_, options_.max_update_norm);
-      std::vector<std::span<const float>> clipped;
-      for (const Tensor& t : clip_scratch_) clipped.emplace_back(t.data);
-      HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(clipped, *weight));
-      round_->metrics.clipped++;
-      if (capped) round_->metrics.weight_capped++;
-      return absl::OkStatus();
+      for (size_t i = 0; i < spans.size(); ++i) spans[i] = clip_scratch_[i].data;
+      clipped = true;
     }
   }
   HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight));
-  if (capped) round_->metrics.weight_capped++;
+  if (clipped) round_->metrics.clipped++;
+  if (*weight < static_cast<int64_t>(result.num_examples)) round_->metrics.weight_capped++;
   return absl::OkStatus();
 }
 
