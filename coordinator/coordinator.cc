@@ -164,7 +164,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
   if (evaluator_ && options_.eval_every > 0 && evaluated_version_ != model_version_ &&
       summary_.rounds_completed > 0 && summary_.failure.empty()) {
     RoundMetrics final_eval;
-    HUDDLE_RETURN_IF_ERROR(Evaluate(&final_eval));
+    HUDDLE_RETURN_IF_ERROR(Evaluate(summary_.rounds_completed, &final_eval));
     spdlog::info("final model: test accuracy {:.4f}, loss {:.4f}", *final_eval.test_accuracy,
                  *final_eval.test_loss);
   }
@@ -845,7 +845,7 @@ Status Coordinator::FinishRound(Round& round) {
   const bool last = round.number == static_cast<uint64_t>(options_.rounds);
   if (evaluator_ && options_.eval_every > 0 &&
       (round.number % static_cast<uint64_t>(options_.eval_every) == 0 || last)) {
-    HUDDLE_RETURN_IF_ERROR(Evaluate(&m));
+    HUDDLE_RETURN_IF_ERROR(Evaluate(round.number, &m));
   }
   m.elapsed_s = elapsed_before_s_ + (clock_->NowMs() - started_ms_) / 1000.0;
   summary_.rounds_completed = round.number;
@@ -869,7 +869,7 @@ Status Coordinator::FinishRound(Round& round) {
   return absl::OkStatus();
 }
 
-Status Coordinator::Evaluate(RoundMetrics* m) {
+Status Coordinator::Evaluate(uint64_t round, RoundMetrics* m) {
   // On a worker thread, answering heartbeats and joins meanwhile: a long evaluation must not look
   // like a dead coordinator to the clients.
   auto pending = std::async(std::launch::async, [this] { return evaluator_(model_); });
@@ -884,7 +884,7 @@ Status Coordinator::Evaluate(RoundMetrics* m) {
   summary_.final_test_loss = eval.loss;
   if (!summary_.best_test_accuracy || eval.accuracy > *summary_.best_test_accuracy) {
     summary_.best_test_accuracy = eval.accuracy;
-    summary_.best_round = summary_.rounds_completed + (round_ ? 1 : 0);
+    summary_.best_round = round;
   }
   return absl::OkStatus();
 }

@@ -165,7 +165,8 @@ class Coordinator {
   Status WritePrivacyReport() const;
   Status WriteDpSgdReport() const;
   Status SaveCheckpoint();
-  Status Evaluate(RoundMetrics* metrics);
+  // The global model after `round`, on the evaluator: into *metrics and the summary.
+  Status Evaluate(uint64_t round, RoundMetrics* metrics);
   Status Finish();
 
   CoordinatorOptions options_;
