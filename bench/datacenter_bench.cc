@@ -5,7 +5,7 @@
 //                    the time spent in AllReduceSum on the communication thread) over a bare Gloo
 //                    all-reduce of the same bytes, 2 ranks (target >= 0.9);
 //   ws1 overhead     steps/s of TrainDataParallel at world size 1 (collective, bucket thread,
-//                    checksum at the end) over TrainMlp's on the same data (target >= 0.95, i.e.
+//                    checksum at the end) over TrainModel's on the same data (target >= 0.95, i.e.
 //                    overhead <= 5%).
 // Model 784-256-10, batch 64 per rank, momentum 0.9, synthetic data.
 //
@@ -18,7 +18,7 @@
 #include "common/rng.h"
 #include "datacenter/collective.h"
 #include "datacenter/data_parallel.h"
-#include "models/mlp.h"
+#include "models/model.h"
 
 namespace huddle {
 namespace {
@@ -82,7 +82,7 @@ int64_t StepBytes() {
   static const int64_t bytes = [] {
     int64_t b = 0;
     WithRanks(1, [&](int, datacenter::Collective& c) {
-      TensorList params = models::InitMlp(kSpec, 5);
+      TensorList params = models::InitModel(kSpec, 5);
       datacenter::DataParallelOptions o = TrainOptions();
       std::vector<int64_t> rows(kBatch);
       std::iota(rows.begin(), rows.end(), 0);
@@ -125,7 +125,7 @@ void BM_AllReduce_InStep(benchmark::State& state) {
   const int64_t iterations = state.max_iterations;
   bool ok = WithRanks(2, [&](int rank, datacenter::Collective& c) {
     auto train = [&] {
-      TensorList params = models::InitMlp(kSpec, 5);
+      TensorList params = models::InitModel(kSpec, 5);
       auto stats = datacenter::TrainDataParallel(c, kSpec, TrainOptions(), {&Data(), {}}, &params);
       if (stats.ok() && rank == 0) {
         bytes += static_cast<double>(stats->bytes_reduced);
@@ -148,14 +148,14 @@ void BM_AllReduce_InStep(benchmark::State& state) {
   state.counters["bytes_per_second"] = benchmark::Counter(bytes / seconds);
 }
 
-// World size 1: TrainDataParallel (collective connected once, outside the timing) vs TrainMlp,
+// World size 1: TrainDataParallel (collective connected once, outside the timing) vs TrainModel,
 // kSteps steps of batch kBatch each.
 void BM_Step_WorldSize1Collective(benchmark::State& state) {
   std::vector<int64_t> rows(static_cast<size_t>(kBatch * kSteps));
   std::iota(rows.begin(), rows.end(), 0);
   bool ok = WithRanks(1, [&](int, datacenter::Collective& c) {
     for (auto _ : state) {
-      TensorList params = models::InitMlp(kSpec, 5);
+      TensorList params = models::InitModel(kSpec, 5);
       if (!datacenter::TrainDataParallel(c, kSpec, TrainOptions(), {&Data(), rows}, &params).ok()) {
         return false;
       }
@@ -171,8 +171,8 @@ void BM_Step_WorldSize1None(benchmark::State& state) {
   std::vector<int64_t> rows(static_cast<size_t>(kBatch * kSteps));
   std::iota(rows.begin(), rows.end(), 0);
   for (auto _ : state) {
-    TensorList params = models::InitMlp(kSpec, 5);
-    if (!models::TrainMlp(kSpec, TrainOptions().train, {&Data(), rows}, 1, &params).ok()) {
+    TensorList params = models::InitModel(kSpec, 5);
+    if (!models::TrainModel(kSpec, TrainOptions().train, {&Data(), rows}, 1, &params).ok()) {
       state.SkipWithError("training failed");
     }
   }

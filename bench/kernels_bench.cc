@@ -39,9 +39,9 @@
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
 #include "models/dp_sgd.h"
-#include "models/internal/mlp_workspace.h"
+#include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "privacy/noise.h"
 
 namespace huddle {
@@ -126,8 +126,8 @@ void BM_DeviceCopy(benchmark::State& state) {
 struct StepFixture {
   explicit StepFixture(kernels::Backend& device)
       : data(MakeData()),
-        params(models::InitMlp(kMlp, 5)),
-        ws(models::internal::MlpWorkspace::Create(device, kMlp, kBatch, true).value()) {
+        params(models::InitModel(kMlp, 5)),
+        ws(models::internal::NetWorkspace::Create(device, kMlp, kBatch, true).value()) {
     (void)ws->LoadData({&data, {}});
     ws->UploadParams(params);
     order.resize(static_cast<size_t>(data.size()));
@@ -162,7 +162,7 @@ struct StepFixture {
 
   data::Dataset data;
   TensorList params;
-  std::unique_ptr<models::internal::MlpWorkspace> ws;
+  std::unique_ptr<models::internal::NetWorkspace> ws;
   std::vector<int64_t> order;
 };
 

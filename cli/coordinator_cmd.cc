@@ -9,7 +9,7 @@
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 #include "data/fashion_mnist.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -48,11 +48,11 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
       return 1;
     }
     test = std::make_shared<data::Dataset>(std::move(loaded).value());
-    const models::MlpSpec spec = o.model;
+    const models::ModelSpec spec = o.model;
     evaluator = [test, spec](const TensorList& model) {
       data::DatasetView view;
       view.base = test.get();
-      return models::EvaluateMlp(spec, model, view);
+      return models::EvaluateModel(spec, model, view);
     };
   }
   auto on_round = [](const coordinator::RoundMetrics& m) {
@@ -61,7 +61,7 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   };
   coordinator::Coordinator coord(o, transport, SteadyClock::Get(), evaluator, on_round);
   std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
-              static_cast<long long>(o.rounds), models::DescribeMlp(o.model).c_str());
+              static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
   std::fflush(stdout);
   Status st = coord.Run(&StopFlag());
   if (!st.ok()) {

@@ -237,7 +237,7 @@ class Reporter {
     std::optional<models::EvalStats> eval;
     if (test_ != nullptr && (last || (c_.eval_every > 0 && epoch % c_.eval_every == 0))) {
       HUDDLE_ASSIGN_OR_RETURN(
-          eval, models::EvaluateMlp(c_.model, r.state->params, data::DatasetView{test_, {}}));
+          eval, models::EvaluateModel(c_.model, r.state->params, data::DatasetView{test_, {}}));
       final_test_accuracy_ = eval->accuracy;
       if (c_.target_accuracy > 0 && !target_seconds_ && eval->accuracy >= c_.target_accuracy) {
         target_seconds_ = r.seconds;
@@ -553,7 +553,7 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
     if (!resume) {
       std::printf("%s: %d rank(s), %s, model %s, global batch %lld, %lld epochs\n", kCommand,
                   f.world_size, std::string((*collective)->backend()).c_str(),
-                  models::DescribeMlp(c.model).c_str(),
+                  models::DescribeModel(c.model).c_str(),
                   static_cast<long long>(c.dp_sgd ? c.dp_sgd->dp.expected_batch_size
                                                   : c.train.batch_size * f.world_size),
                   static_cast<long long>(c.train.epochs));
@@ -575,7 +575,7 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
     }
     std::fflush(stdout);
   }
-  TensorList params = models::InitMlp(c.model, DeriveSeed(c.seed, kInitStream));
+  TensorList params = models::InitModel(c.model, DeriveSeed(c.seed, kInitStream));
   watchdog.TrainingStarted();
   auto stats = datacenter::TrainDataParallel(**collective, c.model, o,
                                              data::DatasetView{&*train, {}}, &params);

@@ -1,6 +1,7 @@
 #include "cli/job_config.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "client/silo.h"
 #include "common/config_reader.h"
@@ -118,22 +119,117 @@ Status ReadDpSgd(ConfigMap& m, wire::TrainConfig* t) {
   return absl::OkStatus();
 }
 
-// The `model` section (an MLP; hidden defaults to [128]).
-Status ReadModel(ConfigMap& top, models::MlpSpec* spec) {
+// A key that must be present, in [lo, hi].
+template <typename T>
+Status Required(ConfigMap& m, std::string_view key, T* out, std::type_identity_t<T> lo,
+                std::type_identity_t<T> hi) {
+  if (!m.Has(key)) return absl::InvalidArgumentError(absl::StrCat(m.Where(key), " is required"));
+  return m.Optional(key, out, lo, hi);
+}
+
+// One entry of `model.layers`: a mapping with one key, the layer kind, whose value holds the
+// layer's options (or is empty).
+Status ReadLayer(ConfigMap& item, models::LayerSpec* layer) {
+  const std::vector<std::string> keys = item.Keys();
+  if (keys.size() != 1) {
+    std::string where = item.Where("");
+    where.pop_back();  // the '.' before an empty key
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     " must be a mapping with one key, the layer kind (e.g. {conv2d: {out: 32, "
+                     "kernel: 5}} or {relu: {}}); it has ",
+                     keys.size()));
+  }
+  StatusOr<models::LayerKind> kind = models::ParseLayerKind(keys[0]);
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(item.Where(keys[0]), ": ", kind.status().message()));
+  }
+  layer->kind = *kind;
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap options, item.Child(keys[0]));
+  constexpr int64_t kMax = int64_t{1} << 24;
+  switch (layer->kind) {
+    case models::LayerKind::kDense:
+      HUDDLE_RETURN_IF_ERROR(Required(options, "out", &layer->out, 1, kMax));
+      break;
+    case models::LayerKind::kConv2d:
+      HUDDLE_RETURN_IF_ERROR(Required(options, "out", &layer->out, 1, kMax));
+      HUDDLE_RETURN_IF_ERROR(Required(options, "kernel", &layer->kernel, 1, 64));
+      HUDDLE_RETURN_IF_ERROR(options.Optional("stride", &layer->stride, 1, 64));
+      HUDDLE_RETURN_IF_ERROR(options.Optional("padding", &layer->padding, 0, 63));
+      break;
+    case models::LayerKind::kMaxPool2d:
+    case models::LayerKind::kAvgPool2d:
+      HUDDLE_RETURN_IF_ERROR(Required(options, "kernel", &layer->kernel, 1, 64));
+      HUDDLE_RETURN_IF_ERROR(options.Optional("stride", &layer->stride, 1, 64));
+      HUDDLE_RETURN_IF_ERROR(options.Optional("padding", &layer->padding, 0, 32));
+      break;
+    case models::LayerKind::kGroupNorm:
+      HUDDLE_RETURN_IF_ERROR(Required(options, "groups", &layer->groups, 1, kMax));
+      break;
+    case models::LayerKind::kDropout:
+      HUDDLE_RETURN_IF_ERROR(Required(options, "rate", &layer->rate, 0.0, 0.99));
+      break;
+    default:
+      break;
+  }
+  HUDDLE_RETURN_IF_ERROR(options.Finish());
+  return item.Finish();
+}
+
+// The `model` section: `kind: mlp` (the default; input_dim, hidden defaulting to [128],
+// num_classes, batch_norm) or a layer list (`input` and `layers`, kind `layers`).
+Status ReadModel(ConfigMap& top, models::ModelSpec* spec) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
-  std::string kind = "mlp";
-  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp"}));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &spec->input_dim, 1, 1 << 24));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &spec->hidden, 1, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &spec->num_classes, 2, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(model.Optional("batch_norm", &spec->batch_norm));
+  const bool has_layers = model.Has("layers");
+  std::string kind = has_layers ? "layers" : "mlp";
+  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp", "layers"}));
+  if (kind == "mlp") {
+    if (has_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(model.Where("layers"),
+                       " is for kind: layers; kind: mlp takes input_dim, "
+                       "hidden, num_classes and batch_norm"));
+    }
+    models::MlpSpec mlp;
+    HUDDLE_RETURN_IF_ERROR(model.Optional("input_dim", &mlp.input_dim, 1, 1 << 24));
+    HUDDLE_RETURN_IF_ERROR(model.Optional("hidden", &mlp.hidden, 1, 1 << 16));
+    HUDDLE_RETURN_IF_ERROR(model.Optional("num_classes", &mlp.num_classes, 2, 1 << 16));
+    HUDDLE_RETURN_IF_ERROR(model.Optional("batch_norm", &mlp.batch_norm));
+    HUDDLE_RETURN_IF_ERROR(model.Finish());
+    if (mlp.hidden.empty()) mlp.hidden = {128};
+    *spec = mlp;
+    return absl::OkStatus();
+  }
+  for (std::string_view mlp_key : {"input_dim", "hidden", "num_classes", "batch_norm"}) {
+    if (model.Has(mlp_key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          model.Where(mlp_key), " is for kind: mlp; a layer list takes input and layers"));
+    }
+  }
+  models::ModelSpec layers;
+  layers.input.clear();
+  HUDDLE_RETURN_IF_ERROR(model.Optional("input", &layers.input, 1, 1 << 24));
+  if (layers.input.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.Where("input"),
+                     " is required with layers: one example's shape, [features] or "
+                     "[channels, height, width] (e.g. [1, 28, 28])"));
+  }
+  HUDDLE_ASSIGN_OR_RETURN(std::vector<ConfigMap> items, model.ChildList("layers"));
+  for (ConfigMap& item : items) {
+    HUDDLE_RETURN_IF_ERROR(ReadLayer(item, &layers.layers.emplace_back()));
+  }
   HUDDLE_RETURN_IF_ERROR(model.Finish());
-  if (spec->hidden.empty()) spec->hidden = {128};
+  if (Status st = models::ValidateModelSpec(layers); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(model.Where("layers"), ": ", st.message()));
+  }
+  *spec = std::move(layers);
   return absl::OkStatus();
 }
 
 // `train.dp_sgd` cannot train every model (models::CheckDpSgdModel).
-Status DpSgdFitsModel(ConfigMap& train, const models::MlpSpec& model) {
+Status DpSgdFitsModel(ConfigMap& train, const models::ModelSpec& model) {
   if (Status st = models::CheckDpSgdModel(model); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(train.Where("dp_sgd"), ": ", st.message()));
   }

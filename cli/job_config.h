@@ -80,7 +80,7 @@ struct DatacenterDpSgd {
 struct DatacenterConfig {
   std::string job_name = "datacenter";
   uint64_t seed = 0;
-  models::MlpSpec model;
+  models::ModelSpec model;
   models::TrainOptions train;  // batch_size is per rank
   std::optional<DatacenterDpSgd> dp_sgd;
   data::DataSpec data;  // every rank loads all of it (no partition)

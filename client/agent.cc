@@ -33,10 +33,10 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
   switch (msg.type()) {
     case wire::MessageType::kWelcome: {
       const auto& w = std::get<wire::Welcome>(msg.body);
-      HUDDLE_ASSIGN_OR_RETURN(models::MlpSpec spec, models::MlpSpecFromWire(w.model));
-      if (spec.input_dim != data_->base->feature_dim) {
+      HUDDLE_ASSIGN_OR_RETURN(models::ModelSpec spec, models::ModelSpecFromWire(w.model));
+      if (spec.input_dim() != data_->base->feature_dim) {
         return absl::FailedPreconditionError(
-            absl::StrCat("job '", w.job_name, "' expects ", spec.input_dim,
+            absl::StrCat("job '", w.job_name, "' expects ", spec.input_dim(),
                          " input features; this client's data has ", data_->base->feature_dim));
       }
       model_ = spec;
@@ -179,7 +179,7 @@ StatusOr<models::Update> ClientAgent::TrainAndPrivatize(const wire::FitInstructi
     // Local DP: the exact discrete Gaussian, added on the host whatever the device.
     HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
                             privacy::NoiseGridFor(dp_update.noise_multiplier, clip_norm,
-                                                  TotalElements(models::MlpLayout(*model_))));
+                                                  TotalElements(models::Layout(*model_))));
     for (Tensor& t : update.delta) {
       HUDDLE_RETURN_IF_ERROR(privacy::AddDiscreteGaussianNoise(t.data, grid, noise()));
     }

@@ -41,7 +41,7 @@
 #include "common/status.h"
 #include "data/dataset.h"
 #include "models/dp_sgd.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "models/update.h"
 #include "privacy/accountant.h"
 #include "privacy/noise.h"
@@ -98,7 +98,7 @@ class ClientAgent {
   std::string client_id_;
   const data::DatasetView* data_;
   spdlog::level::level_enum routine_level_;
-  std::optional<models::MlpSpec> model_;
+  std::optional<models::ModelSpec> model_;
   std::string job_name_;  // from the Welcome
   PrivacyGuard guard_ = PrivacyGuard::Trusting();
   bool done_ = false;

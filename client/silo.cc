@@ -132,7 +132,7 @@ Status Silo::Connect() {
   return absl::OkStatus();
 }
 
-StatusOr<models::Update> Silo::TrainUpdate(const models::MlpSpec& spec,
+StatusOr<models::Update> Silo::TrainUpdate(const models::ModelSpec& spec,
                                            const models::UpdateOptions& options,
                                            const data::DatasetView& data,
                                            const TensorList& global) {
@@ -200,7 +200,7 @@ StatusOr<models::Update> Silo::TrainUpdate(const models::MlpSpec& spec,
 
   HUDDLE_ASSIGN_OR_RETURN(models::Update update,
                           models::UpdateFromTrained(local, global, options.clip_norm));
-  // SGD: every epoch has n examples, so this is the mean over all of them (as TrainMlp's);
+  // SGD: every epoch has n examples, so this is the mean over all of them (as TrainModel's);
   // DP-SGD: the mean of the epochs' means.
   update.train.loss = Mean(epoch_loss);
   update.train.accuracy = Mean(epoch_accuracy);

@@ -35,7 +35,7 @@
 #include "data/dataset.h"
 #include "datacenter/collective.h"
 #include "kernels/backend.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "models/update.h"
 #include "transport/kv_store.h"
 
@@ -76,7 +76,7 @@ class Silo {
   // options.train.backend is not used (each rank has its own); options.noise is rank 0's.
   // Errors: those of TrainUpdate (bad options, divergence) and of the group (a rank failed:
   // the first failure's code, "silo rank R of N (DEVICE): ..."). No partial result is returned.
-  StatusOr<models::Update> TrainUpdate(const models::MlpSpec& spec,
+  StatusOr<models::Update> TrainUpdate(const models::ModelSpec& spec,
                                        const models::UpdateOptions& options,
                                        const data::DatasetView& data, const TensorList& global);
 

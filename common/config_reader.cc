@@ -202,6 +202,12 @@ StatusOr<std::vector<ConfigMap>> ConfigMap::ChildList(std::string_view key) {
   return out;
 }
 
+std::vector<std::string> ConfigMap::Keys() const {
+  std::vector<std::string> keys;
+  for (const auto& kv : node_) keys.push_back(kv.first.as<std::string>(""));
+  return keys;
+}
+
 Status ConfigMap::Finish() const {
   for (const auto& kv : node_) {
     const std::string key = kv.first.as<std::string>("");

@@ -44,6 +44,8 @@ class ConfigMap {
   Status Optional(std::string_view key, std::vector<int64_t>* out, int64_t lo, int64_t hi);
 
   bool Has(std::string_view key) const;
+  // The keys of this mapping, in file order (nothing is marked as asked about).
+  std::vector<std::string> Keys() const;
   // The child mapping at `key` (an empty mapping if absent).
   StatusOr<ConfigMap> Child(std::string_view key);
   // The mappings of the sequence at `key` (empty if absent), named "key[i]" in errors.

@@ -49,7 +49,7 @@ Coordinator::Coordinator(CoordinatorOptions options, transport::ServerTransport*
       optimizer_(options_.server) {}
 
 Status Coordinator::Initialise() {
-  HUDDLE_RETURN_IF_ERROR(models::ValidateMlpSpec(options_.model));
+  HUDDLE_RETURN_IF_ERROR(models::ValidateModelSpec(options_.model));
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   HUDDLE_RETURN_IF_ERROR(CheckOutputDir(options_));
   const std::string ckpt_path = Path(options_.out_dir, kCheckpointFile);
@@ -102,7 +102,7 @@ Status Coordinator::Initialise() {
     spdlog::info("resuming job '{}' after round {} from {}", options_.job_name,
                  ckpt.completed_round, ckpt_path);
   } else {
-    model_ = models::InitMlp(options_.model, DeriveSeed(options_.seed, kInitStream));
+    model_ = models::InitModel(options_.model, DeriveSeed(options_.seed, kInitStream));
     if (!options_.out_dir.empty()) {
       // A fresh start (CheckOutputDir allowed it): nothing of an earlier job may mix with this one.
       std::error_code ec;
@@ -512,7 +512,7 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
   }
   wire::Welcome welcome;
   welcome.job_name = options_.job_name;
-  welcome.model = models::MlpSpecToWire(options_.model);
+  welcome.model = models::ModelSpecToWire(options_.model);
   welcome.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval_ms);
   Reply(peer, wire::MakeMessage(std::move(welcome), 0, "coordinator"));
   // A cohort member that comes back mid-round (it restarted, or lost us) gets its work again.

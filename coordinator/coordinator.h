@@ -30,7 +30,7 @@
 #include "common/rng.h"
 #include "coordinator/options.h"
 #include "coordinator/round_metrics.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "privacy/budget.h"
 #include "privacy/ledger.h"
 #include "privacy/noise.h"

@@ -7,7 +7,7 @@
 
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "privacy/budget.h"
 #include "proto/messages.h"
 
@@ -26,7 +26,7 @@ struct CoordinatorOptions {
   std::string job_name = "huddle";
   uint64_t seed = 1;  // model init, cohort sampling, client seeds
   int64_t rounds = 20;
-  models::MlpSpec model;
+  models::ModelSpec model;
   wire::TrainConfig train;  // sent to clients with every fit instruction
   CohortOptions cohort;
 

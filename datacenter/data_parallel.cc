@@ -19,13 +19,13 @@
 #include "kernels/flush_denormals.h"
 // The workspace and the input checks are the client trainer's own (models/internal): the
 // datacenter trainer runs the same forward, backward and SGD kernels, step by step.
-#include "models/internal/mlp_workspace.h"
+#include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
 
 namespace huddle::datacenter {
 namespace {
 
-using models::internal::MlpWorkspace;
+using models::internal::NetWorkspace;
 using SteadyTime = std::chrono::steady_clock;
 
 double SecondsSince(SteadyTime::time_point start) {
@@ -41,7 +41,7 @@ struct Bucket {
 
 // Trainable parameters from the last to the first, cut into buckets of at least `first_bytes` (the
 // first) and `bytes` (the others); a bucket always holds whole parameters.
-std::vector<Bucket> PlanBuckets(const MlpWorkspace& ws, int64_t first_bytes, int64_t bytes) {
+std::vector<Bucket> PlanBuckets(const NetWorkspace& ws, int64_t first_bytes, int64_t bytes) {
   std::vector<Bucket> buckets;
   const auto kFloat = static_cast<int64_t>(sizeof(float));
   int64_t end = ws.trainable_span();
@@ -67,7 +67,7 @@ class BucketReducer {
  public:
   // Prepares every bucket's all-reduce (collective: the same buckets in the same order on every
   // rank), then starts the communication thread.
-  static StatusOr<std::unique_ptr<BucketReducer>> Create(Collective& collective, MlpWorkspace& ws,
+  static StatusOr<std::unique_ptr<BucketReducer>> Create(Collective& collective, NetWorkspace& ws,
                                                          std::vector<Bucket> buckets) {
     std::vector<std::unique_ptr<PreparedAllReduce>> prepared;
     for (const Bucket& b : buckets) {
@@ -151,7 +151,7 @@ class BucketReducer {
   int64_t bytes_reduced() const { return bytes_reduced_; }
 
  private:
-  BucketReducer(MlpWorkspace& ws, std::vector<Bucket> buckets,
+  BucketReducer(NetWorkspace& ws, std::vector<Bucket> buckets,
                 std::vector<std::unique_ptr<PreparedAllReduce>> prepared)
       : ws_(ws), buckets_(std::move(buckets)), prepared_(std::move(prepared)) {
     thread_ = std::thread([this] { Loop(); });
@@ -185,7 +185,7 @@ class BucketReducer {
     }
   }
 
-  MlpWorkspace& ws_;
+  NetWorkspace& ws_;
   std::vector<Bucket> buckets_;
   std::vector<std::unique_ptr<PreparedAllReduce>> prepared_;  // one per bucket
   size_t next_ = 0;                                           // main thread only
@@ -203,7 +203,7 @@ class BucketReducer {
 
 // SyncBatchNorm across the ranks: each batch-norm layer's sums all-reduced on the training thread,
 // in the step's order of collective operations (BucketReducer::RunInOrder).
-class RankBatchNormSync final : public MlpWorkspace::BatchNormSync {
+class RankBatchNormSync final : public NetWorkspace::BatchNormSync {
  public:
   RankBatchNormSync(Collective& collective, kernels::Backend& backend, BucketReducer& reducer)
       : collective_(collective), backend_(backend), reducer_(reducer) {}
@@ -308,17 +308,24 @@ StatusOr<std::vector<int>> RanksDiffering(Collective& c, Scratch& scratch, const
 
 // What every rank must agree on before the first step: the model and the options that shape the
 // trajectory or the order of collectives.
-Digest ConfigDigest(const models::MlpSpec& spec, const DataParallelOptions& o) {
+Digest ConfigDigest(const models::ModelSpec& spec, const DataParallelOptions& o) {
   crypto_generichash_state h;
   crypto_generichash_init(&h, nullptr, 0, kDigestBytes);
   auto add = [&](const auto& v) {
     crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(&v), sizeof v);
   };
-  add(spec.input_dim);
-  add(spec.num_classes);
-  add(spec.batch_norm);
-  for (int64_t w : spec.hidden) add(w);
-  add(spec.hidden.size());
+  for (int64_t d : spec.input) add(d);
+  add(spec.input.size());
+  for (const models::LayerSpec& l : spec.layers) {
+    add(l.kind);
+    add(l.out);
+    add(l.kernel);
+    add(l.stride);
+    add(l.padding);
+    add(l.groups);
+    add(l.rate);
+  }
+  add(spec.layers.size());
   add(o.train.epochs);
   add(o.train.batch_size);
   add(o.train.learning_rate);
@@ -366,7 +373,7 @@ Digest DataDigest(const data::DatasetView& data) {
 
 // Same model, options and data on every rank (one all-gather of both digests), or an error on
 // every rank naming the ranks that differ from rank 0 and what differs.
-Status CheckAgreement(Collective& c, Scratch& scratch, const models::MlpSpec& spec,
+Status CheckAgreement(Collective& c, Scratch& scratch, const models::ModelSpec& spec,
                       const DataParallelOptions& o, const data::DatasetView& data) {
   std::array<std::byte, 2 * kDigestBytes> mine;
   const Digest config = ConfigDigest(spec, o), values = DataDigest(data);
@@ -439,7 +446,7 @@ class StopVote {
 
 // Compares a BLAKE2b digest of every rank's parameters; DataLoss naming the ranks that differ
 // from rank 0.
-Status CheckReplicas(Collective& c, MlpWorkspace& ws, Scratch& scratch, int64_t step) {
+Status CheckReplicas(Collective& c, NetWorkspace& ws, Scratch& scratch, int64_t step) {
   std::vector<float> host(static_cast<size_t>(ws.params_span()));
   HUDDLE_RETURN_IF_ERROR(ws.backend().CopyToHost(
       host.data(), ws.params_base(), ws.params_span() * static_cast<int64_t>(sizeof(float))));
@@ -467,7 +474,7 @@ struct ResumeHeader {
   int64_t epoch_rows = 0;  // a stop within epoch epochs_done: the rows of it already trained
 };
 
-StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, MlpWorkspace& ws,
+StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, NetWorkspace& ws,
                                    const DataParallelOptions& options, int64_t n, const Status& fit,
                                    Status* refusal) {
   static_assert(sizeof(ResumeHeader) <= 64, "Scratch::Broadcast moves at most 64 bytes");
@@ -529,7 +536,7 @@ using EndEpoch =
 // DataParallelDpSgd's steps: the shared Poisson sample, this rank's chunks of it and rank 0's
 // noise (models::internal::DpSgdStepper, the single process's step), the int64 all-reduce of
 // the exact sum, the SGD step. An "epoch" in reports is ceil(n / expected_batch_size) steps.
-Status RunDpSgd(Collective& c, MlpWorkspace& ws, Scratch& scratch, const models::MlpSpec& spec,
+Status RunDpSgd(Collective& c, NetWorkspace& ws, Scratch& scratch, const models::ModelSpec& spec,
                 const DataParallelOptions& options, int64_t n, const AfterStep& after_step,
                 const EndEpoch& end_epoch, DataParallelStats* stats) {
   const DataParallelDpSgd& dp = *options.dp_sgd;
@@ -624,7 +631,7 @@ Status ValidateDataParallelOptions(const DataParallelOptions& options) {
   return models::internal::CheckTrainOptions(options.train);
 }
 
-StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::MlpSpec& spec,
+StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::ModelSpec& spec,
                                               const DataParallelOptions& options,
                                               const data::DatasetView& data, TensorList* params) {
   const auto start = SteadyTime::now();
@@ -649,8 +656,8 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       options.global_batch_size > 0 ? options.global_batch_size : options.train.batch_size * world;
   // The largest slice of a global batch.
   const int64_t batch = (global_batch + world - 1) / world;
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
-                          MlpWorkspace::Create(backend, spec, std::min(batch, n), true));
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
+                          NetWorkspace::Create(backend, spec, std::min(batch, n), true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   if (options.dp_sgd) {
     if (rank == 0 && options.dp_sgd->noise == nullptr) {
@@ -701,7 +708,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                             PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes)));
   BucketReducer& reducer = *reducer_owner;
   stats.buckets = static_cast<int64_t>(reducer.buckets().size());
-  const MlpWorkspace::LayerDone reduce = [&](size_t l) { reducer.LayerDone(l); };
+  const NetWorkspace::LayerDone reduce = [&](size_t l) { reducer.LayerDone(l); };
   // Batch norm over the global batch (at world size 1 the local batch is the global one).
   RankBatchNormSync sync_bn(collective, backend, reducer);
   if (world > 1) ws->set_batch_norm_sync(&sync_bn);
@@ -820,12 +827,12 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       sync_bn.set_global_rows(m);
       reducer.StartStep();
       // A batch-norm model's rank takes part in the statistics' all-reduces even with no rows.
-      if (rows > 0 || spec.batch_norm) {
+      if (rows > 0 || spec.has_batch_norm()) {
         if (rows > 0) ws->Gather(begin + lo, rows);
         ws->Forward(rows, /*training=*/true);
         const size_t last = ws->num_layers() - 1;
         if (world > 1 && rows > 0) {
-          backend.ScaleRows(ws->layer_grad(last), 1, rows * ws->width(last + 1),
+          backend.ScaleRows(ws->layer_grad(last), 1, rows * ws->output_size(last),
                             factor.as<float>());
         }
         if (options.overlap) {

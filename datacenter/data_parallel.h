@@ -12,7 +12,7 @@
 //      first one, in reverse layer order) is handed to a communication thread that all-reduces
 //      it while backward goes on;
 //   3. once every bucket is reduced, the identical SGD step on every rank.
-// A batch-norm model (MlpSpec::batch_norm) normalises with the statistics of the global batch
+// A batch-norm model (a batch_norm layer) normalises with the statistics of the global batch
 // (SyncBatchNorm): each batch-norm layer all-reduces its per-feature sums in the forward pass
 // and again in the backward pass (kernels/batch_norm.h), on the training thread and after the
 // buckets handed over before it, so the result is one process's batch norm on the concatenated
@@ -33,7 +33,7 @@
 #include "data/dataset.h"
 #include "datacenter/collective.h"
 #include "models/dp_sgd.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "privacy/accountant.h"
 #include "privacy/noise.h"
 
@@ -80,7 +80,7 @@ struct EpochReport {
 // (models::internal::DpSgdStepper on every rank), with one release per global step.
 //   - Every rank draws the same secret Poisson sample of the whole data set (rate q =
 //     expected_batch_size / n, the GLOBAL expected batch) from a stream whose key rank 0 draws
-//     from `noise` and broadcasts: the key TrainMlpDpSgd draws from the same source.
+//     from `noise` and broadcasts: the key TrainDpSgd draws from the same source.
 //   - The sample is cut into models/dp_sgd.h's K chunks by position in the data set (not by
 //     rank); rank r of W processes chunks [K r / W, K (r + 1) / W) (none when K < W and r is
 //     low), clipping each chunk's examples (ghost norms) and rounding the chunk's clipped sum to
@@ -89,7 +89,7 @@ struct EpochReport {
 //     step; the accumulators are all-reduced as int64 (exact, Collective::AllReduceSum), and
 //     every rank converts the same integers into the same float gradient and takes the same step.
 //   - Hence the released gradients, and the trained parameters, are BITWISE those of
-//     TrainMlpDpSgd (and of models::TrainUpdate with dp_sgd) with the same `noise` source state
+//     TrainDpSgd (and of models::TrainUpdate with dp_sgd) with the same `noise` source state
 //     and data, whatever the number of ranks (on CPU ranks; GPU ranks match each other when
 //     their GEMMs do). A run of round(epochs * n / expected_batch_size) steps spends
 //     DpEvent{q, z, steps} (DataParallelStats::dp_event), accounted by rank 0 with
@@ -169,7 +169,7 @@ Status ValidateDataParallelOptions(const DataParallelOptions& options);
 // view's order), and refuse to start (FailedPrecondition naming the ranks that differ from rank
 // 0, and whether the configuration or the data differs) when they differ. Cancelled when
 // stopped on request (options.stop).
-StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::MlpSpec& spec,
+StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::ModelSpec& spec,
                                               const DataParallelOptions& options,
                                               const data::DatasetView& data, TensorList* params);
 

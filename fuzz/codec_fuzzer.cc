@@ -64,9 +64,7 @@ struct SameFields {
            a.agent_version == b.agent_version;
   }
   bool operator()(const wire::Welcome& a, const wire::Welcome& b) const {
-    return a.job_name == b.job_name && a.model.kind == b.model.kind &&
-           a.model.input_dim == b.model.input_dim && a.model.hidden == b.model.hidden &&
-           a.model.num_classes == b.model.num_classes && a.model.batch_norm == b.model.batch_norm &&
+    return a.job_name == b.job_name && a.model == b.model &&
            a.heartbeat_interval_ms == b.heartbeat_interval_ms;
   }
   bool operator()(const wire::FitInstruction& a, const wire::FitInstruction& b) const {
@@ -181,6 +179,7 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
       Require(b.job_name.size() <= limits.max_string_bytes, "welcome.job_name over the limit");
       Require(b.model.kind.size() <= limits.max_string_bytes, "welcome.model.kind over the limit");
       Require(b.model.hidden.size() <= 64, "welcome.model.hidden over 64 layers");
+      Require(b.model.layers.size() <= 256, "welcome.model.layers over 256 layers");
     }
     void operator()(const wire::FitInstruction& b) const {
       Require(b.nonce.size() == wire::kNonceBytes, "fit_instruction.nonce size");

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <memory>
 
-#include "models/mlp.h"
+#include "models/model.h"
 
 namespace huddle::fuzz {
 namespace {
@@ -20,7 +20,7 @@ wire::Frame CopyFrame(std::span<const uint8_t> bytes, bool misaligned) {
 
 FuzzRound MakeFuzzRound() {
   FuzzRound r;
-  r.layout = models::MlpLayout(models::MlpSpec{6, {5}, 3});
+  r.layout = models::Layout(models::MlpSpec{6, {5}, 3});
   r.expect.round = kRound;
   r.expect.model_version = kModelVersion;
   r.expect.nonce = FuzzNonce();

@@ -27,11 +27,14 @@
 
 #include "common/status.h"
 #include "kernels/batch_norm.h"
+#include "kernels/conv.h"
 #include "kernels/dense.h"
 #include "kernels/dp.h"
 #include "kernels/grid_sum.h"
+#include "kernels/group_norm.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
+#include "kernels/pool.h"
 #include "kernels/update.h"
 
 namespace huddle::kernels {
@@ -132,24 +135,57 @@ class Backend {
                           const int64_t* rows, int64_t count, float* x, int32_t* y) = 0;
 
   // ---- Batch normalization (kernels/batch_norm.h) -------------------------------------------
-  virtual void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) = 0;
+  // x, y, dy, dx are [batch, features, spatial]; counts are values per feature (batch · spatial).
+  virtual void BatchNormSums(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                             double* sums) = 0;
   virtual void BatchNormMoments(const double* sums, int64_t count, int64_t features, double eps,
                                 float* mean, float* invstd) = 0;
   virtual void BatchNormUpdateRunning(const double* sums, int64_t count, int64_t features,
                                       double momentum, float* running_mean, float* running_var) = 0;
   virtual void BatchNormInvStd(const float* var, int64_t features, double eps, float* invstd) = 0;
-  virtual void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
-                                const float* invstd, const float* gamma, const float* beta,
-                                float* y) = 0;
+  virtual void BatchNormForward(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                                const float* mean, const float* invstd, const float* gamma,
+                                const float* beta, float* y) = 0;
   virtual void BatchNormBackwardSums(const float* dy, const float* x, const float* mean,
                                      const float* invstd, int64_t batch, int64_t features,
-                                     double* sums) = 0;
+                                     int64_t spatial, double* sums) = 0;
   virtual void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma,
                                    float* dbeta) = 0;
   virtual void BatchNormBackwardInput(const float* dy, const float* x, const float* mean,
                                       const float* invstd, const float* gamma, const double* sums,
                                       int64_t count, int64_t batch, int64_t features,
-                                      float* dx) = 0;
+                                      int64_t spatial, float* dx) = 0;
+
+  // ---- Convolution and pooling (kernels/conv.h, kernels/pool.h) ------------------------------
+  // `scratch`: Conv2dScratchFloats(s) floats of this backend's memory.
+  virtual void Conv2dForward(const Conv2dShape& s, const float* x, const float* w,
+                             const float* bias, float* y, float* scratch) = 0;
+  virtual void Conv2dBackward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                              float* dw, float* dbias, float* dx, float* scratch) = 0;
+  virtual void AddConv2dSquaredNorms(const Conv2dShape& s, const float* x, const float* dy,
+                                     double* squared_norms, float* scratch) = 0;
+  virtual void MaxPool2dForward(const Pool2dShape& s, const float* x, float* y,
+                                int32_t* argmax) = 0;
+  virtual void MaxPool2dBackward(const Pool2dShape& s, const float* dy, const int32_t* argmax,
+                                 float* dx) = 0;
+  virtual void AvgPool2dForward(const Pool2dShape& s, const float* x, float* y) = 0;
+  virtual void AvgPool2dBackward(const Pool2dShape& s, const float* dy, float* dx) = 0;
+
+  // ---- Normalisation, activations, dropout (kernels/group_norm.h, activation.h, dropout.h) ----
+  virtual void GroupNormForward(const GroupNormShape& s, const float* x, const float* gamma,
+                                const float* beta, double eps, float* y, float* mean,
+                                float* invstd) = 0;
+  virtual void GroupNormBackward(const GroupNormShape& s, const float* x, const float* dy,
+                                 const float* gamma, const float* mean, const float* invstd,
+                                 float* dgamma, float* dbeta, float* dx) = 0;
+  virtual void AddGroupNormSquaredNorms(const GroupNormShape& s, const float* x, const float* dy,
+                                        const float* mean, const float* invstd,
+                                        double* squared_norms) = 0;
+  virtual void TanhForward(float* y, int64_t n) = 0;
+  virtual void TanhBackward(const float* y, float* dy, int64_t n) = 0;
+  virtual void DropoutForward(float* x, int64_t n, float p, uint64_t seed, uint64_t offset) = 0;
+  virtual void DropoutBackward(float* dy, int64_t n, float p, uint64_t seed, uint64_t offset) = 0;
+  // ---- end normalisation, activations, dropout ----
 
   // ---- DP-SGD kernels (kernels/dp.h) ---------------------------------------------------------
   virtual void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out,

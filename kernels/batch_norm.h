@@ -1,13 +1,18 @@
-// Batch normalization over the rows of a minibatch (PyTorch's nn.BatchNorm1d on [batch, features]),
-// split into steps so that data-parallel ranks can share the statistics (SyncBatchNorm).
+// Batch normalization over the rows of a minibatch (PyTorch's nn.BatchNorm1d on [batch, features],
+// and nn.BatchNorm2d on NCHW data [batch, channels, spatial = H * W]), split into steps so that
+// data-parallel ranks can share the statistics (SyncBatchNorm).
 //
-// Layout: x, y, dy and dx are row-major float32 [batch, features]; mean, invstd, var, gamma, beta
-// and the running statistics are float32 [features]. A "sums" buffer is double [2, features]: row 0
-// holds per-feature sums of one quantity, row 1 of another, so one all-reduce of 2 * features
-// doubles moves all of a step's statistics.
+// Layout: x, y, dy and dx are row-major float32 [batch, features, spatial] (spatial = 1 for
+// BatchNorm1d; for BatchNorm2d a "feature" is a channel); mean, invstd, var, gamma, beta and the
+// running statistics are float32 [features]. Every per-feature statistic is over the
+// batch * spatial values of that feature, and a "count" is that number of values per feature
+// (summed over the ranks). A "sums" buffer is double [2, features]: row 0 holds per-feature sums
+// of one quantity, row 1 of another, so one all-reduce of 2 * features doubles moves all of a
+// step's statistics.
 //
-// A training step on each of R ranks, rank k holding b_k rows of the global batch of N = Σ b_k
-// (R = 1 is ordinary batch norm: the all-reduces are then identities and may be skipped):
+// A training step on each of R ranks, rank k holding b_k rows of the global batch, N = Σ b_k ·
+// spatial values per feature (R = 1 is ordinary batch norm: the all-reduces are then identities
+// and may be skipped):
 //   forward
 //     1. BatchNormSums(x_k)                       -> local sums   [Σ x, Σ x²]
 //     2. all-reduce (sum) the sums                -> global sums
@@ -29,21 +34,26 @@
 // Evaluation uses the running statistics instead of steps 1-4:
 //   BatchNormInvStd(running_var, eps) -> invstd;  BatchNormForward(x, running_mean, invstd, ...).
 //
-// Arithmetic: sums accumulate in double, row 0 to batch - 1 in order, so they are deterministic
-// and every backend produces the same bits (the CUDA kernels follow the same order). Everything
-// per element or per feature is computed in double by the functions of batch_norm_math below,
-// shared with the CUDA kernels, and rounded to float once at the end. The variance is
-// E[x²] - mean² (biased, as PyTorch normalises with), clamped at 0: its absolute error is about
-// batch · 2^-53 · E[x²], so it stays float-accurate while batch · (1 + mean²/var) < 2^29.
+// Arithmetic: sums accumulate in double in a fixed order, so they are deterministic and every
+// backend produces the same bits (the CUDA kernels follow the same order): for each row r in
+// order 0 .. batch - 1, the plane x[r, f, 0 .. spatial - 1] is summed in kernels/lane_sums.h's
+// order (32 strided lanes, then a tree) and that plane total is added to the feature's sum. A
+// plane of one value is its own total, so with spatial = 1 this is a plain sum in row order, the
+// same bits as BatchNorm1d always had. Everything per element or per feature is computed in
+// double by the functions of batch_norm_math below, shared with the CUDA kernels, and rounded to
+// float once at the end. The variance is E[x²] - mean² (biased, as PyTorch normalises with),
+// clamped at 0: its absolute error is about N · 2^-53 · E[x²], so it stays float-accurate while
+// N · (1 + mean²/var) < 2^29.
 //
 // Contract shared with kernels/dense.h: non-owning pointers to buffers of at least the documented
 // size, caller-validated shapes, no failure, stateless and thread-safe on disjoint outputs.
-// features >= 1; batch >= 0, and x, y, dy, dx may be null when batch == 0. Outputs must not
-// overlap inputs except where stated.
+// features >= 1, spatial >= 1; batch >= 0, and x, y, dy, dx may be null when batch == 0. Outputs
+// must not overlap inputs except where stated.
 //
 // Backends: the CPU reference is batch_norm_cpu.cc; kernels/cuda/batch_norm.cu holds the CUDA
 // versions (launchers in kernels/cuda/batch_norm.h), written to produce the same bits (the same
-// operations in the same order); a backend parity test is to confirm it on a GPU.
+// operations in the same order); tests/kernels/backend_parity_test.cc (spatial = 1) and
+// norm_parity_test.cc (spatial > 1) confirm it on a GPU.
 #pragma once
 
 #include <cstdint>
@@ -56,11 +66,12 @@ namespace huddle::kernels {
 inline constexpr double kBatchNormDefaultEps = 1e-5;      // added to the variance
 inline constexpr double kBatchNormDefaultMomentum = 0.1;  // weight of the new batch statistic
 
-// sums[f] = Σ_r x[r, f] and sums[features + f] = Σ_r x[r, f]² over r = 0 .. batch - 1, in double,
-// in row order. sums [2 * features] is overwritten (zeros when batch == 0).
-void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums);
+// sums[f] = Σ_{r,s} x[r, f, s] and sums[features + f] = Σ_{r,s} x[r, f, s]², in double, in the
+// order above. sums [2 * features] is overwritten (zeros when batch == 0).
+void BatchNormSums(const float* x, int64_t batch, int64_t features, int64_t spatial, double* sums);
 
-// Statistics of `count` >= 1 rows from their sums (BatchNormSums, possibly all-reduced):
+// Statistics of `count` >= 1 values per feature from their sums (BatchNormSums, possibly
+// all-reduced):
 //   mean[f]   = sums[f] / count
 //   var       = max(sums[features + f] / count - mean², 0)       (biased)
 //   invstd[f] = 1 / sqrt(var + eps)
@@ -80,30 +91,33 @@ void BatchNormUpdateRunning(const double* sums, int64_t count, int64_t features,
 // be the same buffer as var.
 void BatchNormInvStd(const float* var, int64_t features, double eps, float* invstd);
 
-// y[r, f] = (x[r, f] - mean[f]) · invstd[f] · gamma[f] + beta[f]. y may be the same buffer as x
-// (in place); otherwise they must not overlap.
-void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
-                      const float* invstd, const float* gamma, const float* beta, float* y);
+// y[r, f, s] = (x[r, f, s] - mean[f]) · invstd[f] · gamma[f] + beta[f]. y may be the same buffer
+// as x (in place); otherwise they must not overlap.
+void BatchNormForward(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                      const float* mean, const float* invstd, const float* gamma, const float* beta,
+                      float* y);
 
-// With xhat[r, f] = (x[r, f] - mean[f]) · invstd[f] (the normalised input of the forward pass):
-//   sums[f]            = Σ_r dy[r, f]              (dbeta of these rows)
-//   sums[features + f] = Σ_r dy[r, f] · xhat[r, f] (dgamma of these rows)
-// in double, in row order. sums [2 * features] is overwritten (zeros when batch == 0).
+// With xhat[r, f, s] = (x[r, f, s] - mean[f]) · invstd[f] (the normalised input of the forward
+// pass):
+//   sums[f]            = Σ_{r,s} dy[r, f, s]                 (dbeta of these rows)
+//   sums[features + f] = Σ_{r,s} dy[r, f, s] · xhat[r, f, s] (dgamma of these rows)
+// in double, in the order above. sums [2 * features] is overwritten (zeros when batch == 0).
 void BatchNormBackwardSums(const float* dy, const float* x, const float* mean, const float* invstd,
-                           int64_t batch, int64_t features, double* sums);
+                           int64_t batch, int64_t features, int64_t spatial, double* sums);
 
 // This rank's parameter gradients from its backward sums (before they are all-reduced), each
 // rounded to float once: dbeta[f] = sums[f], dgamma[f] = sums[features + f].
 void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma, float* dbeta);
 
-// The input gradient given the global backward sums of all `count` rows (count >= 1):
-//   dx[r, f] = gamma[f] · invstd[f] · (dy[r, f] - sums[f] / count
-//                                      - xhat[r, f] · sums[features + f] / count)
+// The input gradient given the global backward sums of all `count` values per feature (count
+// >= 1; count = N, the global batch times spatial):
+//   dx[r, f, s] = gamma[f] · invstd[f] · (dy[r, f, s] - sums[f] / count
+//                                         - xhat[r, f, s] · sums[features + f] / count)
 // for this rank's `batch` rows. dx may be the same buffer as dy or as x (in place); otherwise it
 // must not overlap them.
 void BatchNormBackwardInput(const float* dy, const float* x, const float* mean, const float* invstd,
                             const float* gamma, const double* sums, int64_t count, int64_t batch,
-                            int64_t features, float* dx);
+                            int64_t features, int64_t spatial, float* dx);
 
 // The arithmetic of the functions above, written once for the CPU reference and the CUDA kernels
 // (HUDDLE_HD, hd:: operations only, so nothing is fused into a multiply-add on one side only).

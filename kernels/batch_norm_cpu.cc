@@ -1,21 +1,35 @@
-// CPU reference of kernels/batch_norm.h: plain loops over row-major [batch, features] buffers. The
-// arithmetic is batch_norm_math's, shared with kernels/cuda/batch_norm.cu; the loops visit rows in
-// order, the summation order the header promises.
+// CPU reference of kernels/batch_norm.h: plain loops over row-major [batch, features, spatial]
+// buffers. The arithmetic is batch_norm_math's, shared with kernels/cuda/batch_norm.cu; the loops
+// visit rows in order and sum each (row, feature) plane in kernels/lane_sums.h's order, the
+// summation order the header promises. With spatial == 1 a plane's lane sum is its one value, so
+// the sums take the direct path (a plain row-order sum), which gives the same bits faster.
 #include <algorithm>
 
 #include "kernels/batch_norm.h"
+#include "kernels/lane_sums.h"
 
 namespace huddle::kernels {
 
 namespace bm = batch_norm_math;
 
-void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) {
+void BatchNormSums(const float* x, int64_t batch, int64_t features, int64_t spatial, double* sums) {
   double* sum = sums;                // [features]
   double* sum_sq = sums + features;  // [features]
   for (int64_t f = 0; f < features; ++f) sum[f] = sum_sq[f] = 0.0;
   for (int64_t r = 0; r < batch; ++r) {
-    const float* row = x + r * features;  // [features]
-    for (int64_t f = 0; f < features; ++f) bm::AccumulateSums(row[f], &sum[f], &sum_sq[f]);
+    const float* row = x + r * features * spatial;  // [features, spatial]
+    for (int64_t f = 0; f < features; ++f) {
+      if (spatial == 1) {
+        bm::AccumulateSums(row[f], &sum[f], &sum_sq[f]);
+        continue;
+      }
+      const float* plane = row + f * spatial;  // [spatial]
+      const lane_sums::Pair p = lane_sums::LaneSums(
+          spatial,
+          [plane](int64_t s, double* a, double* b) { bm::AccumulateSums(plane[s], a, b); });
+      sum[f] = hd::Add(sum[f], p.a);
+      sum_sq[f] = hd::Add(sum_sq[f], p.b);
+    }
   }
 }
 
@@ -46,28 +60,42 @@ void BatchNormInvStd(const float* var, int64_t features, double eps, float* invs
   for (int64_t f = 0; f < features; ++f) invstd[f] = static_cast<float>(bm::InvStd(var[f], eps));
 }
 
-void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
-                      const float* invstd, const float* gamma, const float* beta, float* y) {
+void BatchNormForward(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                      const float* mean, const float* invstd, const float* gamma, const float* beta,
+                      float* y) {
   for (int64_t r = 0; r < batch; ++r) {
-    const float* x_row = x + r * features;  // [features]
-    float* y_row = y + r * features;        // [features]; may be x_row
     for (int64_t f = 0; f < features; ++f) {
-      y_row[f] = bm::ForwardValue(x_row[f], mean[f], invstd[f], gamma[f], beta[f]);
+      const int64_t base = (r * features + f) * spatial;
+      const float* x_plane = x + base;  // [spatial]
+      float* y_plane = y + base;        // [spatial]; may be x_plane
+      for (int64_t s = 0; s < spatial; ++s) {
+        y_plane[s] = bm::ForwardValue(x_plane[s], mean[f], invstd[f], gamma[f], beta[f]);
+      }
     }
   }
 }
 
 void BatchNormBackwardSums(const float* dy, const float* x, const float* mean, const float* invstd,
-                           int64_t batch, int64_t features, double* sums) {
+                           int64_t batch, int64_t features, int64_t spatial, double* sums) {
   double* sum_dy = sums;                  // [features]
   double* sum_dy_xhat = sums + features;  // [features]
   for (int64_t f = 0; f < features; ++f) sum_dy[f] = sum_dy_xhat[f] = 0.0;
   for (int64_t r = 0; r < batch; ++r) {
-    const float* dy_row = dy + r * features;  // [features]
-    const float* x_row = x + r * features;    // [features]
     for (int64_t f = 0; f < features; ++f) {
-      bm::AccumulateBackwardSums(dy_row[f], x_row[f], mean[f], invstd[f], &sum_dy[f],
-                                 &sum_dy_xhat[f]);
+      const int64_t base = (r * features + f) * spatial;
+      const float* dy_plane = dy + base;  // [spatial]
+      const float* x_plane = x + base;    // [spatial]
+      if (spatial == 1) {
+        bm::AccumulateBackwardSums(*dy_plane, *x_plane, mean[f], invstd[f], &sum_dy[f],
+                                   &sum_dy_xhat[f]);
+        continue;
+      }
+      const float m = mean[f], k = invstd[f];
+      const lane_sums::Pair p = lane_sums::LaneSums(spatial, [=](int64_t s, double* a, double* b) {
+        bm::AccumulateBackwardSums(dy_plane[s], x_plane[s], m, k, a, b);
+      });
+      sum_dy[f] = hd::Add(sum_dy[f], p.a);
+      sum_dy_xhat[f] = hd::Add(sum_dy_xhat[f], p.b);
     }
   }
 }
@@ -81,7 +109,7 @@ void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma, fl
 
 void BatchNormBackwardInput(const float* dy, const float* x, const float* mean, const float* invstd,
                             const float* gamma, const double* sums, int64_t count, int64_t batch,
-                            int64_t features, float* dx) {
+                            int64_t features, int64_t spatial, float* dx) {
   const auto n = static_cast<double>(count);
   // Features in chunks whose factors fit on the stack, rows in order within a chunk. Each
   // element's inputs are read just before its output is written, so dx may be dy or x.
@@ -95,8 +123,10 @@ void BatchNormBackwardInput(const float* dy, const float* x, const float* mean, 
     }
     for (int64_t r = 0; r < batch; ++r) {
       for (int64_t j = 0; j < width; ++j) {
-        const int64_t f = f0 + j, i = r * features + f;
-        dx[i] = bm::InputGradient(dy[i], x[i], mean[f], invstd[f], k[j]);
+        const int64_t f = f0 + j, base = (r * features + f) * spatial;
+        for (int64_t i = base; i < base + spatial; ++i) {
+          dx[i] = bm::InputGradient(dy[i], x[i], mean[f], invstd[f], k[j]);
+        }
       }
     }
   }

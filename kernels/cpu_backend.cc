@@ -8,6 +8,8 @@
 
 #include "kernels/activation.h"
 #include "kernels/backend.h"
+#include "kernels/dropout.h"
+#include "kernels/group_norm.h"
 #include "kernels/loss.h"
 
 namespace huddle::kernels {
@@ -67,8 +69,9 @@ class CpuBackend final : public Backend {
                   int64_t count, float* x, int32_t* y) override {
     kernels::GatherRows(features, labels, cols, rows, count, x, y);
   }
-  void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) override {
-    kernels::BatchNormSums(x, batch, features, sums);
+  void BatchNormSums(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                     double* sums) override {
+    kernels::BatchNormSums(x, batch, features, spatial, sums);
   }
   void BatchNormMoments(const double* sums, int64_t count, int64_t features, double eps,
                         float* mean, float* invstd) override {
@@ -81,15 +84,15 @@ class CpuBackend final : public Backend {
   void BatchNormInvStd(const float* var, int64_t features, double eps, float* invstd) override {
     kernels::BatchNormInvStd(var, features, eps, invstd);
   }
-  void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
-                        const float* invstd, const float* gamma, const float* beta,
-                        float* y) override {
-    kernels::BatchNormForward(x, batch, features, mean, invstd, gamma, beta, y);
+  void BatchNormForward(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                        const float* mean, const float* invstd, const float* gamma,
+                        const float* beta, float* y) override {
+    kernels::BatchNormForward(x, batch, features, spatial, mean, invstd, gamma, beta, y);
   }
   void BatchNormBackwardSums(const float* dy, const float* x, const float* mean,
-                             const float* invstd, int64_t batch, int64_t features,
+                             const float* invstd, int64_t batch, int64_t features, int64_t spatial,
                              double* sums) override {
-    kernels::BatchNormBackwardSums(dy, x, mean, invstd, batch, features, sums);
+    kernels::BatchNormBackwardSums(dy, x, mean, invstd, batch, features, spatial, sums);
   }
   void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma,
                            float* dbeta) override {
@@ -97,9 +100,65 @@ class CpuBackend final : public Backend {
   }
   void BatchNormBackwardInput(const float* dy, const float* x, const float* mean,
                               const float* invstd, const float* gamma, const double* sums,
-                              int64_t count, int64_t batch, int64_t features, float* dx) override {
-    kernels::BatchNormBackwardInput(dy, x, mean, invstd, gamma, sums, count, batch, features, dx);
+                              int64_t count, int64_t batch, int64_t features, int64_t spatial,
+                              float* dx) override {
+    kernels::BatchNormBackwardInput(dy, x, mean, invstd, gamma, sums, count, batch, features,
+                                    spatial, dx);
   }
+  // ---- Convolution and pooling (kernels/conv.h, kernels/pool.h) ----
+  void Conv2dForward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                     float* y, float* scratch) override {
+    kernels::Conv2dForward(s, x, w, bias, y, scratch);
+  }
+  void Conv2dBackward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                      float* dw, float* dbias, float* dx, float* scratch) override {
+    kernels::Conv2dBackward(s, x, w, dy, dw, dbias, dx, scratch);
+  }
+  void AddConv2dSquaredNorms(const Conv2dShape& s, const float* x, const float* dy,
+                             double* squared_norms, float* scratch) override {
+    kernels::AddConv2dSquaredNorms(s, x, dy, squared_norms, scratch);
+  }
+  void MaxPool2dForward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) override {
+    kernels::MaxPool2dForward(s, x, y, argmax);
+  }
+  void MaxPool2dBackward(const Pool2dShape& s, const float* dy, const int32_t* argmax,
+                         float* dx) override {
+    kernels::MaxPool2dBackward(s, dy, argmax, dx);
+  }
+  void AvgPool2dForward(const Pool2dShape& s, const float* x, float* y) override {
+    kernels::AvgPool2dForward(s, x, y);
+  }
+  void AvgPool2dBackward(const Pool2dShape& s, const float* dy, float* dx) override {
+    kernels::AvgPool2dBackward(s, dy, dx);
+  }
+  // ---- end convolution and pooling ----
+  // ---- Normalisation, activations, dropout (kernels/group_norm.h, activation.h, dropout.h) ----
+  void GroupNormForward(const GroupNormShape& s, const float* x, const float* gamma,
+                        const float* beta, double eps, float* y, float* mean,
+                        float* invstd) override {
+    kernels::GroupNormForward(s, x, gamma, beta, eps, y, mean, invstd);
+  }
+  void GroupNormBackward(const GroupNormShape& s, const float* x, const float* dy,
+                         const float* gamma, const float* mean, const float* invstd, float* dgamma,
+                         float* dbeta, float* dx) override {
+    kernels::GroupNormBackward(s, x, dy, gamma, mean, invstd, dgamma, dbeta, dx);
+  }
+  void AddGroupNormSquaredNorms(const GroupNormShape& s, const float* x, const float* dy,
+                                const float* mean, const float* invstd,
+                                double* squared_norms) override {
+    kernels::AddGroupNormSquaredNorms(s, x, dy, mean, invstd, squared_norms);
+  }
+  void TanhForward(float* y, int64_t n) override { kernels::TanhForward(y, n); }
+  void TanhBackward(const float* y, float* dy, int64_t n) override {
+    kernels::TanhBackward(y, dy, n);
+  }
+  void DropoutForward(float* x, int64_t n, float p, uint64_t seed, uint64_t offset) override {
+    kernels::DropoutForward(x, n, p, seed, offset);
+  }
+  void DropoutBackward(float* dy, int64_t n, float p, uint64_t seed, uint64_t offset) override {
+    kernels::DropoutBackward(dy, n, p, seed, offset);
+  }
+  // ---- end normalisation, activations, dropout ----
   void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out, int64_t batch,
                             double* squared_norms) override {
     kernels::AddGhostSquaredNorms(a, in, d, out, batch, squared_norms);

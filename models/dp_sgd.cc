@@ -11,54 +11,22 @@
 
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
-#include "models/internal/mlp_workspace.h"
+#include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
 
 namespace huddle::models {
 namespace {
 
-using internal::MlpWorkspace;
+using internal::NetWorkspace;
 
-// After ws.Forward(training=true) on `batch` >= 1 rows, whose dlogits are the gradient of the MEAN
-// loss (rows scaled by 1/batch): back-propagates into every ws.layer_grad(l) and writes each
-// row's squared per-example gradient norm of the MEAN loss (all parameters) into squared[0, batch)
-// (device memory; the per-example norm of its own loss is batch * sqrt(squared)). Clobbers the
-// gradients of layers >= 1 (DenseBackward always forms them; they are small next to layer 0's,
-// whose weight gradient is skipped).
-void BackwardToLayerGrads(MlpWorkspace& ws, int64_t batch, double* squared) {
-  kernels::Backend& backend = ws.backend();
-  const size_t layers = ws.num_layers();
-  for (size_t l = layers; l-- > 1;) {
-    const kernels::DenseShape shape{batch, ws.width(l), ws.width(l + 1)};
-    float* dinput = ws.layer_grad(l - 1);
-    backend.DenseBackward(shape, ws.layer_output(l - 1), ws.param(2 * l), ws.layer_grad(l),
-                          ws.grad(2 * l), ws.grad(2 * l + 1), dinput);
-    backend.ReluBackward(ws.layer_output(l - 1), dinput, batch * ws.width(l));
-  }
-  // Layer l's per-example gradient is (d_i a_iᵀ, d_i): squared norm ||d_i||² (||a_i||² + 1).
-  backend.Zero(squared, batch * static_cast<int64_t>(sizeof(double)));
-  for (size_t l = 0; l < layers; ++l) {
-    const float* a = l == 0 ? ws.input() : ws.layer_output(l - 1);
-    backend.AddGhostSquaredNorms(a, ws.width(l), ws.layer_grad(l), ws.width(l + 1), batch, squared);
-  }
-}
-
-// Turns the layer gradients left by BackwardToLayerGrads into the sum over the batch of the
-// per-example gradients clipped to clip_norm, in ws.grad(): every row of every layer gradient is
-// scaled by batch * min(1, clip_norm / norm_i) (batch undoes the mean's 1/batch), then one
-// weight-gradient GEMM per layer.
-void ClippedGradientSum(MlpWorkspace& ws, int64_t batch, const double* squared, double clip_norm,
+// Turns the per-example squared norms of the mean loss left by ws.BackwardForNorms into the sum
+// over the batch of the per-example gradients clipped to clip_norm, in ws.grad(): the factors are
+// batch * min(1, clip_norm / norm_i) (batch undoes the mean's 1/batch).
+void ClippedGradientSum(NetWorkspace& ws, int64_t batch, const double* squared, double clip_norm,
                         float* factors) {
-  kernels::Backend& backend = ws.backend();
   const auto b = static_cast<double>(batch);
-  backend.ClipFactors(squared, batch, {b, clip_norm, b}, factors);
-  for (size_t l = 0; l < ws.num_layers(); ++l) {
-    backend.ScaleRows(ws.layer_grad(l), batch, ws.width(l + 1), factors);
-    const kernels::DenseShape shape{batch, ws.width(l), ws.width(l + 1)};
-    const float* input = l == 0 ? ws.input() : ws.layer_output(l - 1);
-    backend.DenseBackward(shape, input, ws.param(2 * l), ws.layer_grad(l), ws.grad(2 * l),
-                          ws.grad(2 * l + 1), nullptr);
-  }
+  ws.backend().ClipFactors(squared, batch, {b, clip_norm, b}, factors);
+  ws.ClippedGradientSum(batch, factors);
 }
 
 Status Diverged(int64_t step, double learning_rate, const std::string& what) {
@@ -153,11 +121,13 @@ StatusOr<int64_t> DpSgdSteps(int64_t epochs, int64_t n, int64_t expected_batch_s
   return std::max<int64_t>(1, static_cast<int64_t>(rounded));
 }
 
-Status CheckDpSgdModel(const MlpSpec& spec) {
-  if (!spec.batch_norm) return absl::OkStatus();
+Status CheckDpSgdModel(const ModelSpec& spec) {
+  if (!spec.has_batch_norm()) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      "DP-SGD cannot train a model with batch_norm: batch normalization mixes the examples of a "
-      "batch, so clipping each example's gradient would not bound its influence; turn one off");
+      "DP-SGD cannot train a model with a batch_norm layer: batch normalization mixes the examples "
+      "of a "
+      "batch, so clipping each example's gradient would not bound its influence; use group_norm "
+      "(per example) instead, or train without DP-SGD");
 }
 
 namespace internal {
@@ -181,7 +151,7 @@ bool ChunkFits(int64_t rows, double norm, int exponent, double limit) {
 
 }  // namespace
 
-StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
+StatusOr<DpSgdPlan> PlanDpSgd(const ModelSpec& spec, const TrainOptions& options,
                               const DpSgdOptions& dp, int64_t n) {
   TrainOptions checked = options;
   checked.batch_size = 1;  // unused here: the batch is Poisson-sampled
@@ -194,7 +164,7 @@ StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
   plan.chunks = (m + kDpSgdChunkRows - 1) / kDpSgdChunkRows;  // <= ceil(n / 256) <= n
   plan.chunk_limit = k2To62 / static_cast<double>(plan.chunks);
   plan.add_noise = dp.noise_multiplier > 0.0;
-  const int64_t dim = TotalElements(MlpLayout(spec));
+  const int64_t dim = TotalElements(Layout(spec));
   const int64_t chunk_rows = (n + plan.chunks - 1) / plan.chunks;  // the longest chunk range
   if (plan.add_noise) {
     // Every chunk's rounding may change between neighbouring data sets: 2K roundings.
@@ -238,7 +208,7 @@ std::array<unsigned char, 32> DrawSamplingKey(privacy::NoiseSource& noise) {
   return key;
 }
 
-DpSgdStepper::DpSgdStepper(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
+DpSgdStepper::DpSgdStepper(NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
                            const DpSgdOptions& dp, privacy::NoiseSource* noise, int rank, int world)
     : ws_(&ws),
       plan_(plan),
@@ -254,7 +224,7 @@ DpSgdStepper::DpSgdStepper(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainO
              static_cast<float>(options.weight_decay)} {}
 
 StatusOr<std::unique_ptr<DpSgdStepper>> DpSgdStepper::Create(
-    MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options, const DpSgdOptions& dp,
+    NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options, const DpSgdOptions& dp,
     privacy::NoiseSource* noise, int rank, int world) {
   if (world < 1 || rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("DP-SGD rank ", rank, " of ", world));
@@ -295,7 +265,7 @@ StatusOr<int64_t> DpSgdStepper::Step(const std::vector<int64_t>& sample, int64_t
 }
 
 StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int64_t step) {
-  MlpWorkspace& ws = *ws_;
+  NetWorkspace& ws = *ws_;
   kernels::Backend& backend = ws.backend();
   const int exponent = plan_.grid.exponent;
   int64_t* units = units_.as<int64_t>();
@@ -315,7 +285,7 @@ StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int
       HUDDLE_RETURN_IF_ERROR(Reserve(rows));
       ws.Gather(static_cast<int64_t>(next - mine_.begin()), rows);
       ws.Forward(rows, /*training=*/true);
-      BackwardToLayerGrads(ws, rows, squared_.as<double>());
+      ws.BackwardForNorms(rows, squared_.as<double>());
       ClippedGradientSum(ws, rows, squared_.as<double>(), clip_norm_, factors_.as<float>());
       backend.AccumulateOnGrid(ws.grads_base(), span_, exponent, plan_.chunk_limit, units,
                                units + span_);
@@ -348,7 +318,7 @@ StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int
   backend.UnitsToFloat(units, span_, exponent, divisor_, ws.grads_base());
   return static_cast<int64_t>(mine_.size());
 }
-Status RunDpSgdSteps(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
+Status RunDpSgdSteps(NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
                      const DpSgdOptions& dp, int64_t n, privacy::NoiseSource& noise,
                      DpSgdStats* stats) {
   const int64_t m = dp.expected_batch_size;
@@ -386,12 +356,12 @@ Status RunDpSgdSteps(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions
 
 }  // namespace internal
 
-StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& options,
-                                   const DpSgdOptions& dp, const data::DatasetView& data,
-                                   privacy::NoiseSource& noise, TensorList* params) {
+StatusOr<DpSgdStats> TrainDpSgd(const ModelSpec& spec, const TrainOptions& options,
+                                const DpSgdOptions& dp, const data::DatasetView& data,
+                                privacy::NoiseSource& noise, TensorList* params) {
   const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
-  if (params == nullptr) return absl::InvalidArgumentError("TrainMlpDpSgd: params is null");
+  if (params == nullptr) return absl::InvalidArgumentError("TrainDpSgd: params is null");
   HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, *params, data));
   const int64_t n = data.size();
   HUDDLE_ASSIGN_OR_RETURN(const internal::DpSgdPlan plan,
@@ -400,8 +370,8 @@ StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& opti
   kernels::FlushDenormalsScope flush_denormals;
   std::unique_ptr<kernels::Backend> owned;
   kernels::Backend& backend = internal::BackendFor(options, &owned);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
-                          MlpWorkspace::Create(backend, spec, plan.capacity, /*training=*/true));
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
+                          NetWorkspace::Create(backend, spec, plan.capacity, /*training=*/true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   ws->UploadParams(*params);
   DpSgdStats stats;
@@ -419,7 +389,8 @@ StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& opti
   return stats;
 }
 
-StatusOr<std::vector<double>> PerExampleGradientNorms(const MlpSpec& spec, const TensorList& params,
+StatusOr<std::vector<double>> PerExampleGradientNorms(const ModelSpec& spec,
+                                                      const TensorList& params,
                                                       const data::DatasetView& data,
                                                       int64_t batch_size) {
   HUDDLE_RETURN_IF_ERROR(CheckDpSgdModel(spec));
@@ -432,8 +403,8 @@ StatusOr<std::vector<double>> PerExampleGradientNorms(const MlpSpec& spec, const
   std::unique_ptr<kernels::Backend> backend = kernels::OpenCpuBackend();
   const int64_t n = data.size();
   const int64_t max_batch = std::min(batch_size, n);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
-                          MlpWorkspace::Create(*backend, spec, max_batch, /*training=*/true));
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
+                          NetWorkspace::Create(*backend, spec, max_batch, /*training=*/true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   ws->UploadParams(params);
   std::vector<int64_t> order(static_cast<size_t>(n));
@@ -445,7 +416,7 @@ StatusOr<std::vector<double>> PerExampleGradientNorms(const MlpSpec& spec, const
     ws->Gather(begin, batch);
     ws->Forward(batch, /*training=*/true);
     double* squared = norms.data() + begin;  // host memory is the CPU backend's memory
-    BackwardToLayerGrads(*ws, batch, squared);
+    ws->BackwardForNorms(batch, squared);
     for (int64_t i = 0; i < batch; ++i) {
       squared[i] = static_cast<double>(batch) * std::sqrt(squared[i]);  // undo the mean's 1/batch
     }

@@ -83,7 +83,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "data/dataset.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "privacy/accountant.h"
 #include "privacy/noise.h"
 
@@ -104,8 +104,8 @@ struct DpSgdOptions {
 
 struct DpSgdStats {
   // loss / accuracy: means over every sampled example, each taken before its step's update (as in
-  // TrainMlp). examples: sampled examples in total (about steps * expected_batch_size).
-  // steps, seconds: as in TrainMlp.
+  // TrainModel). examples: sampled examples in total (about steps * expected_batch_size).
+  // steps, seconds: as in TrainModel.
   TrainStats train;
   int64_t steps = 0;            // steps taken (== train.steps)
   double sampling_rate = 0;     // q = expected_batch_size / n (rounded to double)
@@ -118,7 +118,7 @@ struct DpSgdStats {
 // Trains *params in place with DP-SGD over the rows of `data` (the records being protected).
 // Steps = round(options.epochs * n / expected_batch_size), at least 1: options.epochs is the
 // expected number of passes over the data. options.batch_size is ignored (the batch is Poisson).
-// learning_rate, momentum, weight_decay and clock are used as in TrainMlp. Subnormal floats are
+// learning_rate, momentum, weight_decay and clock are used as in TrainModel. Subnormal floats are
 // flushed to zero during the call.
 // `noise` supplies the sampling and the noise; use privacy::NoiseSource::Secure() for a private
 // run (a seeded source is reproducible but NOT private).
@@ -130,17 +130,17 @@ struct DpSgdStats {
 // If the loss or a clipped gradient sum becomes non-finite (or leaves the exact sum's range),
 // training stops with FailedPrecondition ("diverged") and *params hold the diverged values;
 // discard them.
-StatusOr<DpSgdStats> TrainMlpDpSgd(const MlpSpec& spec, const TrainOptions& options,
-                                   const DpSgdOptions& dp, const data::DatasetView& data,
-                                   privacy::NoiseSource& noise, TensorList* params);
+StatusOr<DpSgdStats> TrainDpSgd(const ModelSpec& spec, const TrainOptions& options,
+                                const DpSgdOptions& dp, const data::DatasetView& data,
+                                privacy::NoiseSource& noise, TensorList* params);
 
 // OK when DP-SGD can train `spec`; FailedPrecondition for a batch-norm model: batch
 // normalization mixes the examples of a batch, so clipping each example's gradient would no longer
-// bound its influence on the step. TrainMlpDpSgd and the data-parallel DP-SGD check it; configs
+// bound its influence on the step. TrainDpSgd and the data-parallel DP-SGD check it; configs
 // check it when they are loaded.
-Status CheckDpSgdModel(const MlpSpec& spec);
+Status CheckDpSgdModel(const ModelSpec& spec);
 
-// The steps TrainMlpDpSgd takes over n examples: round(epochs * n / expected_batch_size), half
+// The steps TrainDpSgd takes over n examples: round(epochs * n / expected_batch_size), half
 // up, at least 1 (the run's DpEvent has these steps, for planning and budgets before training).
 // InvalidArgument when expected_batch_size < 1 or the count overflows int64.
 StatusOr<int64_t> DpSgdSteps(int64_t epochs, int64_t n, int64_t expected_batch_size);
@@ -153,11 +153,12 @@ void SamplePoissonBatch(int64_t n, int64_t expected, privacy::NoiseSource& noise
                         std::vector<int64_t>* rows);
 
 // The L2 norm, over all parameters together, of each example's gradient of its own softmax
-// cross-entropy loss at `params`, in view order (the ghost-norm computation TrainMlpDpSgd clips
+// cross-entropy loss at `params`, in view order (the ghost-norm computation TrainDpSgd clips
 // with), computed batch_size rows at a time (>= 1; speed and memory only). For diagnostics and
-// tests: the norms of private data are themselves NOT private. Errors as for EvaluateMlp, and
+// tests: the norms of private data are themselves NOT private. Errors as for EvaluateModel, and
 // CheckDpSgdModel's.
-StatusOr<std::vector<double>> PerExampleGradientNorms(const MlpSpec& spec, const TensorList& params,
+StatusOr<std::vector<double>> PerExampleGradientNorms(const ModelSpec& spec,
+                                                      const TensorList& params,
                                                       const data::DatasetView& data,
                                                       int64_t batch_size = 256);
 

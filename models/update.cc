@@ -9,13 +9,13 @@
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
 #include "kernels/update.h"
-#include "models/internal/mlp_workspace.h"
+#include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
 #include "privacy/clip.h"
 
 namespace huddle::models {
 
-using internal::MlpWorkspace;
+using internal::NetWorkspace;
 
 namespace {
 
@@ -76,7 +76,7 @@ StatusOr<Update> UpdateFromTrained(const TensorList& local, const TensorList& gl
   return update;
 }
 
-StatusOr<Update> TrainUpdate(const MlpSpec& spec, const UpdateOptions& options,
+StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options,
                              const data::DatasetView& data, const TensorList& global) {
   const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
@@ -96,8 +96,8 @@ StatusOr<Update> TrainUpdate(const MlpSpec& spec, const UpdateOptions& options,
   kernels::FlushDenormalsScope flush_denormals;
   std::unique_ptr<kernels::Backend> owned;
   kernels::Backend& backend = internal::BackendFor(options.train, &owned);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
-                          MlpWorkspace::Create(backend, spec, capacity, /*training=*/true));
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
+                          NetWorkspace::Create(backend, spec, capacity, /*training=*/true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   // The model's one trip up; the global copy the delta is taken against stays on the device.
   ws->UploadParams(global);

@@ -5,8 +5,8 @@
 //
 // run by the fused update pipeline (kernels/update.h) where the model lives, so on a GPU the model
 // travels once each way per round: the global model up, the clipped delta down. Training is
-// TrainMlp's SGD, or TrainMlpDpSgd's DP-SGD when options.dp_sgd is set, with the same semantics
-// (models/mlp.h, models/dp_sgd.h).
+// TrainModel's SGD, or TrainDpSgd's DP-SGD when options.dp_sgd is set, with the same semantics
+// (models/model.h, models/dp_sgd.h).
 //
 // Local DP noise on the update is NOT added here: the caller adds privacy/noise.h's exact discrete
 // Gaussian to the returned delta on the host (it costs about 0.12 us per parameter), so the
@@ -22,21 +22,21 @@
 #include "common/tensor.h"
 #include "data/dataset.h"
 #include "models/dp_sgd.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "privacy/noise.h"
 
 namespace huddle::models {
 
 struct UpdateOptions {
   TrainOptions train;                     // includes the backend (nullptr: the CPU)
-  uint64_t seed = 0;                      // SGD's shuffling (TrainMlp's seed)
+  uint64_t seed = 0;                      // SGD's shuffling (TrainModel's seed)
   std::optional<DpSgdOptions> dp_sgd;     // train with DP-SGD instead of SGD
   privacy::NoiseSource* noise = nullptr;  // DP-SGD's sampling and noise; required with dp_sgd
   double clip_norm = 0;                   // > 0: clip the delta's L2 norm to this; 0: no clipping
 };
 
 struct Update {
-  // local - global in MlpLayout order, scaled by min(1, clip_norm / norm) (slightly less, see
+  // local - global in Layout order, scaled by min(1, clip_norm / norm) (slightly less, see
   // kernels/update.h) when clipping: privacy::L2Norm(delta) <= clip_norm, float rounding included.
   TensorList delta;
   double norm = 0;       // L2 norm of local - global before clipping (finite)
@@ -46,11 +46,11 @@ struct Update {
 };
 
 // Trains a copy of `global` on `data` as options say and returns the update.
-// Errors: those of TrainMlp / TrainMlpDpSgd (InvalidArgument for bad options or data, naming the
+// Errors: those of TrainModel / TrainDpSgd (InvalidArgument for bad options or data, naming the
 // field; FailedPrecondition "diverged"); InvalidArgument for a clip_norm that is negative or not
 // finite or a missing NoiseSource; FailedPrecondition when the delta has a non-finite value. No
 // partial result is returned.
-StatusOr<Update> TrainUpdate(const MlpSpec& spec, const UpdateOptions& options,
+StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options,
                              const data::DatasetView& data, const TensorList& global);
 
 // TrainUpdate's checks of `options` that do not depend on the model or the data: clip_norm finite

@@ -2,27 +2,46 @@
 
 namespace huddle::models {
 
-StatusOr<MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec) {
-  if (spec.kind != "mlp") {
+StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec) {
+  ModelSpec m;
+  if (spec.kind == "mlp") {
+    MlpSpec mlp;
+    mlp.input_dim = spec.input_dim;
+    mlp.hidden = spec.hidden;
+    mlp.num_classes = spec.num_classes;
+    mlp.batch_norm = spec.batch_norm;
+    m = mlp;
+  } else if (spec.kind == "layers") {
+    m.input = spec.input_shape;
+    for (const wire::Layer& w : spec.layers) {
+      HUDDLE_ASSIGN_OR_RETURN(const LayerKind kind, ParseLayerKind(w.kind));
+      m.layers.push_back({kind, w.out, w.kernel, w.stride, w.padding, w.groups, w.rate});
+    }
+  } else {
     return absl::InvalidArgumentError(absl::StrCat("coordinator asks for model kind '", spec.kind,
-                                                   "'; this agent supports: mlp"));
+                                                   "'; this agent supports: mlp, layers"));
   }
-  MlpSpec m;
-  m.input_dim = spec.input_dim;
-  m.hidden = spec.hidden;
-  m.num_classes = spec.num_classes;
-  m.batch_norm = spec.batch_norm;
-  HUDDLE_RETURN_IF_ERROR(ValidateMlpSpec(m));
+  HUDDLE_RETURN_IF_ERROR(ValidateModelSpec(m));
   return m;
 }
 
-wire::ModelSpec MlpSpecToWire(const MlpSpec& spec) {
+wire::ModelSpec ModelSpecToWire(const ModelSpec& spec) {
   wire::ModelSpec w;
-  w.kind = "mlp";
-  w.input_dim = spec.input_dim;
-  w.hidden = spec.hidden;
-  w.num_classes = spec.num_classes;
-  w.batch_norm = spec.batch_norm;
+  // An MLP travels as one, which agents of every release understand.
+  if (std::optional<MlpSpec> mlp = AsMlp(spec)) {
+    w.kind = "mlp";
+    w.input_dim = mlp->input_dim;
+    w.hidden = mlp->hidden;
+    w.num_classes = mlp->num_classes;
+    w.batch_norm = mlp->batch_norm;
+    return w;
+  }
+  w.kind = "layers";
+  w.input_shape = spec.input;
+  for (const LayerSpec& l : spec.layers) {
+    w.layers.push_back({std::string(LayerKindName(l.kind)), l.out, l.kernel, l.stride, l.padding,
+                        l.groups, l.rate});
+  }
   return w;
 }
 

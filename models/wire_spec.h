@@ -3,14 +3,15 @@
 #pragma once
 
 #include "common/status.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "proto/messages.h"
 
 namespace huddle::models {
 
-// InvalidArgument for a model kind other than "mlp" or an invalid spec.
-StatusOr<MlpSpec> MlpSpecFromWire(const wire::ModelSpec& spec);
-wire::ModelSpec MlpSpecToWire(const MlpSpec& spec);
+// InvalidArgument for a model kind other than "mlp" or "layers", an unknown layer kind, or an
+// invalid spec.
+StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec);
+wire::ModelSpec ModelSpecToWire(const ModelSpec& spec);
 TrainOptions TrainOptionsFromWire(const wire::TrainConfig& train);
 
 }  // namespace huddle::models

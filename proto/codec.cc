@@ -40,6 +40,17 @@ void ToProto(const ModelSpec& m, pb::ModelSpec* p) {
   for (int64_t h : m.hidden) p->add_hidden(h);
   p->set_num_classes(m.num_classes);
   p->set_batch_norm(m.batch_norm);
+  for (int64_t d : m.input_shape) p->add_input_shape(d);
+  for (const Layer& l : m.layers) {
+    pb::Layer* q = p->add_layers();
+    q->set_kind(l.kind);
+    q->set_out(l.out);
+    q->set_kernel(l.kernel);
+    q->set_stride(l.stride);
+    q->set_padding(l.padding);
+    q->set_groups(l.groups);
+    q->set_rate(l.rate);
+  }
 }
 
 void ToProto(const TrainConfig& t, pb::TrainConfig* p) {
@@ -117,6 +128,16 @@ StatusOr<ModelSpec> FromProto(const pb::ModelSpec& p, const CodecLimits& limits)
   m.hidden.assign(p.hidden().begin(), p.hidden().end());
   m.num_classes = p.num_classes();
   m.batch_norm = p.batch_norm();
+  if (p.input_shape_size() > 3) return Malformed("welcome.model.input_shape has more than 3 dims");
+  if (p.layers_size() > 256) return Malformed("welcome.model.layers has more than 256 layers");
+  m.input_shape.assign(p.input_shape().begin(), p.input_shape().end());
+  for (const pb::Layer& q : p.layers()) {
+    HUDDLE_RETURN_IF_ERROR(
+        CheckString(q.kind(), limits.max_string_bytes, "welcome.model.layers.kind"));
+    HUDDLE_RETURN_IF_ERROR(CheckFinite(q.rate(), "welcome.model.layers.rate"));
+    m.layers.push_back(
+        {q.kind(), q.out(), q.kernel(), q.stride(), q.padding(), q.groups(), q.rate()});
+  }
   return m;
 }
 

@@ -48,12 +48,23 @@ std::vector<TensorPayload> ShareAll(std::shared_ptr<const TensorList> list);
 // Copies payloads into owned tensors (e.g. to keep a received model).
 TensorList ToTensors(const std::vector<TensorPayload>& payloads);
 
+// kind "mlp": input_dim, hidden, num_classes, batch_norm; kind "layers": input_shape, layers.
+struct Layer {
+  std::string kind;
+  int64_t out = 0, kernel = 0, stride = 0, padding = 0, groups = 0;
+  double rate = 0;
+  bool operator==(const Layer&) const = default;
+};
+
 struct ModelSpec {
   std::string kind = "mlp";
   int64_t input_dim = 0;
   std::vector<int64_t> hidden;
   int64_t num_classes = 0;
   bool batch_norm = false;
+  std::vector<int64_t> input_shape;
+  std::vector<Layer> layers;
+  bool operator==(const ModelSpec&) const = default;
 };
 
 // Example-level DP-SGD inside the client (models/dp_sgd.h): Poisson batches of expected size

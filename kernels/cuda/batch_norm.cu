@@ -10,8 +10,15 @@
 //   - element-wise steps (forward, input gradient): 2-D blocks of 32 features x 8 rows, so a warp
 //     touches 32 consecutive floats of one row and a thread loads its feature's parameters (and
 //     computes its gradient factors) once for several rows.
+// With spatial > 1 (BatchNorm2d) the values of a feature are planes of `spatial` contiguous floats:
+//   - sums (PlaneSumsKernel, PlaneBackwardSumsKernel): one block per feature; its warps sum rows'
+//     planes in kernels/lane_sums.h's order (coalesced) and thread 0 adds the plane totals in row
+//     order, the CPU's order (kernels/cuda/planes.cuh);
+//   - element-wise steps: PlaneTile blocks, threads along a plane, a thread's feature parameters
+//     (and gradient factors) loaded once per plane.
 #include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/planes.cuh"
 
 namespace huddle::kernels::cuda {
 namespace {
@@ -59,6 +66,52 @@ __global__ void BackwardSumsKernel(const float* __restrict__ dy, const float* __
     }
     sums[f] = sum_dy;
     sums[features + f] = sum_dy_xhat;
+  }
+}
+
+// One block of kPlaneThreads per feature (spatial > 1): Σ over rows, in order, of the plane sums.
+__global__ void PlaneSumsKernel(const float* __restrict__ x, int64_t batch, int64_t features,
+                                int64_t spatial, double* __restrict__ sums) {
+  for (int64_t f = blockIdx.x; f < features; f += gridDim.x) {
+    lane_sums::Pair total;  // thread 0's
+    BlockOrderedPlaneSums(
+        batch, spatial,
+        [&](int64_t r, int64_t s, double* a, double* b) {
+          bm::AccumulateSums(x[(r * features + f) * spatial + s], a, b);
+        },
+        [&](int64_t, lane_sums::Pair p) {
+          total.a = hd::Add(total.a, p.a);
+          total.b = hd::Add(total.b, p.b);
+        });
+    if (threadIdx.x == 0) {
+      sums[f] = total.a;
+      sums[features + f] = total.b;
+    }
+  }
+}
+
+__global__ void PlaneBackwardSumsKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                        const float* __restrict__ mean,
+                                        const float* __restrict__ invstd, int64_t batch,
+                                        int64_t features, int64_t spatial,
+                                        double* __restrict__ sums) {
+  for (int64_t f = blockIdx.x; f < features; f += gridDim.x) {
+    const float m = mean[f], k = invstd[f];
+    lane_sums::Pair total;  // thread 0's
+    BlockOrderedPlaneSums(
+        batch, spatial,
+        [&](int64_t r, int64_t s, double* a, double* b) {
+          const int64_t i = (r * features + f) * spatial + s;
+          bm::AccumulateBackwardSums(dy[i], x[i], m, k, a, b);
+        },
+        [&](int64_t, lane_sums::Pair p) {
+          total.a = hd::Add(total.a, p.a);
+          total.b = hd::Add(total.b, p.b);
+        });
+    if (threadIdx.x == 0) {
+      sums[f] = total.a;
+      sums[features + f] = total.b;
+    }
   }
 }
 
@@ -134,6 +187,42 @@ __global__ void BackwardInputKernel(const float* dy, const float* x, const float
   }
 }
 
+// PlaneTile versions of the element-wise kernels (spatial > 1): plane p = r * features + f.
+__global__ void PlaneForwardKernel(const float* x, int64_t planes, int64_t features,
+                                   int64_t spatial, const float* __restrict__ mean,
+                                   const float* __restrict__ invstd,
+                                   const float* __restrict__ gamma, const float* __restrict__ beta,
+                                   float* y) {
+  for (int64_t p = TilePlane(); p < planes; p += TilePlaneStride()) {
+    const int64_t f = p % features;
+    const float m = mean[f], k = invstd[f], g = gamma[f], b = beta[f];
+    for (int64_t s = TileValue(); s < spatial; s += TileValueStride()) {
+      const int64_t i = p * spatial + s;
+      y[i] = bm::ForwardValue(x[i], m, k, g, b);
+    }
+  }
+}
+
+__global__ void PlaneBackwardInputKernel(const float* dy, const float* x,
+                                         const float* __restrict__ mean,
+                                         const float* __restrict__ invstd,
+                                         const float* __restrict__ gamma,
+                                         const double* __restrict__ sums, int64_t count,
+                                         int64_t planes, int64_t features, int64_t spatial,
+                                         float* dx) {
+  const auto n = static_cast<double>(count);
+  for (int64_t p = TilePlane(); p < planes; p += TilePlaneStride()) {
+    const int64_t f = p % features;
+    const float m = mean[f], k = invstd[f];
+    const bm::InputGradientFactors factors =
+        bm::GradientFactors(gamma[f], k, sums[f], sums[features + f], n);
+    for (int64_t s = TileValue(); s < spatial; s += TileValueStride()) {
+      const int64_t i = p * spatial + s;
+      dx[i] = bm::InputGradient(dy[i], x[i], m, k, factors);
+    }
+  }
+}
+
 dim3 ElementwiseGrid(int64_t batch, int64_t features) {
   return dim3(BlocksFor(features, kTileFeatures), BlocksFor(batch, kTileRows * kRowsPerThread));
 }
@@ -141,7 +230,12 @@ dim3 ElementwiseGrid(int64_t batch, int64_t features) {
 }  // namespace
 
 void LaunchBatchNormSums(cudaStream_t stream, const float* x, int64_t batch, int64_t features,
-                         double* sums) {
+                         int64_t spatial, double* sums) {
+  if (spatial > 1) {
+    PlaneSumsKernel<<<BlocksFor(features, 1), kPlaneThreads, 0, stream>>>(x, batch, features,
+                                                                          spatial, sums);
+    return;
+  }
   SumsKernel<<<BlocksFor(features, kColumnThreads), kColumnThreads, 0, stream>>>(x, batch, features,
                                                                                  sums);
 }
@@ -165,16 +259,27 @@ void LaunchBatchNormInvStd(cudaStream_t stream, const float* var, int64_t featur
 }
 
 void LaunchBatchNormForward(cudaStream_t stream, const float* x, int64_t batch, int64_t features,
-                            const float* mean, const float* invstd, const float* gamma,
-                            const float* beta, float* y) {
+                            int64_t spatial, const float* mean, const float* invstd,
+                            const float* gamma, const float* beta, float* y) {
   if (batch == 0) return;
+  if (spatial > 1) {
+    const PlaneTile t = PlaneTileFor(batch * features, spatial);
+    PlaneForwardKernel<<<t.grid, t.block, 0, stream>>>(x, batch * features, features, spatial, mean,
+                                                       invstd, gamma, beta, y);
+    return;
+  }
   ForwardKernel<<<ElementwiseGrid(batch, features), dim3(kTileFeatures, kTileRows), 0, stream>>>(
       x, batch, features, mean, invstd, gamma, beta, y);
 }
 
 void LaunchBatchNormBackwardSums(cudaStream_t stream, const float* dy, const float* x,
                                  const float* mean, const float* invstd, int64_t batch,
-                                 int64_t features, double* sums) {
+                                 int64_t features, int64_t spatial, double* sums) {
+  if (spatial > 1) {
+    PlaneBackwardSumsKernel<<<BlocksFor(features, 1), kPlaneThreads, 0, stream>>>(
+        dy, x, mean, invstd, batch, features, spatial, sums);
+    return;
+  }
   BackwardSumsKernel<<<BlocksFor(features, kColumnThreads), kColumnThreads, 0, stream>>>(
       dy, x, mean, invstd, batch, features, sums);
 }
@@ -187,8 +292,14 @@ void LaunchBatchNormParamGrads(cudaStream_t stream, const double* sums, int64_t 
 void LaunchBatchNormBackwardInput(cudaStream_t stream, const float* dy, const float* x,
                                   const float* mean, const float* invstd, const float* gamma,
                                   const double* sums, int64_t count, int64_t batch,
-                                  int64_t features, float* dx) {
+                                  int64_t features, int64_t spatial, float* dx) {
   if (batch == 0) return;
+  if (spatial > 1) {
+    const PlaneTile t = PlaneTileFor(batch * features, spatial);
+    PlaneBackwardInputKernel<<<t.grid, t.block, 0, stream>>>(
+        dy, x, mean, invstd, gamma, sums, count, batch * features, features, spatial, dx);
+    return;
+  }
   BackwardInputKernel<<<ElementwiseGrid(batch, features), dim3(kTileFeatures, kTileRows), 0,
                         stream>>>(dy, x, mean, invstd, gamma, sums, count, batch, features, dx);
 }

@@ -14,7 +14,7 @@
 namespace huddle::kernels::cuda {
 
 void LaunchBatchNormSums(cudaStream_t stream, const float* x, int64_t batch, int64_t features,
-                         double* sums);
+                         int64_t spatial, double* sums);
 void LaunchBatchNormMoments(cudaStream_t stream, const double* sums, int64_t count,
                             int64_t features, double eps, float* mean, float* invstd);
 void LaunchBatchNormUpdateRunning(cudaStream_t stream, const double* sums, int64_t count,
@@ -23,16 +23,16 @@ void LaunchBatchNormUpdateRunning(cudaStream_t stream, const double* sums, int64
 void LaunchBatchNormInvStd(cudaStream_t stream, const float* var, int64_t features, double eps,
                            float* invstd);
 void LaunchBatchNormForward(cudaStream_t stream, const float* x, int64_t batch, int64_t features,
-                            const float* mean, const float* invstd, const float* gamma,
-                            const float* beta, float* y);
+                            int64_t spatial, const float* mean, const float* invstd,
+                            const float* gamma, const float* beta, float* y);
 void LaunchBatchNormBackwardSums(cudaStream_t stream, const float* dy, const float* x,
                                  const float* mean, const float* invstd, int64_t batch,
-                                 int64_t features, double* sums);
+                                 int64_t features, int64_t spatial, double* sums);
 void LaunchBatchNormParamGrads(cudaStream_t stream, const double* sums, int64_t features,
                                float* dgamma, float* dbeta);
 void LaunchBatchNormBackwardInput(cudaStream_t stream, const float* dy, const float* x,
                                   const float* mean, const float* invstd, const float* gamma,
                                   const double* sums, int64_t count, int64_t batch,
-                                  int64_t features, float* dx);
+                                  int64_t features, int64_t spatial, float* dx);
 
 }  // namespace huddle::kernels::cuda

@@ -197,9 +197,10 @@ class CudaBackend final : public Backend {
     LaunchGatherRows(stream_, features, labels, cols, rows, count, x, y);
     Launched("GatherRows");
   }
-  void BatchNormSums(const float* x, int64_t batch, int64_t features, double* sums) override {
+  void BatchNormSums(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                     double* sums) override {
     Bind();
-    LaunchBatchNormSums(stream_, x, batch, features, sums);
+    LaunchBatchNormSums(stream_, x, batch, features, spatial, sums);
     Launched("BatchNormSums");
   }
   void BatchNormMoments(const double* sums, int64_t count, int64_t features, double eps,
@@ -220,18 +221,18 @@ class CudaBackend final : public Backend {
     LaunchBatchNormInvStd(stream_, var, features, eps, invstd);
     Launched("BatchNormInvStd");
   }
-  void BatchNormForward(const float* x, int64_t batch, int64_t features, const float* mean,
-                        const float* invstd, const float* gamma, const float* beta,
-                        float* y) override {
+  void BatchNormForward(const float* x, int64_t batch, int64_t features, int64_t spatial,
+                        const float* mean, const float* invstd, const float* gamma,
+                        const float* beta, float* y) override {
     Bind();
-    LaunchBatchNormForward(stream_, x, batch, features, mean, invstd, gamma, beta, y);
+    LaunchBatchNormForward(stream_, x, batch, features, spatial, mean, invstd, gamma, beta, y);
     Launched("BatchNormForward");
   }
   void BatchNormBackwardSums(const float* dy, const float* x, const float* mean,
-                             const float* invstd, int64_t batch, int64_t features,
+                             const float* invstd, int64_t batch, int64_t features, int64_t spatial,
                              double* sums) override {
     Bind();
-    LaunchBatchNormBackwardSums(stream_, dy, x, mean, invstd, batch, features, sums);
+    LaunchBatchNormBackwardSums(stream_, dy, x, mean, invstd, batch, features, spatial, sums);
     Launched("BatchNormBackwardSums");
   }
   void BatchNormParamGrads(const double* sums, int64_t features, float* dgamma,
@@ -242,12 +243,100 @@ class CudaBackend final : public Backend {
   }
   void BatchNormBackwardInput(const float* dy, const float* x, const float* mean,
                               const float* invstd, const float* gamma, const double* sums,
-                              int64_t count, int64_t batch, int64_t features, float* dx) override {
+                              int64_t count, int64_t batch, int64_t features, int64_t spatial,
+                              float* dx) override {
     Bind();
     LaunchBatchNormBackwardInput(stream_, dy, x, mean, invstd, gamma, sums, count, batch, features,
-                                 dx);
+                                 spatial, dx);
     Launched("BatchNormBackwardInput");
   }
+  // ---- Convolution and pooling (kernels/conv.h, kernels/pool.h; kernels/cuda/conv.cu, pool.cu) --
+  void Conv2dForward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                     float* y, float* scratch) override {
+    Bind();
+    Blas(LaunchConv2dForward(stream_, blas_, s, x, w, bias, y, scratch), "conv2d forward");
+    Launched("Conv2dForward");
+  }
+  void Conv2dBackward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                      float* dw, float* dbias, float* dx, float* scratch) override {
+    Bind();
+    Blas(LaunchConv2dBackward(stream_, blas_, s, x, w, dy, dw, dbias, dx, scratch),
+         "conv2d backward");
+    Launched("Conv2dBackward");
+  }
+  void AddConv2dSquaredNorms(const Conv2dShape& s, const float* x, const float* dy,
+                             double* squared_norms, float* scratch) override {
+    Bind();
+    Blas(LaunchAddConv2dSquaredNorms(stream_, blas_, s, x, dy, squared_norms, scratch),
+         "conv2d per-example norms");
+    Launched("AddConv2dSquaredNorms");
+  }
+  void MaxPool2dForward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) override {
+    Bind();
+    LaunchMaxPool2dForward(stream_, s, x, y, argmax);
+    Launched("MaxPool2dForward");
+  }
+  void MaxPool2dBackward(const Pool2dShape& s, const float* dy, const int32_t* argmax,
+                         float* dx) override {
+    Bind();
+    LaunchMaxPool2dBackward(stream_, s, dy, argmax, dx);
+    Launched("MaxPool2dBackward");
+  }
+  void AvgPool2dForward(const Pool2dShape& s, const float* x, float* y) override {
+    Bind();
+    LaunchAvgPool2dForward(stream_, s, x, y);
+    Launched("AvgPool2dForward");
+  }
+  void AvgPool2dBackward(const Pool2dShape& s, const float* dy, float* dx) override {
+    Bind();
+    LaunchAvgPool2dBackward(stream_, s, dy, dx);
+    Launched("AvgPool2dBackward");
+  }
+  // ---- end convolution and pooling ----
+  // ---- Normalisation, activations, dropout (kernels/group_norm.h, activation.h, dropout.h;
+  // kernels/cuda/group_norm.cu, activation.cu) ----
+  void GroupNormForward(const GroupNormShape& s, const float* x, const float* gamma,
+                        const float* beta, double eps, float* y, float* mean,
+                        float* invstd) override {
+    Bind();
+    LaunchGroupNormForward(stream_, s, x, gamma, beta, eps, y, mean, invstd);
+    Launched("GroupNormForward");
+  }
+  void GroupNormBackward(const GroupNormShape& s, const float* x, const float* dy,
+                         const float* gamma, const float* mean, const float* invstd, float* dgamma,
+                         float* dbeta, float* dx) override {
+    Bind();
+    LaunchGroupNormBackward(stream_, s, x, dy, gamma, mean, invstd, dgamma, dbeta, dx);
+    Launched("GroupNormBackward");
+  }
+  void AddGroupNormSquaredNorms(const GroupNormShape& s, const float* x, const float* dy,
+                                const float* mean, const float* invstd,
+                                double* squared_norms) override {
+    Bind();
+    LaunchAddGroupNormSquaredNorms(stream_, s, x, dy, mean, invstd, squared_norms);
+    Launched("AddGroupNormSquaredNorms");
+  }
+  void TanhForward(float* y, int64_t n) override {
+    Bind();
+    LaunchTanhForward(stream_, y, n);
+    Launched("TanhForward");
+  }
+  void TanhBackward(const float* y, float* dy, int64_t n) override {
+    Bind();
+    LaunchTanhBackward(stream_, y, dy, n);
+    Launched("TanhBackward");
+  }
+  void DropoutForward(float* x, int64_t n, float p, uint64_t seed, uint64_t offset) override {
+    Bind();
+    LaunchDropout(stream_, x, n, p, seed, offset);
+    Launched("DropoutForward");
+  }
+  void DropoutBackward(float* dy, int64_t n, float p, uint64_t seed, uint64_t offset) override {
+    Bind();
+    LaunchDropout(stream_, dy, n, p, seed, offset);
+    Launched("DropoutBackward");
+  }
+  // ---- end normalisation, activations, dropout ----
   void AddGhostSquaredNorms(const float* a, int64_t in, const float* d, int64_t out, int64_t batch,
                             double* squared_norms) override {
     Bind();

@@ -1,4 +1,4 @@
-// Internal to models/: the training loops of TrainMlp and TrainMlpDpSgd, run on a workspace the
+// Internal to models/: the training loops of TrainModel and TrainDpSgd, run on a workspace the
 // caller prepared, so that TrainUpdate (models/update.h) can train and then compute the update
 // without the model leaving the device. Not part of the public API.
 #pragma once
@@ -12,16 +12,16 @@
 
 #include "common/status.h"
 #include "models/dp_sgd.h"
-#include "models/internal/mlp_workspace.h"
-#include "models/mlp.h"
+#include "models/internal/net_workspace.h"
+#include "models/model.h"
 #include "privacy/noise.h"
 
 namespace huddle::models::internal {
 
-// TrainMlp's epochs over the n loaded rows, on ws (parameters uploaded, data loaded, options and
+// TrainModel's epochs over the n loaded rows, on ws (parameters uploaded, data loaded, options and
 // data checked). Fills stats except seconds. On divergence: FailedPrecondition, and ws holds the
 // diverged parameters; a device fault is returned as the backend reports it.
-Status RunSgdEpochs(MlpWorkspace& ws, const TrainOptions& options, int64_t n, uint64_t seed,
+Status RunSgdEpochs(NetWorkspace& ws, const TrainOptions& options, int64_t n, uint64_t seed,
                     TrainStats* stats);
 
 // DP-SGD's chunks: example i of an n-row view belongs to chunk floor(i * K / n), K =
@@ -29,7 +29,7 @@ Status RunSgdEpochs(MlpWorkspace& ws, const TrainOptions& options, int64_t n, ui
 // [ceil(j n / K), ceil((j + 1) n / K)) (see models/dp_sgd.h).
 inline constexpr int64_t kDpSgdChunkRows = 256;
 
-// TrainMlpDpSgd's checks and its plan for a view of n rows.
+// TrainDpSgd's checks and its plan for a view of n rows.
 struct DpSgdPlan {
   int64_t steps = 0;       // round(epochs * n / expected_batch_size), >= 1
   int64_t n = 0;           // rows of the view
@@ -46,7 +46,7 @@ struct DpSgdPlan {
     return static_cast<int64_t>((static_cast<__int128>(j) * n + chunks - 1) / chunks);
   }
 };
-StatusOr<DpSgdPlan> PlanDpSgd(const MlpSpec& spec, const TrainOptions& options,
+StatusOr<DpSgdPlan> PlanDpSgd(const ModelSpec& spec, const TrainOptions& options,
                               const DpSgdOptions& dp, int64_t n);
 
 // The key of a DP-SGD run's Poisson sampling stream: the first 32 bytes drawn from `noise`
@@ -70,7 +70,7 @@ class DpSgdStepper {
  public:
   // plan and dp from PlanDpSgd; `noise` supplies the discrete Gaussian noise: required when
   // plan.add_noise and rank == 0, ignored (may be null) otherwise. Reserves plan.capacity rows.
-  static StatusOr<std::unique_ptr<DpSgdStepper>> Create(MlpWorkspace& ws, const DpSgdPlan& plan,
+  static StatusOr<std::unique_ptr<DpSgdStepper>> Create(NetWorkspace& ws, const DpSgdPlan& plan,
                                                         const TrainOptions& options,
                                                         const DpSgdOptions& dp,
                                                         privacy::NoiseSource* noise, int rank = 0,
@@ -97,11 +97,11 @@ class DpSgdStepper {
   StatusOr<int64_t> Gradient(const std::vector<int64_t>& sample, int64_t step);
 
  private:
-  DpSgdStepper(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
+  DpSgdStepper(NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
                const DpSgdOptions& dp, privacy::NoiseSource* noise, int rank, int world);
   Status Reserve(int64_t rows);
 
-  MlpWorkspace* ws_;
+  NetWorkspace* ws_;
   DpSgdPlan plan_;
   privacy::NoiseSource* noise_;  // null where this rank adds no noise
   std::optional<privacy::DiscreteGaussian> gaussian_;
@@ -119,12 +119,12 @@ class DpSgdStepper {
   std::vector<int64_t> mine_;                // this rank's rows of the sample
 };
 
-// TrainMlpDpSgd's steps on ws (created with plan.capacity rows; parameters uploaded, data loaded):
+// TrainDpSgd's steps on ws (created with plan.capacity rows; parameters uploaded, data loaded):
 // the sampling key from `noise` (DrawSamplingKey), then per step the Poisson sample and
 // DpSgdStepper::Step with world 1. Fills stats except train.seconds. Divergence and faults as for
 // RunSgdEpochs; the final parameters are NOT checked for finiteness (the caller does, on the host
 // or on the device).
-Status RunDpSgdSteps(MlpWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
+Status RunDpSgdSteps(NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
                      const DpSgdOptions& dp, int64_t n, privacy::NoiseSource& noise,
                      DpSgdStats* stats);
 

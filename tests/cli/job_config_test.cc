@@ -2,12 +2,15 @@
 // errors that name the key, the value and what is allowed.
 #include "cli/job_config.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 namespace huddle::cli {
+using ::testing::HasSubstr;
+
 namespace {
 
 std::string Write(const std::string& name, const std::string& text) {
@@ -91,7 +94,7 @@ TEST(JobConfigTest, QuickstartMapsOntoTheOptions) {
   ASSERT_TRUE(job.ok()) << job.status();
   const coordinator::CoordinatorOptions& o = job->coordinator;
   EXPECT_EQ(o.rounds, 20);
-  EXPECT_EQ(o.model.hidden, std::vector<int64_t>{128});
+  EXPECT_EQ(o.model, models::ModelSpec(models::MlpSpec{}));
   EXPECT_DOUBLE_EQ(o.train.learning_rate, 0.02);
   EXPECT_DOUBLE_EQ(o.train.momentum, 0.9);
   EXPECT_EQ(o.cohort.size, 10);
@@ -297,10 +300,10 @@ TEST(JobConfigTest, TheClientsPrivacyPolicyIsReadAndChecked) {
 TEST(JobConfigTest, BatchNormIsReadAndRefusedWithDpSgd) {
   auto job = LoadJobConfig(Write("bn", "model: {hidden: [16], batch_norm: true}"));
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_TRUE(job->coordinator.model.batch_norm);
+  EXPECT_TRUE(job->coordinator.model.has_batch_norm());
   auto dc = LoadDatacenterConfig(Write("bn_dc", "model: {batch_norm: true}"));
   ASSERT_TRUE(dc.ok()) << dc.status();
-  EXPECT_TRUE(dc->model.batch_norm);
+  EXPECT_TRUE(dc->model.has_batch_norm());
   const std::string refused =
       ErrorOf("model: {batch_norm: true}\ntrain: {dp_sgd: {noise_multiplier: 1}}");
   EXPECT_NE(refused.find("train.dp_sgd"), std::string::npos) << refused;
@@ -310,6 +313,58 @@ TEST(JobConfigTest, BatchNormIsReadAndRefusedWithDpSgd) {
   ASSERT_FALSE(dc_dp.ok());
   EXPECT_NE(dc_dp.status().message().find("batch_norm"), std::string::npos) << dc_dp.status();
   EXPECT_NE(ErrorOf("model: {batch_norm: yes please}").find("model.batch_norm"), std::string::npos);
+}
+
+TEST(JobConfigTest, ALayerListIsReadAndItsMistakesNamed) {
+  auto job = LoadJobConfig(Write("layers",
+                                 "model:\n"
+                                 "  input: [1, 28, 28]\n"
+                                 "  layers:\n"
+                                 "    - conv2d: {out: 8, kernel: 5, padding: 2, stride: 1}\n"
+                                 "    - group_norm: {groups: 4}\n"
+                                 "    - tanh: {}\n"
+                                 "    - avg_pool2d: {kernel: 2}\n"
+                                 "    - dropout: {rate: 0.25}\n"
+                                 "    - flatten:\n"
+                                 "    - dense: {out: 10}\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const models::ModelSpec& m = job->coordinator.model;
+  EXPECT_EQ(m.input, (std::vector<int64_t>{1, 28, 28}));
+  ASSERT_EQ(m.layers.size(), 7u);
+  EXPECT_EQ(
+      m.layers[0],
+      (models::LayerSpec{
+          .kind = models::LayerKind::kConv2d, .out = 8, .kernel = 5, .stride = 1, .padding = 2}));
+  EXPECT_EQ(m.layers[1].groups, 4);
+  EXPECT_EQ(m.layers[4].rate, 0.25);
+  EXPECT_EQ(m.num_classes(), 10);
+  auto dc = LoadDatacenterConfig(
+      Write("layers_dc", "model: {input: [4], layers: [{dense: {out: 3}}]}\n"));
+  ASSERT_TRUE(dc.ok()) << dc.status();
+  EXPECT_EQ(dc->model.num_classes(), 3);
+
+  EXPECT_THAT(ErrorOf("model: {input: [1, 28, 28], layers: [{conv2d: {out: 8, kernel: 5}}, "
+                      "{dense: {out: 10}}]}"),
+              HasSubstr("model.layers: model layer 1 (dense) needs a flat input; it gets "
+                        "[8,24,24]: add a flatten layer"));
+  EXPECT_THAT(ErrorOf("model: {input: [4], layers: [{densse: {out: 3}}]}"),
+              HasSubstr("model.layers[0].densse: unknown layer kind 'densse'"));
+  EXPECT_THAT(ErrorOf("model: {input: [4], layers: [{dense: {}}]}"),
+              HasSubstr("model.layers[0].dense.out is required"));
+  EXPECT_THAT(ErrorOf("model: {input: [4], layers: [{dense: {out: 3, kernel: 2}}]}"),
+              HasSubstr("kernel"));
+  EXPECT_THAT(ErrorOf("model: {input: [4], layers: [{relu: {}, dense: {out: 3}}]}"),
+              HasSubstr("model.layers[0] must be a mapping with one key"));
+  EXPECT_THAT(ErrorOf("model: {layers: [{dense: {out: 3}}]}"),
+              HasSubstr("model.input is required with layers"));
+  EXPECT_THAT(ErrorOf("model: {input: [4], hidden: [3], layers: [{dense: {out: 3}}]}"),
+              HasSubstr("model.hidden is for kind: mlp"));
+  EXPECT_THAT(ErrorOf("model: {kind: mlp, layers: [{dense: {out: 3}}]}"),
+              HasSubstr("model.layers is for kind: layers"));
+  // DP-SGD refuses batch norm in a layer list too, naming the alternative.
+  EXPECT_THAT(ErrorOf("model: {input: [4], layers: [{dense: {out: 8}}, {batch_norm: {}}, "
+                      "{dense: {out: 3}}]}\ntrain: {dp_sgd: {noise_multiplier: 1}}"),
+              HasSubstr("group_norm"));
 }
 
 TEST(JobConfigTest, SiloNprocIsReadAndCheckedInBothFiles) {

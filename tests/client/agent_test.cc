@@ -31,7 +31,7 @@ class AgentTest : public ::testing::Test {
   }
 
   wire::Message Welcome() {
-    return wire::MakeMessage(wire::Welcome{"job", models::MlpSpecToWire(spec_), 500});
+    return wire::MakeMessage(wire::Welcome{"job", models::ModelSpecToWire(spec_), 500});
   }
 
   wire::Message Fit(uint64_t round, const TensorList& global) {
@@ -60,7 +60,7 @@ TEST_F(AgentTest, JoinsTrainsAsksForASlotAndUploadsTheDelta) {
   EXPECT_EQ(std::get<wire::Join>(join.body).num_examples, 64u);
 
   ASSERT_TRUE(agent.Handle(Welcome()).ok());
-  const TensorList global = models::InitMlp(spec_, 5);
+  const TensorList global = models::InitModel(spec_, 5);
   auto replies = agent.Handle(Fit(3, global));
   ASSERT_TRUE(replies.ok()) << replies.status();
   ASSERT_EQ(replies->size(), 1u);
@@ -78,13 +78,13 @@ TEST_F(AgentTest, JoinsTrainsAsksForASlotAndUploadsTheDelta) {
   EXPECT_EQ(fit.model_version, 2u);
   ASSERT_EQ(result.tensors.size(), global.size());
 
-  // delta = local - global, where local is what TrainMlp makes of the same inputs.
+  // delta = local - global, where local is what TrainModel makes of the same inputs.
   TensorList local = global;
   models::TrainOptions train;
   train.batch_size = 8;
   train.learning_rate = 0.1;
   ASSERT_TRUE(
-      models::TrainMlp(spec_, train, view_, DeriveSeed(99, StableHash("edge-1")), &local).ok());
+      models::TrainModel(spec_, train, view_, DeriveSeed(99, StableHash("edge-1")), &local).ok());
   for (size_t t = 0; t < global.size(); ++t) {
     auto delta = result.tensors[t].floats();
     ASSERT_EQ(delta.size(), global[t].data.size());
@@ -121,7 +121,7 @@ TEST_F(AgentTest, AGlobalModelOfTheWrongShapeIsRefused) {
   ASSERT_TRUE(agent.Handle(Welcome()).ok());
   models::MlpSpec other = spec_;
   other.hidden = {5};
-  auto replies = agent.Handle(Fit(1, models::InitMlp(other, 1)));
+  auto replies = agent.Handle(Fit(1, models::InitModel(other, 1)));
   ASSERT_FALSE(replies.ok());
   EXPECT_NE(replies.status().message().find("does not match"), absl::string_view::npos)
       << replies.status();
@@ -132,7 +132,7 @@ TEST_F(AgentTest, AJobForOtherFeaturesIsRefusedAtWelcome) {
   models::MlpSpec other = spec_;
   other.input_dim = 784;
   auto replies =
-      agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::MlpSpecToWire(other), 500}));
+      agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::ModelSpecToWire(other), 500}));
   ASSERT_FALSE(replies.ok());
   EXPECT_NE(replies.status().message().find("784 input features"), absl::string_view::npos)
       << replies.status();
@@ -141,7 +141,7 @@ TEST_F(AgentTest, AJobForOtherFeaturesIsRefusedAtWelcome) {
 TEST_F(AgentTest, FailedTrainingIsReportedSoTheRoundNeedNotWaitAndTheAgentStays) {
   ClientAgent agent("edge-1", &view_);
   ASSERT_TRUE(agent.Handle(Welcome()).ok());
-  wire::Message fit = Fit(1, models::InitMlp(spec_, 1));
+  wire::Message fit = Fit(1, models::InitModel(spec_, 1));
   std::get<wire::FitInstruction>(fit.body).train.batch_size = 0;
   auto replies = agent.Handle(fit);
   ASSERT_TRUE(replies.ok());
@@ -156,7 +156,7 @@ TEST_F(AgentTest, FailedTrainingIsReportedSoTheRoundNeedNotWaitAndTheAgentStays)
 
 TEST_F(AgentTest, FitBeforeWelcomeRejoins) {
   ClientAgent agent("edge-1", &view_);
-  auto replies = agent.Handle(Fit(1, models::InitMlp(spec_, 1)));
+  auto replies = agent.Handle(Fit(1, models::InitModel(spec_, 1)));
   ASSERT_TRUE(replies.ok());
   ASSERT_EQ(replies->size(), 1u);
   EXPECT_EQ((*replies)[0].type(), wire::MessageType::kJoin);

@@ -23,7 +23,7 @@ class PrivacyGuardTest : public ::testing::Test {
     spec_.input_dim = 6;
     spec_.hidden = {4};
     spec_.num_classes = 3;
-    global_ = models::InitMlp(spec_, 5);
+    global_ = models::InitModel(spec_, 5);
     dir_ =
         std::filesystem::path(::testing::TempDir()) /
         ("guard_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
@@ -52,7 +52,7 @@ class PrivacyGuardTest : public ::testing::Test {
     agent.set_privacy_guard(*std::move(guard));
     agent.set_noise_source(privacy::NoiseSource::SeededForTesting(17));
     EXPECT_TRUE(
-        agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::MlpSpecToWire(spec_), 500}))
+        agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::ModelSpecToWire(spec_), 500}))
             .ok());
     return agent;
   }

@@ -60,7 +60,7 @@ class SiloTest : public ::testing::Test {
   // each epoch has 24 rows.
   data::Dataset data_ = models::Blobs(600, kSpec.input_dim, kSpec.num_classes, 3);
   data::DatasetView view_{&data_, {}};
-  TensorList global_ = models::InitMlp(kSpec, 5);
+  TensorList global_ = models::InitModel(kSpec, 5);
 };
 
 TEST_F(SiloTest, TwoAndThreeRanksMakeTheSingleClientsUpdate) {
@@ -105,7 +105,7 @@ TEST_F(SiloTest, TwoAndThreeRanksMakeTheSingleClientsUpdate) {
 // update, running statistics included, is the single client's too.
 TEST_F(SiloTest, BatchNormModelMakesTheSingleClientsUpdate) {
   const models::MlpSpec spec{20, {32, 16}, 4, /*batch_norm=*/true};
-  const TensorList global = models::InitMlp(spec, 5);
+  const TensorList global = models::InitModel(spec, 5);
   const models::UpdateOptions options = RoundOptions(0);
   auto single = models::TrainUpdate(spec, options, view_, global);
   ASSERT_TRUE(single.ok()) << single.status();
@@ -113,7 +113,7 @@ TEST_F(SiloTest, BatchNormModelMakesTheSingleClientsUpdate) {
   ASSERT_TRUE(silo.ok()) << silo.status();
   auto update = (*silo)->TrainUpdate(spec, options, view_, global);
   ASSERT_TRUE(update.ok()) << update.status();
-  ASSERT_EQ(update->delta.size(), models::MlpLayout(spec).size());
+  ASSERT_EQ(update->delta.size(), models::Layout(spec).size());
   const double diff = MaxAbsDiff(update->delta, single->delta);
   std::printf("batch norm, nproc 3: max |delta difference| %.3g\n", diff);
   EXPECT_LT(diff, kDeltaTolerance);
@@ -217,7 +217,7 @@ TEST_F(SiloTest, DpSgdSpendsTheSingleClientsEventAndTheAgentAccountsIt) {
   agent.set_silo(silo->get());
   agent.set_noise_source(privacy::NoiseSource::SeededForTesting(5));
   ASSERT_TRUE(
-      agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::MlpSpecToWire(kSpec), 500}))
+      agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::ModelSpecToWire(kSpec), 500}))
           .ok());
   wire::FitInstruction fit;
   fit.model_version = 0;

@@ -36,9 +36,7 @@ class CoordinatorTest : public ::testing::Test {
     o.job_name = "test";
     o.seed = 7;
     o.rounds = rounds;
-    o.model.input_dim = 6;
-    o.model.hidden = {5};
-    o.model.num_classes = 3;
+    o.model = models::MlpSpec{6, {5}, 3};
     o.cohort.size = cohort;
     o.min_clients = cohort;
     o.quorum = 1;
@@ -63,8 +61,8 @@ class CoordinatorTest : public ::testing::Test {
                     FakeFederation** keep = nullptr, bool authenticated = false,
                     const std::function<void(FakeFederation&)>& before = {}) {
     ManualClock clock;
-    auto fed = std::make_unique<FakeFederation>(std::move(clients), models::MlpLayout(o.model),
-                                                &clock, delivery_seed, authenticated);
+    auto fed = std::make_unique<FakeFederation>(std::move(clients), models::Layout(o.model), &clock,
+                                                delivery_seed, authenticated);
     if (before) before(*fed);
     Coordinator coord(o, fed.get(), &clock, {}, [&](const RoundMetrics& m) {
       if (metrics) metrics->push_back(m);
@@ -105,8 +103,8 @@ TEST_F(CoordinatorTest, RoundsCompleteAndApplyTheWeightedMean) {
   EXPECT_TRUE(metrics[0].updated);
 
   // Expected: init + sum_k n_k d_k / sum_k n_k, in double.
-  TensorList expected = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
-  const ModelLayout layout = models::MlpLayout(o.model);
+  TensorList expected = models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974));
+  const ModelLayout layout = models::Layout(o.model);
   std::vector<SyntheticClient> clients = Clients(4);
   double total = 0;
   for (const auto& c : clients) total += static_cast<double>(c.num_examples);
@@ -273,7 +271,7 @@ TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchangedAndAJobThatTrainedNothing
   std::vector<SyntheticClient> clients = Clients(2);
   clients.push_back({"zombie", Behaviour::kSilent, 100});
   ManualClock clock;
-  FakeFederation fed(clients, models::MlpLayout(o.model), &clock, 6);
+  FakeFederation fed(clients, models::Layout(o.model), &clock, 6);
   std::vector<RoundMetrics> metrics;
   Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
   Status st = coord.Run();
@@ -282,7 +280,7 @@ TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchangedAndAJobThatTrainedNothing
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_FALSE(metrics[0].updated);
   EXPECT_TRUE(
-      BitwiseEqual(coord.model(), models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974))));
+      BitwiseEqual(coord.model(), models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974))));
   // The outputs are written, and say why the job failed.
   auto summary = ReadFile(o.out_dir + "/summary.json");
   ASSERT_TRUE(summary.ok());
@@ -295,7 +293,7 @@ TEST_F(CoordinatorTest, RoundsInARowThatAcceptNothingEndTheJobWithTheReason) {
   std::vector<SyntheticClient> clients = Clients(2);
   for (SyntheticClient& c : clients) c.behaviour = Behaviour::kHugeValue;
   ManualClock clock;
-  FakeFederation fed(clients, models::MlpLayout(o.model), &clock, 6);
+  FakeFederation fed(clients, models::Layout(o.model), &clock, 6);
   std::vector<RoundMetrics> metrics;
   Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
   Status st = coord.Run();
@@ -321,7 +319,7 @@ TEST_F(CoordinatorTest, ALiarAboutItsExampleCountCannotTakeOverTheAverage) {
   EXPECT_EQ(metrics[0].weight_capped, 1);
   EXPECT_EQ(metrics[0].examples, 4 * 100 + 4 * 100) << "the liar weighs 4 x the median claim";
   // Its 0.05 everywhere makes at most half of the mean (uncapped: 99.998% of it).
-  const TensorList init = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
+  const TensorList init = models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974));
   double mean_step = 0;
   int64_t n = 0;
   for (size_t t = 0; t < model.size(); ++t) {
@@ -344,7 +342,7 @@ TEST_F(CoordinatorTest, NormBoundedAggregationClipsAPoisonedRoundAndLocksNoOneOu
   o.rounds = 1;
   std::vector<RoundMetrics> metrics;
   const TensorList after_one = RunJob(o, clients, 4, &metrics);
-  const TensorList init = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
+  const TensorList init = models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974));
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_EQ(metrics[0].clipped, 1);
   for (size_t t = 0; t < init.size(); ++t) {
@@ -436,7 +434,7 @@ TEST_F(CoordinatorTest, AnEarlierJobsOutputsAreNotReplacedWithoutResumeOrForce) 
   ASSERT_TRUE(before.ok());
   {
     ManualClock clock;
-    FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+    FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
     Coordinator coord(o, &fed, &clock);
     Status st = coord.Run();
     EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
@@ -463,7 +461,7 @@ TEST_F(CoordinatorTest, TheSummaryStaysWholeAcrossResumes) {
   };
   {
     ManualClock clock;
-    FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+    FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
     Coordinator coord(o, &fed, &clock, eval);
     ASSERT_TRUE(coord.Run().ok());
   }
@@ -471,7 +469,7 @@ TEST_F(CoordinatorTest, TheSummaryStaysWholeAcrossResumes) {
   more.rounds = 3;
   more.resume = true;
   ManualClock clock;
-  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
   Coordinator coord(more, &fed, &clock, eval);
   ASSERT_TRUE(coord.Run().ok());
   EXPECT_DOUBLE_EQ(*coord.summary().best_test_accuracy, 0.9);
@@ -502,7 +500,7 @@ TEST_F(CoordinatorTest, DamagedOrImpossibleCheckpointsAreRefused) {
   resumed.resume = true;
   {
     ManualClock clock;
-    FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+    FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
     Coordinator coord(resumed, &fed, &clock);
     EXPECT_TRUE(absl::IsDataLoss(coord.Run())) << "a damaged checkpoint stops the resume";
   }
@@ -524,7 +522,7 @@ TEST_F(CoordinatorTest, DamagedOrImpossibleCheckpointsAreRefused) {
 TEST_F(CoordinatorTest, MalformedMessagesAreCountedAndAnswered) {
   CoordinatorOptions o = Options(1, 2);
   ManualClock clock;
-  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
   fed.InjectGarbage("stranger");
   std::vector<RoundMetrics> metrics;
   Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
@@ -540,7 +538,7 @@ TEST_F(CoordinatorTest, KeepsServingClientsWhileItEvaluates) {
   CoordinatorOptions o = Options(1, 2);
   o.eval_every = 1;
   ManualClock clock;
-  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
   int64_t receives_during_eval = -1;
   Evaluator slow_eval = [&](const TensorList&) -> StatusOr<models::EvalStats> {
     const int64_t before = fed.receive_calls();
@@ -560,7 +558,7 @@ TEST_F(CoordinatorTest, KeepsServingClientsWhileItEvaluates) {
 TEST_F(CoordinatorTest, AnotherProtocolVersionIsAnsweredWithVersionMismatch) {
   CoordinatorOptions o = Options(1, 2);
   ManualClock clock;
-  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
   fed.InjectDecodeError("old-agent",
                         absl::FailedPreconditionError("protocol version mismatch: peer speaks "
                                                       "version 0, this build speaks version 1"));
@@ -620,7 +618,7 @@ TEST_F(CoordinatorTest, ResumeRefusesACheckpointOfAnotherJob) {
   other.seed = 8;
   other.resume = true;
   ManualClock clock;
-  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
   Coordinator coord(other, &fed, &clock);
   Status st = coord.Run();
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
@@ -632,7 +630,7 @@ TEST_F(CoordinatorTest, TooFewClientsIsAClearError) {
   o.min_clients = 5;
   o.wait_for_clients_ms = 5000;
   ManualClock clock;
-  FakeFederation fed(Clients(2), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
   Coordinator coord(o, &fed, &clock);
   Status st = coord.Run();
   EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
@@ -677,8 +675,8 @@ class DpCoordinatorTest : public CoordinatorTest {
   // uniform weights.
   TensorList NoiselessStep(const CoordinatorOptions& o, int n, double divisor = 0) {
     if (divisor == 0) divisor = n;
-    TensorList expected = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
-    const ModelLayout layout = models::MlpLayout(o.model);
+    TensorList expected = models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974));
+    const ModelLayout layout = models::Layout(o.model);
     for (int c = 0; c < n; ++c) {
       const TensorList d = testing::HonestDelta(layout, 1, "c" + std::to_string(c));
       for (size_t t = 0; t < layout.size(); ++t) {
@@ -772,7 +770,7 @@ TEST_F(DpCoordinatorTest, LedgerIsWrittenAndTheBudgetStopsTheJob) {
 
   // A fresh start in the same directory would forget the spend: refused.
   ManualClock clock;
-  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
   Coordinator again(o, &fed, &clock);
   Status st = again.Run();
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
@@ -798,7 +796,7 @@ TEST_F(DpCoordinatorTest, ABudgetStopEvaluatesTheReleasedModel) {
     return models::EvalStats{0.7, 0.5, 100};
   };
   ManualClock clock;
-  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
   Coordinator coord(o, &fed, &clock, eval);
   ASSERT_TRUE(coord.Run().ok());
   EXPECT_EQ(coord.summary().rounds_completed, 4u);
@@ -813,7 +811,7 @@ TEST_F(DpCoordinatorTest, ARunThatAcceptedNoUpdateFailsOnlyAfterEveryRoundWasRel
   std::vector<SyntheticClient> clients = Clients(2);
   for (SyntheticClient& c : clients) c.behaviour = Behaviour::kHugeValue;  // refused by the norm
   ManualClock clock;
-  FakeFederation fed(clients, models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(clients, models::Layout(o.model), &clock, 1);
   std::vector<RoundMetrics> metrics;
   Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
   Status st = coord.Run();
@@ -830,7 +828,7 @@ TEST_F(DpCoordinatorTest, CentralModeNeedsPoissonSamplingAndAnOutputDirectory) {
   CoordinatorOptions o = DpOptions(1, 3, 1.0, "dp_fixed");
   o.cohort.sampling = CohortOptions::Sampling::kFixed;
   ManualClock clock;
-  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
   Status st = Coordinator(o, &fed, &clock).Run();
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_NE(st.message().find("poisson"), absl::string_view::npos) << st;
@@ -955,7 +953,7 @@ TEST_F(DpCoordinatorTest, TheDenominatorIsTheConfiguredExpectedCohortNotThePopul
   CoordinatorOptions o = DpOptions(1, 3, 1.0, "denominator_missing");
   o.privacy.expected_cohort_size.reset();
   ManualClock clock;
-  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
   Status st = Coordinator(o, &fed, &clock).Run();
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_NE(st.message().find("expected_cohort_size"), absl::string_view::npos) << st;
@@ -970,7 +968,7 @@ TEST_F(DpCoordinatorTest, ResumeIsRefusedWhenTheLedgerDoesNotCoverTheCheckpoint)
   o.resume = true;
   {
     ManualClock clock;
-    FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+    FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
     Status st = Coordinator(o, &fed, &clock).Run();
     EXPECT_TRUE(absl::IsDataLoss(st)) << st;
     EXPECT_NE(st.message().find("round 1"), absl::string_view::npos) << st;
@@ -991,7 +989,7 @@ TEST_F(DpCoordinatorTest, ResumeIsRefusedWhenTheLedgerDoesNotCoverTheCheckpoint)
     }
   }
   ManualClock clock;
-  FakeFederation fed(Clients(3), models::MlpLayout(o.model), &clock, 1);
+  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
   Status st = Coordinator(o, &fed, &clock).Run();
   EXPECT_TRUE(absl::IsDataLoss(st)) << st;
   EXPECT_NE(st.message().find("round 3"), absl::string_view::npos) << st;

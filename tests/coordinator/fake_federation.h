@@ -14,7 +14,7 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "transport/transport.h"
 
 namespace huddle::testing {

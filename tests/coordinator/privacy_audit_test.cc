@@ -68,9 +68,7 @@ class PrivacyAuditTest : public ::testing::Test {
     o.job_name = "audit";
     o.seed = 3;
     o.rounds = 1;
-    o.model.input_dim = 6;
-    o.model.hidden = {5};
-    o.model.num_classes = 3;
+    o.model = models::MlpSpec{6, {5}, 3};
     o.cohort.sampling = CohortOptions::Sampling::kPoisson;
     o.cohort.rate = 1.0;  // no sampling: the analytic Gaussian accountant is exact
     o.min_clients = kHonest;
@@ -100,7 +98,7 @@ class PrivacyAuditTest : public ::testing::Test {
     for (int i = 0; i < kHonest; ++i) clients.push_back({"h" + std::to_string(i)});
     if (canary) clients.push_back({"canary", Behaviour::kCanary});
     ManualClock clock;
-    FakeFederation fed(clients, models::MlpLayout(o.model), &clock, 1);
+    FakeFederation fed(clients, models::Layout(o.model), &clock, 1);
     std::optional<double> epsilon;
     Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) {
       if (m.privacy) epsilon = m.privacy->epsilon;
@@ -109,11 +107,11 @@ class PrivacyAuditTest : public ::testing::Test {
     std::filesystem::remove_all(dir);
     if (epsilon_stated != nullptr && epsilon) *epsilon_stated = *epsilon;
     // The attacker knows the initial model and every honest update.
-    const TensorList init = models::InitMlp(o.model, DeriveSeed(o.seed, 0x696e6974));
+    const TensorList init = models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974));
     double honest = 0;
     for (int i = 0; i < kHonest; ++i) {
       honest +=
-          testing::HonestDelta(models::MlpLayout(o.model), 1, "h" + std::to_string(i))[0].data[0];
+          testing::HonestDelta(models::Layout(o.model), 1, "h" + std::to_string(i))[0].data[0];
     }
     const double mean_noise_std = z_noise * 1.0 / (kHonest + 1);
     const double released = coord.model()[0].data[0];

@@ -61,7 +61,7 @@ std::vector<RankResult> TrainModel(const models::MlpSpec& spec, int world,
         results[r].status = collective.status();
         return;
       }
-      results[r].params = models::InitMlp(spec, 100 + r);
+      results[r].params = models::InitModel(spec, 100 + r);
       const data::Dataset* mine = data_of ? data_of(r) : &data;
       auto stats = TrainDataParallel(**collective, spec, options(r), data::DatasetView{mine, {}},
                                      &results[r].params);
@@ -154,7 +154,7 @@ TEST(DataParallel, ReplicasAreBitwiseIdenticalAndMatchOneRankWithTheGlobalBatch)
     }
     auto one = Train(1, data, [&](int) { return BaseOptions(16 * world); });
     ASSERT_TRUE(one[0].status.ok()) << one[0].status;
-    EXPECT_FALSE(SameBits(one[0].params, models::InitMlp(kSpec, 100)));
+    EXPECT_FALSE(SameBits(one[0].params, models::InitModel(kSpec, 100)));
     // The same trajectory up to the order of float sums (per-rank partial GEMMs summed across
     // ranks instead of one GEMM): parameters are O(0.1-1), and 64 steps of momentum SGD amplify
     // the rounding differences to ~1e-5 at most (measured: 2.4e-7 for 2 ranks, 1.1e-5 for 4).
@@ -204,10 +204,10 @@ TEST(DataParallel, SyncBatchNormMatchesOneProcessOnTheConcatenatedBatch) {
     }
     auto one = TrainModel(spec, 1, data, [&](int) { return BaseOptions(16 * c.world); });
     ASSERT_TRUE(one[0].status.ok()) << one[0].status;
-    // One process is TrainMlp's own loop: the same bits as the client's trainer.
-    TensorList client = models::InitMlp(spec, 100);
+    // One process is TrainModel's own loop: the same bits as the client's trainer.
+    TensorList client = models::InitModel(spec, 100);
     models::TrainOptions train = BaseOptions(16 * c.world).train;
-    ASSERT_TRUE(models::TrainMlp(spec, train, {&data, {}}, 7, &client).ok());
+    ASSERT_TRUE(models::TrainModel(spec, train, {&data, {}}, 7, &client).ok());
     EXPECT_TRUE(SameBits(client, one[0].params));
     // Measured: at most 4.8e-7 (every parameter and running statistic, O(0.1-1)); the sums of
     // the statistics and of the gradients are taken in another order. Stated tolerance: 5e-5,
@@ -435,7 +435,7 @@ TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
 
   // So is one of another model, and every rank learns it (not only rank 0).
   TrainingState wrong = *saved;
-  wrong.params = models::InitMlp(models::MlpSpec{20, {8}, 4}, 1);
+  wrong.params = models::InitModel(models::MlpSpec{20, {8}, 4}, 1);
   refused = ResumeFrom(kSpec, data, options, wrong);
   EXPECT_NE(refused[0].status.message().find("does not fit this model"), std::string::npos)
       << refused[0].status;
@@ -457,7 +457,7 @@ TEST(DataParallel, BatchNormResumeEqualsAnUninterruptedRun) {
   ASSERT_TRUE(straight[0].status.ok()) << straight[0].status;
   auto saved = CheckpointAfterFirstEpoch(spec, data, options, "dc_bn_resume_checkpoint.bin");
   ASSERT_TRUE(saved.ok()) << saved.status();
-  EXPECT_EQ(saved->params.size(), models::MlpLayout(spec).size());
+  EXPECT_EQ(saved->params.size(), models::Layout(spec).size());
   EXPECT_EQ(saved->velocity.size(), models::NumTrainable(spec));
   auto resumed = ResumeFrom(spec, data, options, *saved);
   for (int r = 0; r < 2; ++r) {
@@ -474,7 +474,7 @@ TEST(DataParallel, DamagedCheckpointsAreRefused) {
   s.world_size = 4;
   s.batch_size = 16;
   s.seconds = 1.5;
-  s.params = models::InitMlp(kSpec, 1);
+  s.params = models::InitModel(kSpec, 1);
   const std::string path = testing::TempDir() + "/dc_checkpoint.bin";
   ASSERT_TRUE(WriteTrainingState(path, s).ok());
   auto back = ReadTrainingState(path);
@@ -499,9 +499,9 @@ TEST(DataParallel, DamagedCheckpointsAreRefused) {
 }
 
 // DP-SGD across ranks is the single-process release, bit for bit: the same secret Poisson sample
-// (from rank 0's key, the key TrainMlpDpSgd draws first), the same chunks computed wherever they
+// (from rank 0's key, the key TrainDpSgd draws first), the same chunks computed wherever they
 // land, their exact int64 sum, ONE draw of exact discrete Gaussian noise (rank 0's) per step.
-// With the same seeded source N ranks end with exactly the parameters of models::TrainMlpDpSgd
+// With the same seeded source N ranks end with exactly the parameters of models::TrainDpSgd
 // (before: within 1.8e-7, the ranks' float partial sums added in another order, and un-noised
 // partial sums of ranks 1.. added after rank 0's noise). Two settings: K = 2 chunks for 300
 // expected rows of 600 (with 3 ranks, rank 0 has no chunk); and q = 1/200 with K = 1, where
@@ -517,11 +517,11 @@ TEST(DataParallel, DpSgdAcrossRanksIsBitwiseTheSingleProcessRelease) {
     const models::DpSgdOptions dp{1.0, 0.5, setting.expected_batch};
     DataParallelOptions base = BaseOptions(8);
     base.train.learning_rate = 0.5;
-    // Single process: models::TrainMlpDpSgd from rank 0's initialisation.
-    TensorList single = models::InitMlp(kSpec, 100);
+    // Single process: models::TrainDpSgd from rank 0's initialisation.
+    TensorList single = models::InitModel(kSpec, 100);
     auto single_noise = privacy::NoiseSource::SeededForTesting(11);
-    auto single_stats = models::TrainMlpDpSgd(kSpec, base.train, dp, data::DatasetView{&data, {}},
-                                              single_noise, &single);
+    auto single_stats = models::TrainDpSgd(kSpec, base.train, dp, data::DatasetView{&data, {}},
+                                           single_noise, &single);
     ASSERT_TRUE(single_stats.ok()) << single_stats.status();
     ASSERT_EQ(single_stats->steps, setting.steps);
     for (int world : {1, 2, 3}) {

@@ -132,8 +132,8 @@ TEST_F(NcclTest, DataParallelTrainingOnTheGpuMatchesTheCpu) {
     options.train.momentum = 0.9;
     options.seed = 11;
     options.checksum_every = 4;
-    TensorList on_cpu = models::InitMlp(spec, 10), on_gpu = on_cpu;
-    auto cpu = models::TrainMlp(spec, options.train, {&data, {}}, options.seed, &on_cpu);
+    TensorList on_cpu = models::InitModel(spec, 10), on_gpu = on_cpu;
+    auto cpu = models::TrainModel(spec, options.train, {&data, {}}, options.seed, &on_cpu);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     options.train.backend = gpu_.get();
     auto gpu = TrainDataParallel(*nccl_, spec, options, {&data, {}}, &on_gpu);
@@ -156,9 +156,9 @@ TEST_F(NcclTest, DataParallelTrainingOnTheGpuMatchesTheCpu) {
     DataParallelOptions options;
     options.train.epochs = 1;
     options.train.learning_rate = 0.1;
-    TensorList on_cpu = models::InitMlp(spec, 13), on_gpu = on_cpu;
+    TensorList on_cpu = models::InitModel(spec, 13), on_gpu = on_cpu;
     auto cpu_noise = privacy::NoiseSource::SeededForTesting(14);
-    auto cpu = models::TrainMlpDpSgd(spec, options.train, dp, {&data, {}}, cpu_noise, &on_cpu);
+    auto cpu = models::TrainDpSgd(spec, options.train, dp, {&data, {}}, cpu_noise, &on_cpu);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     auto gpu_noise = privacy::NoiseSource::SeededForTesting(14);
     options.train.backend = gpu_.get();
@@ -174,7 +174,7 @@ TEST_F(NcclTest, DataParallelTrainingOnTheGpuMatchesTheCpu) {
     }
   }
   // The NCCL collective cannot reduce host buffers: a CPU backend is refused with the reason.
-  TensorList params = models::InitMlp(models::MlpSpec{64, {32}, 10}, 1);
+  TensorList params = models::InitModel(models::MlpSpec{64, {32}, 10}, 1);
   const data::Dataset data = models::Blobs(64, 64, 10, 1);
   DataParallelOptions options;
   auto refused =

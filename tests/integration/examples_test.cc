@@ -1,6 +1,7 @@
-// Every shipped example job runs, shortened (fewer rounds or epochs, nothing else changed), with
-// the real binary: it must exit 0, have work accepted in every round, and move the metric above
-// chance; a DP example must also state a private guarantee within its budget in privacy.json.
+// Every shipped example job runs, shortened (fewer rounds or epochs; the CNN also narrower
+// layers), with the real binary: it must exit 0, have work accepted in every round, and move the
+// metric above chance; a DP example must also state a private guarantee within its budget in
+// privacy.json.
 // Examples rot unless they run.
 #include <gtest/gtest.h>
 
@@ -163,6 +164,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Example{"fashion_mnist.yaml", false, {{"rounds: 20", "rounds: 2"}}},
         Example{"dirichlet.yaml", false, {{"rounds: 20", "rounds: 2"}}},
+        // The CNN with narrower layers too: the same layer kinds, a fraction of the compute.
+        Example{"fashion_mnist_cnn.yaml",
+                false,
+                {{"rounds: 30", "rounds: 1"},
+                 {"{out: 16,", "{out: 4,"},
+                 {"{out: 32,", "{out: 8,"},
+                 {"{out: 128}", "{out: 32}"}}},
         Example{
             "simulation.yaml",
             false,

@@ -25,10 +25,11 @@
 #include "kernels/optimizer.h"
 #include "kernels/update.h"
 #include "models/dp_sgd.h"
-#include "models/internal/mlp_workspace.h"
-#include "models/mlp.h"
+#include "models/internal/net_workspace.h"
+#include "models/model.h"
 #include "models/update.h"
 #include "privacy/clip.h"
+#include "tests/kernels/gpu_fixture.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/models/test_data.h"
 
@@ -37,44 +38,13 @@ namespace {
 
 using test_util::RandomVector;
 
-class ParityTest : public ::testing::Test {
+class ParityTest : public test_util::GpuTest {
  protected:
-  void SetUp() override {
-    if (!BuiltWithCuda()) GTEST_SKIP() << "this build made no CUDA plugin (nvcc was not found)";
-    // Loads the CUDA plugin; the reason names what is missing (the plugin, a library, a GPU).
-    const StatusOr<int> gpus = CountCudaDevices();
-    if (!gpus.ok()) GTEST_SKIP() << gpus.status().message();
-    auto opened = OpenBackend(*ParseDeviceRequest("cuda:0"));
-    ASSERT_TRUE(opened.ok()) << opened.status().message();
-    gpu_ = std::move(opened).value();
-  }
-
-  template <typename T>
-  DeviceBuffer Upload(const std::vector<T>& host) {
-    auto buffer = gpu_->Allocate(static_cast<int64_t>(host.size() * sizeof(T)));
-    EXPECT_TRUE(buffer.ok());
-    gpu_->CopyToDevice(buffer->data(), host.data(), buffer->bytes());
-    return std::move(buffer).value();
-  }
-  template <typename T>
-  DeviceBuffer Zeros(size_t n) {
-    return Upload(std::vector<T>(n, T{}));
-  }
-  template <typename T>
-  std::vector<T> Download(const DeviceBuffer& buffer) {
-    std::vector<T> host(static_cast<size_t>(buffer.bytes()) / sizeof(T));
-    const Status st = gpu_->CopyToHost(host.data(), buffer.data(), buffer.bytes());
-    EXPECT_TRUE(st.ok()) << st.message();
-    return host;
-  }
-
   static void ExpectNear(const std::vector<float>& gpu, const std::vector<float>& cpu, double atol,
                          double rtol, const char* what) {
     std::vector<double> ref(cpu.begin(), cpu.end());
     test_util::ExpectAllNear(gpu, ref, atol, rtol, what);
   }
-
-  std::unique_ptr<Backend> gpu_;
 };
 
 TEST_F(ParityTest, DenseForwardAndBackward) {
@@ -278,17 +248,17 @@ TEST_F(ParityTest, FixedPointAccumulationIsTheSameBits) {
 // over an epoch of small steps).
 // One epoch of momentum SGD on both backends from the same start: the models and their
 // evaluations agree.
-void ExpectOneEpochMatchesTheCpu(const models::MlpSpec& spec, Backend* gpu) {
+void ExpectOneEpochMatchesTheCpu(const models::ModelSpec& spec, Backend* gpu) {
   const data::Dataset train = models::Blobs(2048, 64, 10, 9);
-  const TensorList initial = models::InitMlp(spec, 10);
+  const TensorList initial = models::InitModel(spec, 10);
   models::TrainOptions options;
   options.batch_size = 256;
   options.learning_rate = 0.05;
   options.momentum = 0.9;
   TensorList on_cpu = initial, on_gpu = initial;
-  auto cpu = models::TrainMlp(spec, options, {&train, {}}, 11, &on_cpu);
+  auto cpu = models::TrainModel(spec, options, {&train, {}}, 11, &on_cpu);
   options.backend = gpu;
-  auto gpu_run = models::TrainMlp(spec, options, {&train, {}}, 11, &on_gpu);
+  auto gpu_run = models::TrainModel(spec, options, {&train, {}}, 11, &on_gpu);
   ASSERT_TRUE(cpu.ok() && gpu_run.ok());
   EXPECT_NEAR(gpu_run->loss, cpu->loss, 1e-4 * cpu->loss);
   EXPECT_EQ(gpu_run->steps, cpu->steps);
@@ -297,14 +267,38 @@ void ExpectOneEpochMatchesTheCpu(const models::MlpSpec& spec, Backend* gpu) {
     test_util::ExpectAllNear(on_gpu[t].data, ref, 1e-3, 1e-3, on_cpu[t].spec.name);
   }
   // Evaluation too (a batch-norm model normalises with its running statistics there).
-  auto eval_cpu = models::EvaluateMlp(spec, on_cpu, {&train, {}});
-  auto eval_gpu = models::EvaluateMlp(spec, on_gpu, {&train, {}}, 1000, gpu);
+  auto eval_cpu = models::EvaluateModel(spec, on_cpu, {&train, {}});
+  auto eval_gpu = models::EvaluateModel(spec, on_gpu, {&train, {}}, 1000, gpu);
   ASSERT_TRUE(eval_cpu.ok() && eval_gpu.ok());
   EXPECT_NEAR(eval_gpu->loss, eval_cpu->loss, 1e-3 * eval_cpu->loss);
 }
 
 TEST_F(ParityTest, OneEpochOfTrainingMatchesTheCpu) {
   ExpectOneEpochMatchesTheCpu(models::MlpSpec{64, {128, 32}, 10}, gpu_.get());
+}
+
+// A CNN with every layer kind (models/model.h) on 1x8x8 inputs.
+models::ModelSpec ParityCnn(bool batch_norm) {
+  using models::LayerKind;
+  models::ModelSpec spec;
+  spec.input = {1, 8, 8};
+  spec.layers = {{.kind = LayerKind::kConv2d, .out = 8, .kernel = 3, .padding = 1},
+                 batch_norm ? models::LayerSpec{.kind = LayerKind::kBatchNorm}
+                            : models::LayerSpec{.kind = LayerKind::kGroupNorm, .groups = 4},
+                 {.kind = LayerKind::kRelu},
+                 {.kind = LayerKind::kMaxPool2d, .kernel = 2},
+                 {.kind = LayerKind::kConv2d, .out = 8, .kernel = 3, .stride = 2, .padding = 1},
+                 {.kind = LayerKind::kTanh},
+                 {.kind = LayerKind::kAvgPool2d, .kernel = 2},
+                 {.kind = LayerKind::kFlatten},
+                 {.kind = LayerKind::kDropout, .rate = 0.25},
+                 {.kind = LayerKind::kDense, .out = 10}};
+  return spec;
+}
+
+TEST_F(ParityTest, OneEpochOfCnnTrainingMatchesTheCpu) {
+  ExpectOneEpochMatchesTheCpu(ParityCnn(/*batch_norm=*/false), gpu_.get());
+  ExpectOneEpochMatchesTheCpu(ParityCnn(/*batch_norm=*/true), gpu_.get());
 }
 
 // The batch-norm kernels are written to give the same bits on both backends (the same double
@@ -322,16 +316,16 @@ TEST_F(ParityTest, BatchNormKernelsAreTheSameBits) {
     std::vector<double> sums(2 * f), bsums(2 * f);
     std::vector<float> mean(f), invstd(f), rmean(f, 0.0f), rvar(f, 1.0f), y(n), dx(n), dgamma(f),
         dbeta(f), eval_invstd(f);
-    BatchNormSums(x.data(), batch, features, sums.data());
+    BatchNormSums(x.data(), batch, features, 1, sums.data());
     BatchNormMoments(sums.data(), batch, features, 1e-5, mean.data(), invstd.data());
     BatchNormUpdateRunning(sums.data(), batch, features, 0.1, rmean.data(), rvar.data());
-    BatchNormForward(x.data(), batch, features, mean.data(), invstd.data(), gamma.data(),
+    BatchNormForward(x.data(), batch, features, 1, mean.data(), invstd.data(), gamma.data(),
                      beta.data(), y.data());
-    BatchNormBackwardSums(dy.data(), x.data(), mean.data(), invstd.data(), batch, features,
+    BatchNormBackwardSums(dy.data(), x.data(), mean.data(), invstd.data(), batch, features, 1,
                           bsums.data());
     BatchNormParamGrads(bsums.data(), features, dgamma.data(), dbeta.data());
     BatchNormBackwardInput(dy.data(), x.data(), mean.data(), invstd.data(), gamma.data(),
-                           bsums.data(), batch, batch, features, dx.data());
+                           bsums.data(), batch, batch, features, 1, dx.data());
     BatchNormInvStd(rvar.data(), features, 1e-5, eval_invstd.data());
 
     DeviceBuffer gx = Upload(x), gdy = Upload(dy), ggamma = Upload(gamma), gbeta = Upload(beta);
@@ -341,20 +335,21 @@ TEST_F(ParityTest, BatchNormKernelsAreTheSameBits) {
                  geval = Zeros<float>(f);
     DeviceBuffer grmean = Upload(std::vector<float>(f, 0.0f));
     DeviceBuffer grvar = Upload(std::vector<float>(f, 1.0f));
-    gpu_->BatchNormSums(gx.as<float>(), batch, features, gsums.as<double>());
+    gpu_->BatchNormSums(gx.as<float>(), batch, features, 1, gsums.as<double>());
     gpu_->BatchNormMoments(gsums.as<double>(), batch, features, 1e-5, gmean.as<float>(),
                            ginvstd.as<float>());
     gpu_->BatchNormUpdateRunning(gsums.as<double>(), batch, features, 0.1, grmean.as<float>(),
                                  grvar.as<float>());
-    gpu_->BatchNormForward(gx.as<float>(), batch, features, gmean.as<float>(), ginvstd.as<float>(),
-                           ggamma.as<float>(), gbeta.as<float>(), gy.as<float>());
+    gpu_->BatchNormForward(gx.as<float>(), batch, features, 1, gmean.as<float>(),
+                           ginvstd.as<float>(), ggamma.as<float>(), gbeta.as<float>(),
+                           gy.as<float>());
     gpu_->BatchNormBackwardSums(gdy.as<float>(), gx.as<float>(), gmean.as<float>(),
-                                ginvstd.as<float>(), batch, features, gbsums.as<double>());
+                                ginvstd.as<float>(), batch, features, 1, gbsums.as<double>());
     gpu_->BatchNormParamGrads(gbsums.as<double>(), features, gdgamma.as<float>(),
                               gdbeta.as<float>());
     gpu_->BatchNormBackwardInput(gdy.as<float>(), gx.as<float>(), gmean.as<float>(),
                                  ginvstd.as<float>(), ggamma.as<float>(), gbsums.as<double>(),
-                                 batch, batch, features, gdx.as<float>());
+                                 batch, batch, features, 1, gdx.as<float>());
     gpu_->BatchNormInvStd(grvar.as<float>(), features, 1e-5, geval.as<float>());
     EXPECT_EQ(Download<double>(gsums), sums);
     EXPECT_EQ(Download<float>(gmean), mean);
@@ -379,11 +374,13 @@ TEST_F(ParityTest, OneEpochOfBatchNormTrainingMatchesTheCpu) {
 // the chunks' float GEMMs differ by rounding only, which the grid sums carry into the released
 // gradients at rounding level.
 TEST_F(ParityTest, DpSgdMatchesTheCpu) {
-  const models::MlpSpec spec{64, {32}, 10};
-  const data::Dataset train = models::Blobs(1024, 64, 10, 12);
-  const TensorList initial = models::InitMlp(spec, 13);
-  for (const double z : {0.0, 1.0}) {
-    SCOPED_TRACE(testing::Message() << "noise multiplier " << z);
+  for (const auto& [spec, z] :
+       {std::pair<models::ModelSpec, double>{models::MlpSpec{64, {32}, 10}, 0.0},
+        {models::MlpSpec{64, {32}, 10}, 1.0},
+        {ParityCnn(/*batch_norm=*/false), 1.0}}) {
+    SCOPED_TRACE(testing::Message() << models::DescribeModel(spec) << ", noise multiplier " << z);
+    const data::Dataset train = models::Blobs(1024, 64, 10, 12);
+    const TensorList initial = models::InitModel(spec, 13);
     models::TrainOptions options;
     options.learning_rate = 0.1;
     models::DpSgdOptions dp;
@@ -393,9 +390,9 @@ TEST_F(ParityTest, DpSgdMatchesTheCpu) {
     TensorList on_cpu = initial, on_gpu = initial;
     auto cpu_source = privacy::NoiseSource::SeededForTesting(14);
     auto gpu_source = privacy::NoiseSource::SeededForTesting(14);
-    auto cpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, cpu_source, &on_cpu);
+    auto cpu = models::TrainDpSgd(spec, options, dp, {&train, {}}, cpu_source, &on_cpu);
     options.backend = gpu_.get();
-    auto gpu = models::TrainMlpDpSgd(spec, options, dp, {&train, {}}, gpu_source, &on_gpu);
+    auto gpu = models::TrainDpSgd(spec, options, dp, {&train, {}}, gpu_source, &on_gpu);
     ASSERT_TRUE(cpu.ok() && gpu.ok());
     EXPECT_EQ(gpu->train.examples, cpu->train.examples);
     for (size_t t = 0; t < on_cpu.size(); ++t) {
@@ -411,13 +408,13 @@ TEST_F(ParityTest, DpSgdMatchesTheCpu) {
 TEST_F(ParityTest, LossCurveOfOneEpochMatchesTheCpu) {
   const models::MlpSpec spec{784, {128}, 10};
   const data::Dataset train = models::Blobs(8192, 784, 10, 21);
-  const TensorList initial = models::InitMlp(spec, 22);
+  const TensorList initial = models::InitModel(spec, 22);
   const data::DatasetView view{&train, {}};
   std::vector<int64_t> order(static_cast<size_t>(train.size()));
   std::iota(order.begin(), order.end(), int64_t{0});
   Rng(23).Shuffle(order);
   auto curve = [&](Backend& device) {
-    auto ws = models::internal::MlpWorkspace::Create(device, spec, 256, true).value();
+    auto ws = models::internal::NetWorkspace::Create(device, spec, 256, true).value();
     EXPECT_TRUE(ws->LoadData(view).ok());
     ws->UploadParams(initial);
     EXPECT_TRUE(ws->SetOrder(order).ok());
@@ -453,7 +450,7 @@ TEST_F(ParityTest, LossCurveOfOneEpochMatchesTheCpu) {
 TEST_F(ParityTest, TrainUpdateMatchesTheCpu) {
   const models::MlpSpec spec{64, {128, 32}, 10};
   const data::Dataset train = models::Blobs(2048, 64, 10, 31);
-  const TensorList global = models::InitMlp(spec, 32);
+  const TensorList global = models::InitModel(spec, 32);
   models::UpdateOptions options;
   options.train.batch_size = 128;
   options.train.learning_rate = 0.05;

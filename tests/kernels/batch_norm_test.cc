@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "common/rng.h"
@@ -22,19 +23,21 @@ using Doubles = std::vector<double>;
 
 std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// Per-feature statistics of a [batch, features] float buffer, from BatchNormSums + Moments.
+// Per-feature statistics of a [batch, features, spatial] float buffer, from BatchNormSums +
+// Moments.
 struct Moments {
   std::vector<double> sums;
   std::vector<float> mean, invstd;
 };
 
-Moments ComputeMoments(const float* x, int64_t batch, int64_t features, double eps) {
+Moments ComputeMoments(const float* x, int64_t batch, int64_t features, double eps,
+                       int64_t spatial = 1) {
   Moments m;
   m.sums.assign(static_cast<size_t>(2 * features), -1.0);
   m.mean.assign(static_cast<size_t>(features), -1.0f);
   m.invstd.assign(static_cast<size_t>(features), -1.0f);
-  BatchNormSums(x, batch, features, m.sums.data());
-  BatchNormMoments(m.sums.data(), batch, features, eps, m.mean.data(), m.invstd.data());
+  BatchNormSums(x, batch, features, spatial, m.sums.data());
+  BatchNormMoments(m.sums.data(), batch * spatial, features, eps, m.mean.data(), m.invstd.data());
   return m;
 }
 
@@ -67,7 +70,7 @@ TEST(BatchNormTest, SumsAreDoubleSumsInRowOrder) {
   const auto dy = RandomVector(rng, kBatch * kFeatures);
   const Moments m = ComputeMoments(x.data(), kBatch, kFeatures, kBatchNormDefaultEps);
   std::vector<double> backward(2 * kFeatures, -1.0);
-  BatchNormBackwardSums(dy.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures,
+  BatchNormBackwardSums(dy.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures, 1,
                         backward.data());
   for (int64_t f = 0; f < kFeatures; ++f) {
     double s = 0, ss = 0, sdy = 0, sdyx = 0;
@@ -103,7 +106,7 @@ TEST(BatchNormTest, ForwardNormalizesEachFeature) {
   const std::vector<float> ones(kFeatures, 1.0f), zeros(kFeatures, 0.0f);
   const Moments m = ComputeMoments(x.data(), kBatch, kFeatures, kEps);
   std::vector<float> y(x.size(), -99.0f);
-  BatchNormForward(x.data(), kBatch, kFeatures, m.mean.data(), m.invstd.data(), ones.data(),
+  BatchNormForward(x.data(), kBatch, kFeatures, 1, m.mean.data(), m.invstd.data(), ones.data(),
                    zeros.data(), y.data());
   for (int64_t f = 0; f < kFeatures; ++f) {
     double x_mean = 0, x_var = 0, y_mean = 0, y_var = 0;
@@ -125,8 +128,8 @@ TEST(BatchNormTest, ForwardNormalizesEachFeature) {
     EXPECT_NEAR(y_var, 1.0, 1e-4) << "feature " << f;  // eps / var < 1e-4 here
   }
   std::vector<float> in_place = x;
-  BatchNormForward(in_place.data(), kBatch, kFeatures, m.mean.data(), m.invstd.data(), ones.data(),
-                   zeros.data(), in_place.data());
+  BatchNormForward(in_place.data(), kBatch, kFeatures, 1, m.mean.data(), m.invstd.data(),
+                   ones.data(), zeros.data(), in_place.data());
   EXPECT_EQ(in_place, y);
 }
 
@@ -140,7 +143,7 @@ TEST(BatchNormTest, ConstantFeatureGivesBeta) {
   EXPECT_FLOAT_EQ(m.invstd[0], static_cast<float>(1.0 / std::sqrt(1e-3)));
   const std::vector<float> gamma = {2.0f, 1.0f}, beta = {0.25f, 0.0f};
   std::vector<float> y(x.size());
-  BatchNormForward(x.data(), kBatch, kFeatures, m.mean.data(), m.invstd.data(), gamma.data(),
+  BatchNormForward(x.data(), kBatch, kFeatures, 1, m.mean.data(), m.invstd.data(), gamma.data(),
                    beta.data(), y.data());
   for (int64_t r = 0; r < kBatch; ++r) EXPECT_EQ(y[r * kFeatures], 0.25f) << r;
 }
@@ -161,16 +164,16 @@ TEST(BatchNormTest, GradientsMatchFiniteDifferences) {
   // The kernels: a whole training step of one rank.
   const Moments m = ComputeMoments(x.data(), kBatch, kFeatures, kEps);
   std::vector<float> y(x.size());
-  BatchNormForward(x.data(), kBatch, kFeatures, m.mean.data(), m.invstd.data(), gamma.data(),
+  BatchNormForward(x.data(), kBatch, kFeatures, 1, m.mean.data(), m.invstd.data(), gamma.data(),
                    beta.data(), y.data());
   std::vector<double> sums(2 * kFeatures);
-  BatchNormBackwardSums(w.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures,
+  BatchNormBackwardSums(w.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures, 1,
                         sums.data());
   const std::vector<float> dbeta(sums.begin(), sums.begin() + kFeatures);
   const std::vector<float> dgamma(sums.begin() + kFeatures, sums.end());
   std::vector<float> dx(x.size());
   BatchNormBackwardInput(w.data(), x.data(), m.mean.data(), m.invstd.data(), gamma.data(),
-                         sums.data(), kBatch, kBatch, kFeatures, dx.data());
+                         sums.data(), kBatch, kBatch, kFeatures, 1, dx.data());
 
   // The reference and its finite differences.
   std::vector<double> xd = ToDouble(x), gd = ToDouble(gamma), bd = ToDouble(beta);
@@ -216,10 +219,10 @@ TEST(BatchNormTest, SyncBatchNormPartsMatchWholeBatch) {
   const Moments whole = ComputeMoments(x.data(), kBatch, kFeatures, kEps);
   std::vector<double> whole_backward(2 * kFeatures);
   BatchNormBackwardSums(dy.data(), x.data(), whole.mean.data(), whole.invstd.data(), kBatch,
-                        kFeatures, whole_backward.data());
+                        kFeatures, 1, whole_backward.data());
   std::vector<float> whole_dx(x.size());
   BatchNormBackwardInput(dy.data(), x.data(), whole.mean.data(), whole.invstd.data(), gamma.data(),
-                         whole_backward.data(), kBatch, kBatch, kFeatures, whole_dx.data());
+                         whole_backward.data(), kBatch, kBatch, kFeatures, 1, whole_dx.data());
 
   for (const int64_t split : {int64_t{5}, int64_t{0}, int64_t{13}}) {
     SCOPED_TRACE(testing::Message() << "rows [0, " << split << ") and [" << split << ", 13)");
@@ -232,7 +235,7 @@ TEST(BatchNormTest, SyncBatchNormPartsMatchWholeBatch) {
     std::vector<double> local[2], global(2 * kFeatures, 0.0);
     for (int k = 0; k < 2; ++k) {
       local[k].assign(2 * kFeatures, -1.0);
-      BatchNormSums(x_part[k], rows[k], kFeatures, local[k].data());
+      BatchNormSums(x_part[k], rows[k], kFeatures, 1, local[k].data());
       for (int64_t i = 0; i < 2 * kFeatures; ++i) global[i] += local[k][i];
     }
     std::vector<float> mean(kFeatures), invstd(kFeatures);
@@ -248,14 +251,14 @@ TEST(BatchNormTest, SyncBatchNormPartsMatchWholeBatch) {
     std::vector<double> global_backward(2 * kFeatures, 0.0);
     for (int k = 0; k < 2; ++k) {
       BatchNormBackwardSums(dy_part[k], x_part[k], mean.data(), invstd.data(), rows[k], kFeatures,
-                            local[k].data());
+                            1, local[k].data());
       for (int64_t i = 0; i < 2 * kFeatures; ++i) global_backward[i] += local[k][i];
     }
     std::vector<float> dx(x.size(), -99.0f);
     for (int k = 0; k < 2; ++k) {
       float* dx_part = dx.data() + (k == 0 ? 0 : split * kFeatures);
       BatchNormBackwardInput(dy_part[k], x_part[k], mean.data(), invstd.data(), gamma.data(),
-                             global_backward.data(), kBatch, rows[k], kFeatures, dx_part);
+                             global_backward.data(), kBatch, rows[k], kFeatures, 1, dx_part);
     }
     if (exact) {
       EXPECT_EQ(dx, whole_dx);
@@ -273,16 +276,16 @@ TEST(BatchNormTest, BackwardInputInPlace) {
   const auto gamma = RandomVector(rng, kFeatures, 0.5, 1.5);
   const Moments m = ComputeMoments(x.data(), kBatch, kFeatures, kBatchNormDefaultEps);
   std::vector<double> sums(2 * kFeatures);
-  BatchNormBackwardSums(dy.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures,
+  BatchNormBackwardSums(dy.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures, 1,
                         sums.data());
   std::vector<float> dx(x.size());
   BatchNormBackwardInput(dy.data(), x.data(), m.mean.data(), m.invstd.data(), gamma.data(),
-                         sums.data(), kBatch, kBatch, kFeatures, dx.data());
+                         sums.data(), kBatch, kBatch, kFeatures, 1, dx.data());
   std::vector<float> over_dy = dy, over_x = x;
   BatchNormBackwardInput(over_dy.data(), x.data(), m.mean.data(), m.invstd.data(), gamma.data(),
-                         sums.data(), kBatch, kBatch, kFeatures, over_dy.data());
+                         sums.data(), kBatch, kBatch, kFeatures, 1, over_dy.data());
   BatchNormBackwardInput(dy.data(), over_x.data(), m.mean.data(), m.invstd.data(), gamma.data(),
-                         sums.data(), kBatch, kBatch, kFeatures, over_x.data());
+                         sums.data(), kBatch, kBatch, kFeatures, 1, over_x.data());
   EXPECT_EQ(over_dy, dx);
   EXPECT_EQ(over_x, dx);
 }
@@ -293,7 +296,7 @@ TEST(BatchNormTest, BackwardInputInPlace) {
 TEST(BatchNormTest, RunningStatisticsMatchHandComputation) {
   const std::vector<float> x = {1, 0, 2, 0, 3, 2, 4, 2};
   std::vector<double> sums(4);
-  BatchNormSums(x.data(), 4, 2, sums.data());
+  BatchNormSums(x.data(), 4, 2, 1, sums.data());
   std::vector<float> running_mean = {0.5f, -1.0f}, running_var = {2.0f, 0.25f};
   BatchNormUpdateRunning(sums.data(), 4, 2, 0.1, running_mean.data(), running_var.data());
   // Float results of double computations: within 1 ulp.
@@ -304,7 +307,7 @@ TEST(BatchNormTest, RunningStatisticsMatchHandComputation) {
 
   // One row: the biased variance (0), not a division by zero.
   const std::vector<float> row = {3.0f, -2.0f};
-  BatchNormSums(row.data(), 1, 2, sums.data());
+  BatchNormSums(row.data(), 1, 2, 1, sums.data());
   running_mean = {0.5f, -1.0f};
   running_var = {2.0f, 0.25f};
   BatchNormUpdateRunning(sums.data(), 1, 2, 0.1, running_mean.data(), running_var.data());
@@ -324,15 +327,153 @@ TEST(BatchNormTest, EmptyBatch) {
   constexpr int64_t kFeatures = 3;
   const std::vector<float> mean(kFeatures, 0.5f), invstd(kFeatures, 2.0f), gamma(kFeatures, 1.0f);
   std::vector<double> sums(2 * kFeatures, 7.0);
-  BatchNormSums(nullptr, 0, kFeatures, sums.data());
+  BatchNormSums(nullptr, 0, kFeatures, 1, sums.data());
   EXPECT_EQ(sums, std::vector<double>(2 * kFeatures, 0.0));
   sums.assign(2 * kFeatures, 7.0);
-  BatchNormBackwardSums(nullptr, nullptr, mean.data(), invstd.data(), 0, kFeatures, sums.data());
+  BatchNormBackwardSums(nullptr, nullptr, mean.data(), invstd.data(), 0, kFeatures, 1, sums.data());
   EXPECT_EQ(sums, std::vector<double>(2 * kFeatures, 0.0));
-  BatchNormForward(nullptr, 0, kFeatures, mean.data(), invstd.data(), gamma.data(), gamma.data(),
+  BatchNormForward(nullptr, 0, kFeatures, 1, mean.data(), invstd.data(), gamma.data(), gamma.data(),
                    nullptr);
   BatchNormBackwardInput(nullptr, nullptr, mean.data(), invstd.data(), gamma.data(), sums.data(),
-                         /*count=*/5, 0, kFeatures, nullptr);
+                         /*count=*/5, 0, kFeatures, 1, nullptr);
+}
+
+// ---- BatchNorm2d: [batch, features, spatial] -------------------------------------------------
+
+// Every kernel on [batch, features, spatial] data against the same kernels with spatial = 1 on
+// the transposed [batch · spatial, features] rows (BatchNorm2d is BatchNorm1d over every pixel).
+// Only the double summation order differs (lane sums per plane vs one running sum), so sums agree
+// to ~1e-15 relative and every float output to its last rounding (1 ulp, rtol 1e-6 with margin).
+TEST(BatchNorm2dTest, EqualsBatchNorm1dOnTransposedData) {
+  constexpr double kEps = kBatchNormDefaultEps, kRtol = 1e-6, kAtol = 1e-7;
+  for (const auto& [batch, features, spatial] :
+       {std::tuple<int64_t, int64_t, int64_t>{3, 4, 5}, {2, 3, 70}, {5, 2, 1}}) {
+    SCOPED_TRACE(testing::Message() << batch << " x " << features << " x " << spatial);
+    Rng rng(DeriveSeed(106, batch, features * 1000 + spatial));
+    const int64_t n = batch * features * spatial, rows = batch * spatial;
+    const auto x = RandomVector(rng, n, -2.0, 3.0);
+    const auto dy = RandomVector(rng, n);
+    const auto gamma = RandomVector(rng, features, 0.5, 1.5);
+    const auto beta = RandomVector(rng, features);
+    // xt[r · spatial + s, f] = x[r, f, s].
+    auto transpose = [&](const std::vector<float>& v) {
+      std::vector<float> t(v.size());
+      for (int64_t r = 0; r < batch; ++r) {
+        for (int64_t f = 0; f < features; ++f) {
+          for (int64_t s = 0; s < spatial; ++s) {
+            t[(r * spatial + s) * features + f] = v[(r * features + f) * spatial + s];
+          }
+        }
+      }
+      return t;
+    };
+    const std::vector<float> xt = transpose(x), dyt = transpose(dy);
+
+    struct Step {
+      Moments m;
+      std::vector<float> y, dx;
+      std::vector<double> bsums;
+    };
+    auto run = [&](const std::vector<float>& xs, const std::vector<float>& dys, int64_t b,
+                   int64_t sp) {
+      Step st{ComputeMoments(xs.data(), b, features, kEps, sp), {}, {}, {}};
+      st.y.assign(xs.size(), -99.0f);
+      st.dx.assign(xs.size(), -99.0f);
+      st.bsums.assign(2 * features, -1.0);
+      BatchNormForward(xs.data(), b, features, sp, st.m.mean.data(), st.m.invstd.data(),
+                       gamma.data(), beta.data(), st.y.data());
+      BatchNormBackwardSums(dys.data(), xs.data(), st.m.mean.data(), st.m.invstd.data(), b,
+                            features, sp, st.bsums.data());
+      BatchNormBackwardInput(dys.data(), xs.data(), st.m.mean.data(), st.m.invstd.data(),
+                             gamma.data(), st.bsums.data(), b * sp, b, features, sp, st.dx.data());
+      return st;
+    };
+    const Step planar = run(x, dy, batch, spatial);
+    const Step rowwise = run(xt, dyt, rows, 1);
+    for (size_t i = 0; i < planar.m.sums.size(); ++i) {
+      EXPECT_NEAR(planar.m.sums[i], rowwise.m.sums[i], 1e-13 * (1 + std::abs(rowwise.m.sums[i])));
+      EXPECT_NEAR(planar.bsums[i], rowwise.bsums[i], 1e-13 * (1 + std::abs(rowwise.bsums[i])));
+    }
+    ExpectAllNear(planar.m.mean, ToDouble(rowwise.m.mean), kAtol, kRtol, "mean");
+    ExpectAllNear(planar.m.invstd, ToDouble(rowwise.m.invstd), kAtol, kRtol, "invstd");
+    ExpectAllNear(transpose(planar.y), ToDouble(rowwise.y), kAtol, kRtol, "y");
+    ExpectAllNear(transpose(planar.dx), ToDouble(rowwise.dx), kAtol, kRtol, "dx");
+    if (spatial == 1) {  // the same call: the same bits
+      EXPECT_EQ(planar.m.sums, rowwise.m.sums);
+      EXPECT_EQ(planar.dx, rowwise.dx);
+    }
+  }
+}
+
+// The documented summation order, bit for bit: per (row, feature) plane, 32 strided lanes added
+// pairwise as a tree, then the plane totals in row order.
+TEST(BatchNorm2dTest, SumsFollowTheDocumentedLaneOrder) {
+  constexpr int64_t kBatch = 3, kFeatures = 2, kSpatial = 75;
+  Rng rng(DeriveSeed(107));
+  const auto x = RandomVector(rng, kBatch * kFeatures * kSpatial, -3.0, 3.0);
+  const auto dy = RandomVector(rng, x.size());
+  const Moments m = ComputeMoments(x.data(), kBatch, kFeatures, kBatchNormDefaultEps, kSpatial);
+  std::vector<double> backward(2 * kFeatures, -1.0);
+  BatchNormBackwardSums(dy.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures,
+                        kSpatial, backward.data());
+  for (int64_t f = 0; f < kFeatures; ++f) {
+    double s = 0, ss = 0, sdy = 0, sdyx = 0;
+    for (int64_t r = 0; r < kBatch; ++r) {
+      double lanes[4][32] = {};
+      for (int64_t k = 0; k < kSpatial; ++k) {
+        const int64_t i = (r * kFeatures + f) * kSpatial + k;
+        const double v = x[i], xhat = (v - m.mean[f]) * m.invstd[f];
+        lanes[0][k % 32] += v;
+        lanes[1][k % 32] += v * v;
+        lanes[2][k % 32] += dy[i];
+        lanes[3][k % 32] += dy[i] * xhat;
+      }
+      for (auto& lane : lanes) {
+        for (int o = 16; o > 0; o /= 2) {
+          for (int l = 0; l < o; ++l) lane[l] += lane[l + o];
+        }
+      }
+      s += lanes[0][0];
+      ss += lanes[1][0];
+      sdy += lanes[2][0];
+      sdyx += lanes[3][0];
+    }
+    EXPECT_EQ(m.sums[f], s) << f;
+    EXPECT_EQ(m.sums[kFeatures + f], ss) << f;
+    EXPECT_EQ(backward[f], sdy) << f;
+    EXPECT_EQ(backward[kFeatures + f], sdyx) << f;
+  }
+}
+
+// With spatial > 1, dx in place over dy and over x equals the out-of-place result, and the
+// forward in place equals the out-of-place forward.
+TEST(BatchNorm2dTest, InPlace) {
+  constexpr int64_t kBatch = 2, kFeatures = 3, kSpatial = 9, kN = kBatch * kFeatures * kSpatial;
+  Rng rng(DeriveSeed(108));
+  const auto x = RandomVector(rng, kN, -1.0, 2.0);
+  const auto dy = RandomVector(rng, kN);
+  const auto gamma = RandomVector(rng, kFeatures, 0.5, 1.5);
+  const Moments m = ComputeMoments(x.data(), kBatch, kFeatures, kBatchNormDefaultEps, kSpatial);
+  std::vector<float> y(kN), in_place = x;
+  BatchNormForward(x.data(), kBatch, kFeatures, kSpatial, m.mean.data(), m.invstd.data(),
+                   gamma.data(), gamma.data(), y.data());
+  BatchNormForward(in_place.data(), kBatch, kFeatures, kSpatial, m.mean.data(), m.invstd.data(),
+                   gamma.data(), gamma.data(), in_place.data());
+  EXPECT_EQ(in_place, y);
+  std::vector<double> sums(2 * kFeatures);
+  BatchNormBackwardSums(dy.data(), x.data(), m.mean.data(), m.invstd.data(), kBatch, kFeatures,
+                        kSpatial, sums.data());
+  std::vector<float> dx(kN), over_dy = dy, over_x = x;
+  BatchNormBackwardInput(dy.data(), x.data(), m.mean.data(), m.invstd.data(), gamma.data(),
+                         sums.data(), kBatch * kSpatial, kBatch, kFeatures, kSpatial, dx.data());
+  BatchNormBackwardInput(over_dy.data(), x.data(), m.mean.data(), m.invstd.data(), gamma.data(),
+                         sums.data(), kBatch * kSpatial, kBatch, kFeatures, kSpatial,
+                         over_dy.data());
+  BatchNormBackwardInput(dy.data(), over_x.data(), m.mean.data(), m.invstd.data(), gamma.data(),
+                         sums.data(), kBatch * kSpatial, kBatch, kFeatures, kSpatial,
+                         over_x.data());
+  EXPECT_EQ(over_dy, dx);
+  EXPECT_EQ(over_x, dx);
 }
 
 }  // namespace

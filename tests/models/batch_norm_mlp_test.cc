@@ -9,20 +9,20 @@
 
 #include "kernels/backend.h"
 #include "models/dp_sgd.h"
-#include "models/internal/mlp_workspace.h"
-#include "models/mlp.h"
+#include "models/internal/net_workspace.h"
+#include "models/model.h"
 #include "tests/models/test_data.h"
 
 namespace huddle::models {
 namespace {
 
-using internal::MlpWorkspace;
+using internal::NetWorkspace;
 using ::testing::HasSubstr;
 
 TEST(BatchNormMlpTest, LayoutInitAndTrainableCount) {
   const MlpSpec spec{5, {6, 4}, 3, /*batch_norm=*/true};
-  ASSERT_TRUE(ValidateMlpSpec(spec).ok());
-  const ModelLayout layout = MlpLayout(spec);
+  ASSERT_TRUE(ValidateModelSpec(spec).ok());
+  const ModelLayout layout = Layout(spec);
   std::vector<std::string> names;
   for (const TensorSpec& t : layout) names.push_back(t.name);
   EXPECT_THAT(
@@ -32,7 +32,7 @@ TEST(BatchNormMlpTest, LayoutInitAndTrainableCount) {
                                     "bn1.running_mean", "bn1.running_var"));
   EXPECT_EQ(NumTrainable(spec), 10u);
   EXPECT_EQ(NumTrainable(MlpSpec{5, {6, 4}, 3}), 6u);
-  const TensorList params = InitMlp(spec, 3);
+  const TensorList params = InitModel(spec, 3);
   ASSERT_TRUE(CheckParams(spec, params).ok());
   for (const Tensor& t : params) {
     const bool ones =
@@ -47,7 +47,7 @@ TEST(BatchNormMlpTest, LayoutInitAndTrainableCount) {
     }
   }
   // The model without batch norm starts where it always did: batch norm only adds tensors.
-  const TensorList plain = InitMlp(MlpSpec{5, {6, 4}, 3}, 3);
+  const TensorList plain = InitModel(MlpSpec{5, {6, 4}, 3}, 3);
   EXPECT_EQ(plain[0].data, params[0].data);
   // A batch-norm model's parameters do not fit the plain model and the reverse.
   EXPECT_FALSE(CheckParams(MlpSpec{5, {6, 4}, 3}, params).ok());
@@ -65,7 +65,7 @@ struct Pass {
 Pass TrainingPass(const MlpSpec& spec, const TensorList& params, const data::Dataset& data) {
   auto backend = kernels::OpenCpuBackend();
   const int64_t n = data.size();
-  auto ws = MlpWorkspace::Create(*backend, spec, n, /*training=*/true);
+  auto ws = NetWorkspace::Create(*backend, spec, n, /*training=*/true);
   EXPECT_TRUE(ws.ok()) << ws.status();
   EXPECT_TRUE((*ws)->LoadData({&data, {}}).ok());
   (*ws)->UploadParams(params);
@@ -90,7 +90,7 @@ Pass TrainingPass(const MlpSpec& spec, const TensorList& params, const data::Dat
 TEST(BatchNormMlpTest, GradientsMatchCentralDifferencesOfTheTrainingLoss) {
   const MlpSpec spec{5, {6, 4}, 3, /*batch_norm=*/true};
   const data::Dataset data = Blobs(12, 5, 3, 4);
-  TensorList params = InitMlp(spec, 8);
+  TensorList params = InitModel(spec, 8);
   // Gamma and beta away from 1 and 0, so that every term of the backward pass matters.
   for (Tensor& t : params) {
     if (!t.name().starts_with("bn") || t.name().find("running") != std::string::npos) continue;
@@ -115,7 +115,7 @@ TEST(BatchNormMlpTest, GradientsMatchCentralDifferencesOfTheTrainingLoss) {
 TEST(BatchNormMlpTest, RunningStatisticsFollowTheBatch) {
   const MlpSpec spec{3, {2}, 2, /*batch_norm=*/true};
   const data::Dataset data = Blobs(8, 3, 2, 1);
-  const TensorList params = InitMlp(spec, 2);
+  const TensorList params = InitModel(spec, 2);
   const Pass pass = TrainingPass(spec, params, data);
   // The dense layer's output, by hand in double, and its batch statistics.
   const Tensor& w = params[0];
@@ -138,20 +138,20 @@ TEST(BatchNormMlpTest, RunningStatisticsFollowTheBatch) {
 TEST(BatchNormMlpTest, LearnsAndEvaluatesWithRunningStatistics) {
   const MlpSpec spec{8, {16}, 4, /*batch_norm=*/true};
   const data::Dataset train = Blobs(400, 8, 4, 1), test = Blobs(200, 8, 4, 2);
-  TensorList params = InitMlp(spec, 5);
+  TensorList params = InitModel(spec, 5);
   TrainOptions options;
   options.epochs = 5;
   options.batch_size = 16;
   options.learning_rate = 0.1;
-  auto stats = TrainMlp(spec, options, {&train, {}}, 9, &params);
+  auto stats = TrainModel(spec, options, {&train, {}}, 9, &params);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_GT(stats->accuracy, 0.85);  // over all epochs, the first included
-  auto after = EvaluateMlp(spec, params, {&test, {}});
+  auto after = EvaluateModel(spec, params, {&test, {}});
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_GT(after->accuracy, 0.97);
   // Evaluation normalises with the running statistics, so it does not depend on the batch: one
   // row at a time gives the same loss as the whole set.
-  auto one_by_one = EvaluateMlp(spec, params, {&test, {}}, /*batch_size=*/1);
+  auto one_by_one = EvaluateModel(spec, params, {&test, {}}, /*batch_size=*/1);
   ASSERT_TRUE(one_by_one.ok());
   EXPECT_EQ(one_by_one->accuracy, after->accuracy);
   EXPECT_NEAR(one_by_one->loss, after->loss, 1e-6);  // GEMM blocking differs by batch size
@@ -168,9 +168,9 @@ TEST(BatchNormMlpTest, BitwiseDeterministicWithMomentum) {
   options.batch_size = 8;
   options.momentum = 0.9;
   options.weight_decay = 1e-3;
-  TensorList a = InitMlp(spec, 1), b = InitMlp(spec, 1);
-  ASSERT_TRUE(TrainMlp(spec, options, {&train, {}}, 4, &a).ok());
-  ASSERT_TRUE(TrainMlp(spec, options, {&train, {}}, 4, &b).ok());
+  TensorList a = InitModel(spec, 1), b = InitModel(spec, 1);
+  ASSERT_TRUE(TrainModel(spec, options, {&train, {}}, 4, &a).ok());
+  ASSERT_TRUE(TrainModel(spec, options, {&train, {}}, 4, &b).ok());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name();
 }
 
@@ -179,12 +179,12 @@ TEST(BatchNormMlpTest, DpSgdRefusesBatchNorm) {
   const data::Dataset train = Blobs(100, 8, 4, 3);
   EXPECT_THAT(CheckDpSgdModel(spec).message(), HasSubstr("batch_norm"));
   EXPECT_TRUE(CheckDpSgdModel(MlpSpec{8, {16}, 4}).ok());
-  TensorList params = InitMlp(spec, 1);
+  TensorList params = InitModel(spec, 1);
   const TensorList before = params;
   DpSgdOptions dp;
   dp.expected_batch_size = 10;
   auto noise = privacy::NoiseSource::Secure();
-  auto run = TrainMlpDpSgd(spec, TrainOptions{}, dp, {&train, {}}, noise, &params);
+  auto run = TrainDpSgd(spec, TrainOptions{}, dp, {&train, {}}, noise, &params);
   EXPECT_FALSE(run.ok());
   EXPECT_THAT(run.status().message(), HasSubstr("batch_norm"));
   for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(params[i].data, before[i].data);

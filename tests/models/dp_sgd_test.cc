@@ -16,9 +16,9 @@
 #include "common/rng.h"
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
-#include "models/internal/mlp_workspace.h"
+#include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
-#include "models/mlp.h"
+#include "models/model.h"
 #include "tests/models/test_data.h"
 
 namespace huddle::models {
@@ -30,7 +30,7 @@ using ::testing::HasSubstr;
 std::vector<std::vector<double>> NaiveGradients(const MlpSpec& spec, const TensorList& params,
                                                 const data::DatasetView& view) {
   auto backend = kernels::OpenCpuBackend();
-  auto ws = internal::MlpWorkspace::Create(*backend, spec, 1, /*training=*/true).value();
+  auto ws = internal::NetWorkspace::Create(*backend, spec, 1, /*training=*/true).value();
   EXPECT_TRUE(ws->LoadData(view).ok());
   ws->UploadParams(params);
   std::vector<std::vector<double>> grads;
@@ -65,7 +65,7 @@ const MlpSpec kSpec{8, {16}, 4};
 TEST(DpSgdTest, GhostNormsEqualNaivePerExampleGradientNorms) {
   for (const MlpSpec& spec : {MlpSpec{5, {6, 4}, 3}, MlpSpec{8, {16}, 4}, MlpSpec{8, {}, 4}}) {
     const data::Dataset train = Blobs(37, spec.input_dim, spec.num_classes, 4);
-    const TensorList params = InitMlp(spec, 8);
+    const TensorList params = InitModel(spec, 8);
     const data::DatasetView view{&train, {}};
     // batch_size 10: several batches and a partial last one.
     auto norms = PerExampleGradientNorms(spec, params, view, 10);
@@ -78,21 +78,21 @@ TEST(DpSgdTest, GhostNormsEqualNaivePerExampleGradientNorms) {
       EXPECT_NEAR((*norms)[i], expected, 1e-5 * expected) << "example " << i;
     }
   }
-  const TensorList params = InitMlp(kSpec, 1);
+  const TensorList params = InitModel(kSpec, 1);
   const data::Dataset d = Blobs(4, 8, 4, 1);
   EXPECT_FALSE(PerExampleGradientNorms(kSpec, params, {&d, {}}, 0).ok());
 }
 
-// TrainMlpDpSgd grows its buffers when a Poisson sample exceeds their capacity (rare: > 6 sd).
+// TrainDpSgd grows its buffers when a Poisson sample exceeds their capacity (rare: > 6 sd).
 TEST(DpSgdTest, WorkspaceGrownByReserveMatchesOneBuiltLarge) {
   const MlpSpec spec{5, {6, 4}, 3};
   const data::Dataset train = Blobs(9, 5, 3, 4);
-  const TensorList params = InitMlp(spec, 8);
+  const TensorList params = InitModel(spec, 8);
   std::vector<int64_t> order(9);
   std::iota(order.begin(), order.end(), int64_t{0});
   auto backend = kernels::OpenCpuBackend();
-  auto grown = internal::MlpWorkspace::Create(*backend, spec, 2, /*training=*/true).value();
-  auto large = internal::MlpWorkspace::Create(*backend, spec, 9, /*training=*/true).value();
+  auto grown = internal::NetWorkspace::Create(*backend, spec, 2, /*training=*/true).value();
+  auto large = internal::NetWorkspace::Create(*backend, spec, 9, /*training=*/true).value();
   for (auto* ws : {grown.get(), large.get()}) {
     ASSERT_TRUE(ws->LoadData({&train, {}}).ok());
     ws->UploadParams(params);
@@ -117,13 +117,13 @@ TEST(DpSgdTest, WorkspaceGrownByReserveMatchesOneBuiltLarge) {
 TEST(DpSgdTest, WithoutClippingOrNoiseOneStepIsTheFullBatchSgdStep) {
   const MlpSpec spec{5, {6, 4}, 3};
   const data::Dataset train = Blobs(40, 5, 3, 4);
-  const TensorList initial = InitMlp(spec, 8);
+  const TensorList initial = InitModel(spec, 8);
   TrainOptions options;
   options.learning_rate = 0.1;
   options.weight_decay = 0.01;
   options.batch_size = 40;
   TensorList sgd = initial;
-  auto plain = TrainMlp(spec, options, {&train, {}}, 1, &sgd);
+  auto plain = TrainModel(spec, options, {&train, {}}, 1, &sgd);
   ASSERT_TRUE(plain.ok()) << plain.status();
 
   // q = 1 samples every example; mean of unclipped gradients = the full-batch gradient.
@@ -133,7 +133,7 @@ TEST(DpSgdTest, WithoutClippingOrNoiseOneStepIsTheFullBatchSgdStep) {
   dp.expected_batch_size = 40;
   TensorList private_params = initial;
   auto source = privacy::NoiseSource::SeededForTesting(1);
-  auto stats = TrainMlpDpSgd(spec, options, dp, {&train, {}}, source, &private_params);
+  auto stats = TrainDpSgd(spec, options, dp, {&train, {}}, source, &private_params);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->steps, 1);
   EXPECT_EQ(stats->train.steps, 1);
@@ -153,7 +153,7 @@ TEST(DpSgdTest, SmallClipNormClipsEveryExampleExactly) {
   const MlpSpec spec{5, {6, 4}, 3};
   const data::Dataset train = Blobs(30, 5, 3, 4);
   const data::DatasetView view{&train, {}};
-  const TensorList initial = InitMlp(spec, 8);
+  const TensorList initial = InitModel(spec, 8);
   constexpr double kClip = 1e-3;
   const auto naive = NaiveGradients(spec, initial, view);
   std::vector<double> expected(naive[0].size(), 0.0);
@@ -171,7 +171,7 @@ TEST(DpSgdTest, SmallClipNormClipsEveryExampleExactly) {
   options.learning_rate = 1000;  // an O(1) update, recovered from the parameters to ~1e-7
   TensorList params = initial;
   auto source = privacy::NoiseSource::SeededForTesting(2);
-  ASSERT_TRUE(TrainMlpDpSgd(spec, options, dp, view, source, &params).ok());
+  ASSERT_TRUE(TrainDpSgd(spec, options, dp, view, source, &params).ok());
 
   // params = initial - lr * sum / expected_batch_size.
   const std::vector<double> before = Flatten(initial), after = Flatten(params);
@@ -190,7 +190,7 @@ TEST(DpSgdTest, SmallClipNormClipsEveryExampleExactly) {
 TEST(DpSgdTest, NoiseStandardDeviationOnTheUpdateIsZTimesClipOverBatchTimesLr) {
   const MlpSpec spec{32, {256}, 10};  // 11018 parameters: one noise draw each
   const data::Dataset train = Blobs(64, 32, 10, 3);
-  const TensorList initial = InitMlp(spec, 8);
+  const TensorList initial = InitModel(spec, 8);
   DpSgdOptions dp;
   dp.noise_multiplier = 2.0;
   dp.clip_norm = 0.5;
@@ -200,10 +200,10 @@ TEST(DpSgdTest, NoiseStandardDeviationOnTheUpdateIsZTimesClipOverBatchTimesLr) {
 
   TensorList noisy = initial, clean = initial;
   auto source = privacy::NoiseSource::SeededForTesting(7);
-  ASSERT_TRUE(TrainMlpDpSgd(spec, options, dp, {&train, {}}, source, &noisy).ok());
+  ASSERT_TRUE(TrainDpSgd(spec, options, dp, {&train, {}}, source, &noisy).ok());
   dp.noise_multiplier = 0;
   auto source2 = privacy::NoiseSource::SeededForTesting(7);
-  ASSERT_TRUE(TrainMlpDpSgd(spec, options, dp, {&train, {}}, source2, &clean).ok());
+  ASSERT_TRUE(TrainDpSgd(spec, options, dp, {&train, {}}, source2, &clean).ok());
 
   const std::vector<double> a = Flatten(noisy), b = Flatten(clean);
   const auto count = static_cast<double>(a.size());
@@ -280,11 +280,11 @@ TEST(DpSgdTest, PoissonSamplingRateIsExactAtAwkwardRates) {
 
 TEST(DpSgdTest, TinySamplingRateTakesEveryStepIncludingEmptyBatches) {
   const data::Dataset train = Blobs(200, 8, 4, 1);
-  TensorList params = InitMlp(kSpec, 5);
+  TensorList params = InitModel(kSpec, 5);
   DpSgdOptions dp;
   dp.expected_batch_size = 1;  // q = 1/200: about 37% of the steps sample nobody
   auto source = privacy::NoiseSource::SeededForTesting(4);
-  auto stats = TrainMlpDpSgd(kSpec, TrainOptions{}, dp, {&train, {}}, source, &params);
+  auto stats = TrainDpSgd(kSpec, TrainOptions{}, dp, {&train, {}}, source, &params);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->steps, 200);                                      // epochs / q
   EXPECT_NEAR(static_cast<double>(stats->train.examples), 200, 60);  // Poisson(200)
@@ -297,20 +297,20 @@ TEST(DpSgdTest, TinySamplingRateTakesEveryStepIncludingEmptyBatches) {
 
 TEST(DpSgdTest, StepsAreEpochsOverTheSamplingRateRounded) {
   const data::Dataset train = Blobs(100, 8, 4, 1);
-  TensorList params = InitMlp(kSpec, 5);
+  TensorList params = InitModel(kSpec, 5);
   DpSgdOptions dp;
   dp.expected_batch_size = 40;  // q = 0.4
   TrainOptions options;
   options.epochs = 3;  // 7.5 -> 8 steps
   auto source = privacy::NoiseSource::SeededForTesting(5);
-  auto stats = TrainMlpDpSgd(kSpec, options, dp, {&train, {}}, source, &params);
+  auto stats = TrainDpSgd(kSpec, options, dp, {&train, {}}, source, &params);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->steps, 8);
 }
 
 TEST(DpSgdTest, LearnsSeparableBlobsAtModerateNoise) {
   const data::Dataset train = Blobs(2000, 8, 4, 1), test = Blobs(400, 8, 4, 2);
-  TensorList params = InitMlp(kSpec, 5);
+  TensorList params = InitModel(kSpec, 5);
   DpSgdOptions dp;
   dp.noise_multiplier = 1.0;
   dp.clip_norm = 1.0;
@@ -319,11 +319,11 @@ TEST(DpSgdTest, LearnsSeparableBlobsAtModerateNoise) {
   options.epochs = 5;  // 100 steps
   options.learning_rate = 0.5;
   auto source = privacy::NoiseSource::SeededForTesting(6);
-  auto stats = TrainMlpDpSgd(kSpec, options, dp, {&train, {}}, source, &params);
+  auto stats = TrainDpSgd(kSpec, options, dp, {&train, {}}, source, &params);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->steps, 100);
   EXPECT_GT(stats->train.accuracy, 0.6);
-  auto eval = EvaluateMlp(kSpec, params, {&test, {}});
+  auto eval = EvaluateModel(kSpec, params, {&test, {}});
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_GT(eval->accuracy, 0.9);  // chance is 0.25
 }
@@ -332,34 +332,34 @@ TEST(DpSgdTest, SeededRunsAreReproducibleAndSecureNoiseIsReportedPrivate) {
   const data::Dataset train = Blobs(100, 8, 4, 1);
   DpSgdOptions dp;
   dp.expected_batch_size = 10;
-  TensorList a = InitMlp(kSpec, 5), b = a, c = a;
+  TensorList a = InitModel(kSpec, 5), b = a, c = a;
   auto sa = privacy::NoiseSource::SeededForTesting(9);
   auto sb = privacy::NoiseSource::SeededForTesting(9);
   auto sc = privacy::NoiseSource::SeededForTesting(10);
-  ASSERT_TRUE(TrainMlpDpSgd(kSpec, {}, dp, {&train, {}}, sa, &a).ok());
-  ASSERT_TRUE(TrainMlpDpSgd(kSpec, {}, dp, {&train, {}}, sb, &b).ok());
-  ASSERT_TRUE(TrainMlpDpSgd(kSpec, {}, dp, {&train, {}}, sc, &c).ok());
+  ASSERT_TRUE(TrainDpSgd(kSpec, {}, dp, {&train, {}}, sa, &a).ok());
+  ASSERT_TRUE(TrainDpSgd(kSpec, {}, dp, {&train, {}}, sb, &b).ok());
+  ASSERT_TRUE(TrainDpSgd(kSpec, {}, dp, {&train, {}}, sc, &c).ok());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name();
   EXPECT_NE(a[0].data, c[0].data);
 
   auto secure = privacy::NoiseSource::Secure();
-  auto stats = TrainMlpDpSgd(kSpec, {}, dp, {&train, {}}, secure, &a);
+  auto stats = TrainDpSgd(kSpec, {}, dp, {&train, {}}, secure, &a);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_TRUE(stats->private_noise);
   dp.noise_multiplier = 0;  // no noise: not private whatever the source
-  stats = TrainMlpDpSgd(kSpec, {}, dp, {&train, {}}, secure, &a);
+  stats = TrainDpSgd(kSpec, {}, dp, {&train, {}}, secure, &a);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_FALSE(stats->private_noise);
 }
 
 TEST(DpSgdTest, RejectsBadInputsWithoutTouchingParamsOrDrawingNoise) {
   const data::Dataset train = Blobs(20, 8, 4, 1);
-  const TensorList initial = InitMlp(kSpec, 5);
+  const TensorList initial = InitModel(kSpec, 5);
   TensorList params = initial;
   auto source = privacy::NoiseSource::SeededForTesting(11);
   auto error = [&](const MlpSpec& spec, const TrainOptions& options, const DpSgdOptions& dp,
                    const data::DatasetView& view) {
-    auto result = TrainMlpDpSgd(spec, options, dp, view, source, &params);
+    auto result = TrainDpSgd(spec, options, dp, view, source, &params);
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
     return std::string(result.status().message());
   };
@@ -410,7 +410,7 @@ TEST(DpSgdTest, RejectsBadInputsWithoutTouchingParamsOrDrawingNoise) {
   EXPECT_THAT(error(kSpec, {}, dp, {&train, {20}}), HasSubstr("20"));
   const data::Dataset empty{8, 4, {}, {}};
   EXPECT_THAT(error(kSpec, {}, dp, {&empty, {}}), HasSubstr("no examples"));
-  EXPECT_EQ(TrainMlpDpSgd(kSpec, {}, dp, view, source, nullptr).status().code(),
+  EXPECT_EQ(TrainDpSgd(kSpec, {}, dp, view, source, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 
   for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(params[i].data, initial[i].data);
@@ -420,14 +420,14 @@ TEST(DpSgdTest, RejectsBadInputsWithoutTouchingParamsOrDrawingNoise) {
 
 TEST(DpSgdTest, DivergenceIsAnError) {
   const data::Dataset train = Blobs(64, 8, 4, 1);
-  TensorList params = InitMlp(kSpec, 5);
+  TensorList params = InitModel(kSpec, 5);
   TrainOptions options;
   options.epochs = 20;
   options.learning_rate = 1e38;
   DpSgdOptions dp;
   dp.expected_batch_size = 16;
   auto source = privacy::NoiseSource::SeededForTesting(12);
-  auto result = TrainMlpDpSgd(kSpec, options, dp, {&train, {}}, source, &params);
+  auto result = TrainDpSgd(kSpec, options, dp, {&train, {}}, source, &params);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(result.status().message(), HasSubstr("diverged"));
 }
@@ -510,7 +510,7 @@ class DpSgdStepperTest : public ::testing::Test {
   static constexpr int64_t kN = 1000;
   const MlpSpec spec_{12, {16}, 4};
   const data::Dataset data_ = Blobs(kN, 12, 4, 3);
-  const TensorList params_ = InitMlp(spec_, 4);
+  const TensorList params_ = InitModel(spec_, 4);
   std::unique_ptr<kernels::Backend> backend_ = kernels::OpenCpuBackend();
 
   std::vector<RankCapture> Run(const internal::DpSgdPlan& plan, const DpSgdOptions& dp, int world,
@@ -518,7 +518,7 @@ class DpSgdStepperTest : public ::testing::Test {
     kernels::FlushDenormalsScope flush;
     std::vector<RankCapture> out(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
-      auto ws = internal::MlpWorkspace::Create(*backend_, spec_, 8, true).value();
+      auto ws = internal::NetWorkspace::Create(*backend_, spec_, 8, true).value();
       EXPECT_TRUE(ws->LoadData({&data_, {}}).ok());
       ws->UploadParams(params_);
       auto noise = privacy::NoiseSource::SeededForTesting(noise_seed);
@@ -599,7 +599,7 @@ TEST_F(DpSgdStepperTest, NoiseIsExactDiscreteGaussianIntegersOnTheExactSum) {
   auto gaussian = privacy::DiscreteGaussian::Create(plan->grid.variance).value();
   auto source = privacy::NoiseSource::SeededForTesting(6);
   auto backend = kernels::OpenCpuBackend();
-  auto ws = internal::MlpWorkspace::Create(*backend, spec_, 1, true).value();
+  auto ws = internal::NetWorkspace::Create(*backend, spec_, 1, true).value();
   std::vector<int64_t> expected_noise(static_cast<size_t>(ws->trainable_span()) + 1, 0);
   for (size_t p = 0; p < ws->num_trainable(); ++p) {
     for (int64_t k = 0; k < ws->param_size(p); ++k) {
@@ -618,9 +618,9 @@ TEST_F(DpSgdStepperTest, NoiseIsExactDiscreteGaussianIntegersOnTheExactSum) {
   EXPECT_EQ(Reduce(Run(*plan, dp, 3, sample, 6)), noised.units);
 }
 
-// A single process's run is the stepper's: TrainMlpDpSgd equals stepping by hand with the
+// A single process's run is the stepper's: TrainDpSgd equals stepping by hand with the
 // sampling key drawn first from the source (the key a data-parallel rank 0 broadcasts).
-TEST_F(DpSgdStepperTest, TrainMlpDpSgdIsTheStepperWithTheSamplingKeyDrawnFirst) {
+TEST_F(DpSgdStepperTest, TrainDpSgdIsTheStepperWithTheSamplingKeyDrawnFirst) {
   const DpSgdOptions dp{1.0, 0.3, 300};
   TrainOptions options;
   options.learning_rate = 0.2;
@@ -628,11 +628,11 @@ TEST_F(DpSgdStepperTest, TrainMlpDpSgdIsTheStepperWithTheSamplingKeyDrawnFirst) 
   options.epochs = 2;  // round(2 * 1000 / 300) = 7 steps
   TensorList trained = params_;
   auto noise = privacy::NoiseSource::SeededForTesting(8);
-  ASSERT_TRUE(TrainMlpDpSgd(spec_, options, dp, {&data_, {}}, noise, &trained).ok());
+  ASSERT_TRUE(TrainDpSgd(spec_, options, dp, {&data_, {}}, noise, &trained).ok());
 
   kernels::FlushDenormalsScope flush;
   auto plan = internal::PlanDpSgd(spec_, options, dp, kN).value();
-  auto ws = internal::MlpWorkspace::Create(*backend_, spec_, plan.capacity, true).value();
+  auto ws = internal::NetWorkspace::Create(*backend_, spec_, plan.capacity, true).value();
   ASSERT_TRUE(ws->LoadData({&data_, {}}).ok());
   ws->UploadParams(params_);
   auto by_hand = privacy::NoiseSource::SeededForTesting(8);

@@ -10,7 +10,7 @@
 
 #include "data/fashion_mnist.h"
 #include "data/partition.h"
-#include "models/mlp.h"
+#include "models/model.h"
 
 namespace huddle::models {
 namespace {
@@ -36,14 +36,14 @@ TEST(FashionMnistMlpTest, OneEpochOnSixThousandExamples) {
   ASSERT_TRUE(test.ok()) << test.status();
 
   const MlpSpec spec;  // 784-128-10
-  TensorList params = InitMlp(spec, 42);
+  TensorList params = InitModel(spec, 42);
   TrainOptions options;  // 1 epoch, batch 32
   options.learning_rate = 0.02;
   options.momentum = 0.9;
-  auto stats = TrainMlp(spec, options, {&*train, {}}, 7, &params);
+  auto stats = TrainModel(spec, options, {&*train, {}}, 7, &params);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->steps, 188);
-  auto eval = EvaluateMlp(spec, params, {&*test, {}});
+  auto eval = EvaluateModel(spec, params, {&*test, {}});
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_GT(eval->accuracy, 0.75) << "loss " << eval->loss;
   RecordProperty("test_accuracy", std::to_string(eval->accuracy));

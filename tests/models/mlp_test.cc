@@ -1,10 +1,10 @@
 // MlpSpec validation, layout, initialisation and parameter checks.
-#include "models/mlp.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+
+#include "models/model.h"
 
 namespace huddle::models {
 namespace {
@@ -12,7 +12,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(MlpLayoutTest, NamesAndShapesInOrder) {
-  const ModelLayout layout = MlpLayout(MlpSpec{784, {128, 64}, 10});
+  const ModelLayout layout = Layout(MlpSpec{784, {128, 64}, 10});
   ASSERT_EQ(layout.size(), 6u);
   const std::vector<std::pair<std::string, std::vector<int64_t>>> want = {
       {"fc0.weight", {128, 784}}, {"fc0.bias", {128}},      {"fc1.weight", {64, 128}},
@@ -26,27 +26,31 @@ TEST(MlpLayoutTest, NamesAndShapesInOrder) {
 }
 
 TEST(MlpLayoutTest, NoHiddenLayersIsLogisticRegression) {
-  const ModelLayout layout = MlpLayout(MlpSpec{5, {}, 3});
+  const ModelLayout layout = Layout(MlpSpec{5, {}, 3});
   ASSERT_EQ(layout.size(), 2u);
   EXPECT_EQ(layout[0].shape, (std::vector<int64_t>{3, 5}));
 }
 
 TEST(ValidateMlpSpecTest, AcceptsDefaultsAndRejectsBadWidths) {
-  EXPECT_TRUE(ValidateMlpSpec(MlpSpec{}).ok());
-  EXPECT_THAT(ValidateMlpSpec(MlpSpec{0, {128}, 10}).message(), HasSubstr("input_dim is 0"));
-  EXPECT_THAT(ValidateMlpSpec(MlpSpec{784, {128, -1}, 10}).message(), HasSubstr("hidden[1] is -1"));
-  EXPECT_THAT(ValidateMlpSpec(MlpSpec{784, {128}, 1}).message(), HasSubstr("num_classes is 1"));
-  EXPECT_THAT(ValidateMlpSpec(MlpSpec{int64_t{1} << 25, {}, 10}).message(), HasSubstr("input_dim"));
-  EXPECT_THAT(ValidateMlpSpec(MlpSpec{1 << 20, {1 << 20}, 10}).message(),
-              HasSubstr("parameters exceed"));
-  EXPECT_TRUE(InitMlp(MlpSpec{0, {}, 10}, 1).empty());
+  EXPECT_TRUE(ValidateModelSpec(MlpSpec{}).ok());
+  EXPECT_THAT(ValidateModelSpec(MlpSpec{0, {128}, 10}).message(),
+              HasSubstr("model input: dimension 0 is 0"));
+  EXPECT_THAT(ValidateModelSpec(MlpSpec{784, {128, -1}, 10}).message(),
+              HasSubstr("model layer 2 (dense): out is -1"));
+  EXPECT_THAT(ValidateModelSpec(MlpSpec{784, {128}, 1}).message(),
+              HasSubstr("the model's output is [1]"));
+  EXPECT_THAT(ValidateModelSpec(MlpSpec{int64_t{1} << 25, {}, 10}).message(),
+              HasSubstr("model input: dimension 0 is 33554432"));
+  EXPECT_THAT(ValidateModelSpec(MlpSpec{1 << 20, {1 << 20}, 10}).message(),
+              HasSubstr("parameters and"));
+  EXPECT_TRUE(InitModel(MlpSpec{0, {}, 10}, 1).empty());
 }
 
 TEST(InitMlpTest, DeterministicBySeed) {
   const MlpSpec spec{20, {16, 8}, 4};
-  const TensorList a = InitMlp(spec, 7);
-  const TensorList b = InitMlp(spec, 7);
-  const TensorList c = InitMlp(spec, 8);
+  const TensorList a = InitModel(spec, 7);
+  const TensorList b = InitModel(spec, 7);
+  const TensorList c = InitModel(spec, 8);
   ASSERT_EQ(a.size(), 6u);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].data, b[i].data) << a[i].name();
@@ -55,12 +59,12 @@ TEST(InitMlpTest, DeterministicBySeed) {
     }
   }
   EXPECT_TRUE(CheckParams(spec, a).ok());
-  EXPECT_EQ(LayoutOf(a), MlpLayout(spec));
+  EXPECT_EQ(LayoutOf(a), Layout(spec));
 }
 
 TEST(InitMlpTest, KaimingBoundsAndZeroBiases) {
   const MlpSpec spec{400, {100}, 10};
-  const TensorList params = InitMlp(spec, 3);
+  const TensorList params = InitModel(spec, 3);
   const double hidden_bound = std::sqrt(6.0 / 400), output_bound = std::sqrt(3.0 / 100);
   double sum_sq = 0;
   for (float w : params[0].data) {
@@ -76,7 +80,7 @@ TEST(InitMlpTest, KaimingBoundsAndZeroBiases) {
 
 TEST(CheckParamsTest, NamesTheMismatch) {
   const MlpSpec spec{6, {4}, 3};
-  TensorList params = InitMlp(spec, 1);
+  TensorList params = InitModel(spec, 1);
   ASSERT_TRUE(CheckParams(spec, params).ok());
 
   TensorList missing = params;
@@ -86,7 +90,7 @@ TEST(CheckParamsTest, NamesTheMismatch) {
   TensorList wrong_shape = params;
   wrong_shape[2] = Tensor("fc1.weight", {3, 5});
   EXPECT_THAT(CheckParams(spec, wrong_shape).message(),
-              HasSubstr("'fc1.weight' with shape [3,5], the MLP expects 'fc1.weight' with shape "
+              HasSubstr("'fc1.weight' with shape [3,5], the model expects 'fc1.weight' with shape "
                         "[3,4]"));
 
   TensorList wrong_name = params;

@@ -1,4 +1,4 @@
-// TrainUpdate: the same training as TrainMlp / TrainMlpDpSgd, then delta, norm and clipping by the
+// TrainUpdate: the same training as TrainModel / TrainDpSgd, then delta, norm and clipping by the
 // update pipeline; errors.
 #include "models/update.h"
 
@@ -37,7 +37,7 @@ class TrainUpdateTest : public ::testing::Test {
   }
 
   const MlpSpec spec_{6, {10, 5}, 3};  // biases of 10, 5, 3 floats exercise the layout's gaps
-  const TensorList global_ = InitMlp(spec_, 3);
+  const TensorList global_ = InitModel(spec_, 3);
   data::Dataset data_;
   data::DatasetView view_;
   UpdateOptions options_;
@@ -45,7 +45,7 @@ class TrainUpdateTest : public ::testing::Test {
 
 TEST_F(TrainUpdateTest, WithoutClippingTheDeltaIsExactlyLocalMinusGlobal) {
   TensorList local = global_;
-  auto trained = TrainMlp(spec_, options_.train, view_, options_.seed, &local);
+  auto trained = TrainModel(spec_, options_.train, view_, options_.seed, &local);
   ASSERT_TRUE(trained.ok()) << trained.status();
   auto update = TrainUpdate(spec_, options_, view_, global_);
   ASSERT_TRUE(update.ok()) << update.status();
@@ -65,7 +65,7 @@ TEST_F(TrainUpdateTest, WithoutClippingTheDeltaIsExactlyLocalMinusGlobal) {
 
 TEST_F(TrainUpdateTest, ClippingScalesTheDeltaToTheBound) {
   TensorList local = global_;
-  ASSERT_TRUE(TrainMlp(spec_, options_.train, view_, options_.seed, &local).ok());
+  ASSERT_TRUE(TrainModel(spec_, options_.train, view_, options_.seed, &local).ok());
   const TensorList unclipped = ReferenceDelta(local);
   const double norm = privacy::L2Norm(unclipped);
   ASSERT_GT(norm, 0.1);
@@ -91,7 +91,7 @@ TEST_F(TrainUpdateTest, ClippingScalesTheDeltaToTheBound) {
   for (size_t t = 0; t < unclipped.size(); ++t) EXPECT_EQ(loose->delta[t].data, unclipped[t].data);
 }
 
-TEST_F(TrainUpdateTest, DpSgdTrainsAsTrainMlpDpSgdWithTheSameNoise) {
+TEST_F(TrainUpdateTest, DpSgdTrainsAsTrainDpSgdWithTheSameNoise) {
   DpSgdOptions dp;
   dp.noise_multiplier = 0.7;
   dp.clip_norm = 0.5;
@@ -99,7 +99,7 @@ TEST_F(TrainUpdateTest, DpSgdTrainsAsTrainMlpDpSgdWithTheSameNoise) {
   options_.train.epochs = 2;
   TensorList local = global_;
   auto reference_noise = privacy::NoiseSource::SeededForTesting(42);
-  auto trained = TrainMlpDpSgd(spec_, options_.train, dp, view_, reference_noise, &local);
+  auto trained = TrainDpSgd(spec_, options_.train, dp, view_, reference_noise, &local);
   ASSERT_TRUE(trained.ok()) << trained.status();
 
   auto noise = privacy::NoiseSource::SeededForTesting(42);

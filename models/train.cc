@@ -1,4 +1,4 @@
-// TrainMlp and EvaluateMlp: minibatch SGD and batched inference through kernels/.
+// TrainModel and EvaluateModel: minibatch SGD and batched inference through kernels/.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -8,17 +8,20 @@
 #include "kernels/flush_denormals.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
-#include "models/internal/mlp_workspace.h"
+#include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
-#include "models/mlp.h"
+#include "models/model.h"
 
 namespace huddle::models {
 
 using internal::CheckModelAndData;
 using internal::CheckTrainOptions;
-using internal::MlpWorkspace;
+using internal::NetWorkspace;
 
 namespace {
+
+// Dropout's stream of the training seed (the epochs' shuffles use streams 0, 1, ...).
+constexpr uint64_t kDropoutStream = uint64_t{1} << 63;
 
 Status Diverged(int64_t epoch, double learning_rate) {
   return absl::FailedPreconditionError(absl::StrCat("training diverged: non-finite loss in epoch ",
@@ -30,7 +33,7 @@ Status Diverged(int64_t epoch, double learning_rate) {
 
 namespace internal {
 
-Status RunSgdEpochs(MlpWorkspace& ws, const TrainOptions& options, int64_t n, uint64_t seed,
+Status RunSgdEpochs(NetWorkspace& ws, const TrainOptions& options, int64_t n, uint64_t seed,
                     TrainStats* stats) {
   const int64_t max_batch = std::min(options.batch_size, n);
   const kernels::SgdHyper hyper{static_cast<float>(options.learning_rate),
@@ -38,6 +41,7 @@ Status RunSgdEpochs(MlpWorkspace& ws, const TrainOptions& options, int64_t n, ui
                                 static_cast<float>(options.weight_decay)};
   std::vector<int64_t> order(static_cast<size_t>(n));
   kernels::LossAccumulator totals;
+  ws.set_dropout_seed(DeriveSeed(seed, kDropoutStream));
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), int64_t{0});
     Rng rng(DeriveSeed(seed, static_cast<uint64_t>(epoch)));
@@ -63,11 +67,11 @@ Status RunSgdEpochs(MlpWorkspace& ws, const TrainOptions& options, int64_t n, ui
 
 }  // namespace internal
 
-StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
-                              const data::DatasetView& data, uint64_t seed, TensorList* params) {
+StatusOr<TrainStats> TrainModel(const ModelSpec& spec, const TrainOptions& options,
+                                const data::DatasetView& data, uint64_t seed, TensorList* params) {
   const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
-  if (params == nullptr) return absl::InvalidArgumentError("TrainMlp: params is null");
+  if (params == nullptr) return absl::InvalidArgumentError("TrainModel: params is null");
   HUDDLE_RETURN_IF_ERROR(CheckTrainOptions(options));
   HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, *params, data));
 
@@ -76,8 +80,8 @@ StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
   kernels::Backend& backend = internal::BackendFor(options, &owned);
   const int64_t n = data.size();
   HUDDLE_ASSIGN_OR_RETURN(
-      std::unique_ptr<MlpWorkspace> ws,
-      MlpWorkspace::Create(backend, spec, std::min(options.batch_size, n), /*training=*/true));
+      std::unique_ptr<NetWorkspace> ws,
+      NetWorkspace::Create(backend, spec, std::min(options.batch_size, n), /*training=*/true));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   ws->UploadParams(*params);
   TrainStats stats;
@@ -90,9 +94,9 @@ StatusOr<TrainStats> TrainMlp(const MlpSpec& spec, const TrainOptions& options,
   return stats;
 }
 
-StatusOr<EvalStats> EvaluateMlp(const MlpSpec& spec, const TensorList& params,
-                                const data::DatasetView& data, int64_t batch_size,
-                                kernels::Backend* backend) {
+StatusOr<EvalStats> EvaluateModel(const ModelSpec& spec, const TensorList& params,
+                                  const data::DatasetView& data, int64_t batch_size,
+                                  kernels::Backend* backend) {
   if (batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));
@@ -106,8 +110,8 @@ StatusOr<EvalStats> EvaluateMlp(const MlpSpec& spec, const TensorList& params,
   kernels::Backend& device = internal::BackendFor(on, &owned);
   const int64_t n = data.size();
   const int64_t max_batch = std::min(batch_size, n);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<MlpWorkspace> ws,
-                          MlpWorkspace::Create(device, spec, max_batch, /*training=*/false));
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
+                          NetWorkspace::Create(device, spec, max_batch, /*training=*/false));
   HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
   ws->UploadParams(params);
   std::vector<int64_t> order(static_cast<size_t>(n));

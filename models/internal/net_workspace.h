@@ -1,6 +1,6 @@
-// Internal to models/: the device buffers, forward/backward passes and input checks that TrainMlp,
-// EvaluateMlp and TrainMlpDpSgd share. Not part of the public API (include models/mlp.h or
-// models/dp_sgd.h).
+// Internal to models/: the device buffers, forward/backward passes and input checks that
+// TrainModel, EvaluateModel, TrainDpSgd and the data-parallel trainer share. Not part of the public
+// API (include models/model.h or models/dp_sgd.h).
 //
 // Everything runs on one kernels::Backend (the CPU or a GPU): the model is uploaded once
 // (UploadParams), trained in device memory, and downloaded once (DownloadParams); the data are made
@@ -8,10 +8,13 @@
 // (SetOrder). Loss totals accumulate on the device and are read when the caller chooses
 // (ReadTotals, one wait), so the inner loop never waits for the host.
 //
-// Layer l maps width(l) -> width(l + 1) with parameters param(first_param(l)) (weight [out, in])
-// and param(first_param(l) + 1) (bias [out]), then, for a hidden layer of a batch-norm model,
-// gamma and beta; the running statistics follow every trainable parameter (MlpLayout order).
-// Thread-safety: an MlpWorkspace is used by one thread at a time.
+// Layer l of the spec reads layer l - 1's output (the gathered input for l = 0) and writes its own,
+// [batch, output_size(l)] row-major (NCHW per example for images). ReLU, tanh, dropout and flatten
+// work in place on their input's buffer where nothing needs that input afterwards; every other
+// layer has its own output and output-gradient buffers. Layer l's trainable parameters are
+// [first_param(l), first_param(l + 1)) (none for a layer without parameters); batch norm's
+// running statistics follow every trainable parameter (Layout order).
+// Thread-safety: a NetWorkspace is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -25,23 +28,25 @@
 #include "kernels/backend.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
-#include "models/mlp.h"
+#include "models/model.h"
 
 namespace huddle::models::internal {
 
-class MlpWorkspace {
+class NetWorkspace {
  public:
   // Buffers on `backend` (not owned; it must outlive the workspace) for a batch of up to
   // max_batch >= 1 rows; `training` also allocates the gradient buffers. ResourceExhausted when
-  // the device is short of memory. Precondition: ValidateMlpSpec(spec).ok().
-  static StatusOr<std::unique_ptr<MlpWorkspace>> Create(kernels::Backend& backend,
-                                                        const MlpSpec& spec, int64_t max_batch,
+  // the device is short of memory. Precondition: ValidateModelSpec(spec).ok().
+  static StatusOr<std::unique_ptr<NetWorkspace>> Create(kernels::Backend& backend,
+                                                        const ModelSpec& spec, int64_t max_batch,
                                                         bool training);
 
   kernels::Backend& backend() const { return *backend_; }
-  size_t num_layers() const { return widths_.size() - 1; }
-  // Boundary widths: width(0) = input_dim, ..., width(num_layers()) = num_classes.
-  int64_t width(size_t i) const { return widths_[i]; }
+  size_t num_layers() const { return layers_.size(); }
+  // Floats per example of the input (input_size()) and of layer l's output; the last layer's is
+  // num_classes.
+  int64_t input_size() const { return input_size_; }
+  int64_t output_size(size_t l) const { return layers_[l].out_size; }
   int64_t capacity() const { return capacity_; }
   // Grows the batch buffers to max_batch rows (never shrinks); their contents are not kept.
   Status Reserve(int64_t max_batch);
@@ -73,13 +78,32 @@ class MlpWorkspace {
 
   // Forward pass over the gathered batch, adding the loss totals into the device accumulator;
   // with training, also writes dLoss/dlogits (of the batch's mean loss) into layer_grad(last).
+  // Dropout masks come from the dropout seed and a counter of training passes.
   void Forward(int64_t batch, bool training);
+  void set_dropout_seed(uint64_t seed) {
+    dropout_seed_ = seed;
+    passes_ = 0;
+  }
   // Backward pass after Forward(training=true): fills grad(i) for every parameter, last layer
   // first. `layer_done(l)`, when given, is called as soon as layer l's gradients (grad(i) for i
   // in [first_param(l), first_param(l + 1))) have been enqueued on the backend: a data-parallel
   // trainer starts reducing them while the earlier layers are still being differentiated.
   using LayerDone = std::function<void(size_t layer)>;
   void Backward(int64_t batch, const LayerDone& layer_done = {});
+
+  // DP-SGD's two passes after Forward(training=true) on `batch` >= 1 rows of a model without
+  // batch norm, whose dlogits are the gradient of the MEAN loss (rows scaled by 1/batch):
+  // BackwardForNorms back-propagates into every layer_grad(l) and writes each row's squared
+  // per-example gradient norm of the MEAN loss over all parameters into squared[0, batch) (device
+  // memory): ghost norms for dense layers, the cheaper exact method per convolution
+  // (kernels/conv.h), per-example sums for group norm. It clobbers grad(). ClippedGradientSum then
+  // scales every row of every parameterised layer's output gradient by factors[row] and forms
+  // the parameter gradients: with factors = batch * min(1, C / norm_row), grad() is the sum over
+  // the batch of the per-example gradients clipped to C. Backpropagation is linear in each
+  // example's output-gradient row and no layer mixes examples, so no per-example gradient is
+  // materialised.
+  void BackwardForNorms(int64_t batch, double* squared);
+  void ClippedGradientSum(int64_t batch, const float* factors);
   // SyncBatchNorm: how a data-parallel trainer makes a batch-norm layer's statistics those of
   // the global batch spread over its ranks (kernels/batch_norm.h's steps 2 and 7). Forward and
   // Backward call it, on the training thread, once per batch-norm layer each.
@@ -113,11 +137,11 @@ class MlpWorkspace {
   StatusOr<kernels::LossAccumulator> ReadTotals();
   void ResetTotals();
 
-  // Raw device buffers, for trainers that run their own backward pass (DP-SGD). Row-major.
-  const float* input() const { return x_.as<float>(); }  // [batch, width(0)]
-  // Output of layer l after Forward (post-ReLU for hidden layers, logits for the last).
-  float* layer_output(size_t l) const { return acts_[l].as<float>(); }  // [batch, width(l + 1)]
-  float* layer_grad(size_t l) const { return dacts_[l].as<float>(); }   // dLoss/d layer_output(l)
+  // Raw device buffers. Row-major.
+  const float* input() const { return x_.as<float>(); }  // [batch, input_size()]
+  // Output of layer l after Forward (logits for the last), and dLoss/d that output after Backward.
+  float* layer_output(size_t l) const { return layers_[l].out; }  // [batch, output_size(l)]
+  float* layer_grad(size_t l) const { return layers_[l].dout; }   // training only
   size_t num_params() const { return sizes_.size(); }
   // Parameters [0, num_trainable()) are trained by gradients; the rest are batch norm's running
   // statistics, at params_base() + trainable_span() onwards.
@@ -125,7 +149,8 @@ class MlpWorkspace {
   int64_t trainable_span() const {
     return num_trainable_ < offsets_.size() ? offsets_[num_trainable_] : params_span_;
   }
-  // Index of fc<l>.weight (l <= num_layers(); first_param(num_layers()) = num_trainable()).
+  // Index of layer l's first trainable parameter, or of the next layer's with parameters for a
+  // layer without (l <= num_layers(); first_param(num_layers()) = num_trainable()).
   size_t first_param(size_t l) const { return first_param_[l]; }
   int64_t param_size(size_t i) const { return sizes_[i]; }
   float* param(size_t i) const { return params_base() + offsets_[i]; }
@@ -134,30 +159,52 @@ class MlpWorkspace {
   float* grad(size_t i) const { return grads_base() + offsets_[i]; }
 
  private:
-  MlpWorkspace(kernels::Backend& backend, const MlpSpec& spec, bool training);
+  // One layer's kernels' shapes and buffers. Buffers sized by capacity are (re)made by Reserve.
+  struct Layer {
+    LayerSpec spec;
+    std::vector<int64_t> in_shape, out_shape;  // per example
+    int64_t in_size = 0, out_size = 0;         // floats per example
+    bool in_place = false;                     // output and its gradient alias the input's
+    size_t bn_index = 0;                       // batch norm: which one (running statistics)
+    float* out = nullptr;                      // [capacity, out_size]
+    float* dout = nullptr;
+    kernels::DeviceBuffer out_buffer, dout_buffer;
+    kernels::DeviceBuffer mean, invstd, sums;  // batch norm [C], [C], [2C] double; group norm
+                                               // [capacity, groups] mean and invstd
+    kernels::DeviceBuffer argmax;              // max pooling [capacity, out_size] int32
+    uint64_t dropout_seed = 0;                 // the last training pass's
+  };
+
+  NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, bool training);
+  const float* in(size_t l) const { return l == 0 ? x_.as<float>() : layers_[l - 1].out; }
+  float* din(size_t l) const { return l == 0 ? nullptr : layers_[l - 1].dout; }
+  // Layer l's backward pass: its parameters' gradients (when `params`) and its input's gradient
+  // (for l > first_trained_). BackwardLayer stops at first_trained_.
+  void BackwardLayer(size_t l, int64_t batch, bool params);
+  // Adds layer l's per-example squared parameter-gradient norms into squared[0, batch).
+  void AddSquaredNorms(size_t l, int64_t batch, double* squared);
 
   kernels::Backend* backend_;
-  std::vector<int64_t> widths_;   // input_dim, hidden..., num_classes
-  std::vector<int64_t> sizes_;    // elements of each parameter, MlpLayout order
+  std::vector<Layer> layers_;
+  int64_t input_size_ = 0;
+  std::vector<int64_t> sizes_;    // elements of each parameter, Layout order
   std::vector<int64_t> offsets_;  // where each starts in params_, in floats
   int64_t params_span_ = 0;       // floats in params_
   size_t num_trainable_ = 0;
   std::vector<size_t> first_param_;  // per layer, and num_trainable_ at the end
+  size_t first_trained_ = 0;         // the first layer with parameters
   bool batch_norm_ = false;
-  bool training_;
+  bool training_ = false;
   int64_t capacity_ = 0;
-  kernels::DeviceBuffer x_, labels_;             // [capacity, input_dim], [capacity]
-  std::vector<kernels::DeviceBuffer> acts_;      // layer outputs [capacity, width(l + 1)]
-  std::vector<kernels::DeviceBuffer> dacts_;     // their gradients (training)
+  uint64_t dropout_seed_ = 0, passes_ = 0;
+  kernels::DeviceBuffer x_;                      // [capacity, input_size]
+  kernels::DeviceBuffer labels_;                 // [capacity] int32
+  kernels::DeviceBuffer scratch_;                // convolutions' scratch, the largest layer's
   kernels::DeviceBuffer params_;                 // the model, one buffer (see params_base)
   std::vector<float> packed_;                    // host staging of UploadParams / DownloadParams
   kernels::DeviceBuffer grads_;                  // dLoss/d params (training), params_ layout
   std::vector<kernels::DeviceBuffer> velocity_;  // momentum, allocated on first use
   kernels::DeviceBuffer totals_;                 // one LossAccumulator
-  // Batch norm, per hidden layer: the dense output it normalises [capacity, width], the batch's
-  // mean and inverse std (training; evaluation keeps the inverse running std in invstd_), and
-  // the per-feature sums [2, width] (double) of the forward and then the backward pass.
-  std::vector<kernels::DeviceBuffer> pre_, mean_, invstd_, sums_;
   BatchNormSync* sync_ = nullptr;
   // Data: features [rows, input_dim] and labels [rows] addressable by the backend; view_rows_
   // maps a view position to a row there (empty: identity, the rows were uploaded in view order).
@@ -170,12 +217,12 @@ class MlpWorkspace {
   std::vector<int64_t> order_host_;
 };
 
-// The TrainOptions checks of TrainMlp (errors name the field).
+// The TrainOptions checks of TrainModel (errors name the field).
 Status CheckTrainOptions(const TrainOptions& options);
 
 // Checks params against the spec and every row of the view against the model (non-empty view,
-// feature_dim == input_dim, labels in [0, num_classes)).
-Status CheckModelAndData(const MlpSpec& spec, const TensorList& params,
+// feature_dim == input_dim(), labels in [0, num_classes())).
+Status CheckModelAndData(const ModelSpec& spec, const TensorList& params,
                          const data::DatasetView& view);
 
 // options.backend, or a CPU backend created into *owned when it is null.
