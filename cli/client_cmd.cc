@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
+#include "kernels/cpu_isa.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -143,7 +144,8 @@ int RunClientCommand(const ClientFlags& flags) {
     auto opened = kernels::OpenBackend(device);
     if (!opened.ok()) return SetupError(config, opened.status());
     backend = std::move(opened).value();
-    spdlog::info("training on {} (device: {})", backend->name(), config.device);
+    spdlog::info("training on {} (device: {}; cpu kernels: {})", backend->name(), config.device,
+                 kernels::CpuIsaDescription());
     agent.set_backend(backend.get());
   }
   Status st =

@@ -30,13 +30,14 @@ foreach(line ${exported})
 endforeach()
 run(${OBJDUMP} -d --no-show-raw-insn ${OUTPUT})
 if(ISA STREQUAL "baseline")
-  # VEX/EVEX code (AVX and later) uses ymm/zmm registers or v-prefixed mnemonics.
-  string(REGEX MATCH "\t(v[a-z0-9]+ [^\n]*|[^\n]*%[yz]mm[0-9]+[^\n]*)" vex "${run_output}")
+  # VEX/EVEX code (AVX and later) uses ymm/zmm registers or v-prefixed mnemonics (GNU objdump
+  # puts a space after the mnemonic, llvm-objdump a tab).
+  string(REGEX MATCH "\t(v[a-z0-9]+[ \t][^\n]*|[^\n]*%[yz]mm[0-9]+[^\n]*)" vex "${run_output}")
   if(vex)
     message(FATAL_ERROR "cpu isa baseline: ${OUTPUT} holds an AVX instruction: ${vex}")
   endif()
 elseif(ISA STREQUAL "avx2")
-  if(NOT run_output MATCHES "\tvfmadd[0-9a-z]+ [^\n]*%ymm")
+  if(NOT run_output MATCHES "\tvfmadd[0-9a-z]+[ \t][^\n]*%ymm")
     message(FATAL_ERROR "cpu isa avx2: ${OUTPUT} has no 256-bit fused multiply-add")
   endif()
 endif()
