@@ -80,7 +80,10 @@ NetWorkspace::NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, boo
     const LayerKind kind = layer.spec.kind;
     // In place where nothing needs the input afterwards: never on the gathered input, and an
     // activation or dropout not on a ReLU's or tanh's output (their backward passes read it).
-    const LayerKind prev = l == 0 ? LayerKind::kFlatten : spec.layers[l - 1].kind;
+    // (A flatten aliases its input, so look through it.)
+    size_t p = l;
+    while (p > 0 && spec.layers[p - 1].kind == LayerKind::kFlatten) --p;
+    const LayerKind prev = p == 0 ? LayerKind::kFlatten : spec.layers[p - 1].kind;
     const bool prev_reads_output = prev == LayerKind::kRelu || prev == LayerKind::kTanh;
     layer.in_place =
         kind == LayerKind::kFlatten ||
