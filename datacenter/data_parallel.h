@@ -1,4 +1,4 @@
-// Synchronous data-parallel training of the built-in MLP across the ranks of a Collective: the
+// Synchronous data-parallel training of a models::ModelSpec across the ranks of a Collective: the
 // datacenter mode's trainer, and a silo's local training.
 //
 // Every rank holds the whole dataset and draws the same shuffled order each epoch (from `seed`);

@@ -1,4 +1,5 @@
-// DP-SGD for the MLP: Poisson sampling, ghost-norm clipping, exact discrete Gaussian noise.
+// DP-SGD: Poisson sampling, per-example clipping without per-example gradients, exact discrete
+// Gaussian noise.
 #include "models/dp_sgd.h"
 
 #include <algorithm>

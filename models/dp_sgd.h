@@ -1,4 +1,5 @@
-// Example-level differentially private SGD (DP-SGD, Abadi et al. 2016) for the MLP of mlp.h.
+// Example-level differentially private SGD (DP-SGD, Abadi et al. 2016) for any model of
+// models/model.h without a batch_norm layer.
 //
 // Each step is one release of the Poisson-subsampled Gaussian mechanism that privacy/accountant.h
 // accounts for, with records = training examples:
@@ -57,7 +58,11 @@
 //
 // Per-example norms use the "ghost norm" identity, exact for dense layers: for layer input row a_i
 // and output-gradient row d_i, the weight gradient d_i a_iᵀ has squared Frobenius norm
-// ||d_i||² ||a_i||² and the bias gradient ||d_i||². Backpropagation is linear in each example's
+// ||d_i||² ||a_i||² and the bias gradient ||d_i||². A convolution's per-example weight gradient
+// is a sum over its P output positions, Σ_p d_p a_pᵀ over the unfolded input: its norm comes from
+// the ghost form Σ_{p,q} <a_p,a_q><d_p,d_q> or from instantiating that one example's gradient,
+// whichever costs less for the layer's shape (kernels/conv.h); group norm's from each example's
+// own dgamma and dbeta. No layer but batch norm mixes examples. Backpropagation is linear in each example's
 // dLoss/dlogits row, so a chunk's clipped sum is one ordinary batched backward pass with every row
 // of every layer's output gradient scaled by its example's clip factor. No per-example gradient is
 // materialised. Cost: one non-private step of the same batch in chunks of about 256 rows, plus
