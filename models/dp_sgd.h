@@ -62,13 +62,13 @@
 // is a sum over its P output positions, Σ_p d_p a_pᵀ over the unfolded input: its norm comes from
 // the ghost form Σ_{p,q} <a_p,a_q><d_p,d_q> or from instantiating that one example's gradient,
 // whichever costs less for the layer's shape (kernels/conv.h); group norm's from each example's
-// own dgamma and dbeta. No layer but batch norm mixes examples. Backpropagation is linear in each example's
-// dLoss/dlogits row, so a chunk's clipped sum is one ordinary batched backward pass with every row
-// of every layer's output gradient scaled by its example's clip factor. No per-example gradient is
-// materialised. Cost: one non-private step of the same batch in chunks of about 256 rows, plus
-// one pass over the parameters per chunk (the rounding to the grid) and the noise, one exact
-// discrete Gaussian draw per parameter per step on the host (~0.12 us each: ~12 ms per step for
-// 784-128-10's 101,770 parameters).
+// own dgamma and dbeta. No layer but batch norm mixes examples. Backpropagation is linear in each
+// example's dLoss/dlogits row, so a chunk's clipped sum is one ordinary batched backward pass with
+// every row of every layer's output gradient scaled by its example's clip factor. No per-example
+// gradient is materialised. Cost: one non-private step of the same batch in chunks of about 256
+// rows, plus one pass over the parameters per chunk (the rounding to the grid) and the noise, one
+// exact discrete Gaussian draw per parameter per step on the host (~0.12 us each: ~12 ms per step
+// for 784-128-10's 101,770 parameters).
 //
 // On a GPU (TrainOptions::backend) the chunks, the grid sums and the conversion run on the
 // device (kernels/grid_sum.h, the same bits as the CPU reference); the sampling and the noise

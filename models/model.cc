@@ -137,11 +137,6 @@ StatusOr<Shape> OutputShape(const ModelSpec& spec, size_t i, const Shape& in, in
   return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind"));
 }
 
-bool HasParams(LayerKind kind) {
-  return kind == LayerKind::kDense || kind == LayerKind::kConv2d || kind == LayerKind::kBatchNorm ||
-         kind == LayerKind::kGroupNorm;
-}
-
 const char* ParamPrefix(LayerKind kind) {
   switch (kind) {
     case LayerKind::kDense:
@@ -176,6 +171,11 @@ bool FeedsRelu(const ModelSpec& spec, size_t i) {
 }
 
 }  // namespace
+
+bool HasParameters(LayerKind kind) {
+  return kind == LayerKind::kDense || kind == LayerKind::kConv2d || kind == LayerKind::kBatchNorm ||
+         kind == LayerKind::kGroupNorm;
+}
 
 std::string LayerKindName(LayerKind kind) {
   for (const KindName& k : kKindNames) {
@@ -305,7 +305,7 @@ ModelLayout Layout(const ModelSpec& spec) {
   if (!shapes.ok()) return layout;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
-    if (HasParams(l.kind)) {
+    if (HasParameters(l.kind)) {
       const std::string name =
           absl::StrCat(ParamPrefix(l.kind), counters[static_cast<size_t>(l.kind)]++);
       auto add = [&](ModelLayout& to, const char* suffix, std::vector<int64_t> shape) {
@@ -337,7 +337,7 @@ ModelLayout Layout(const ModelSpec& spec) {
 
 size_t NumTrainable(const ModelSpec& spec) {
   size_t n = 0;
-  for (const LayerSpec& l : spec.layers) n += HasParams(l.kind) ? 2 : 0;
+  for (const LayerSpec& l : spec.layers) n += HasParameters(l.kind) ? 2 : 0;
   return n;
 }
 
@@ -349,7 +349,7 @@ TensorList InitModel(const ModelSpec& spec, uint64_t seed) {
   // Which layer each trainable tensor belongs to.
   std::vector<size_t> owner;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
-    if (HasParams(spec.layers[i].kind)) owner.insert(owner.end(), 2, i);
+    if (HasParameters(spec.layers[i].kind)) owner.insert(owner.end(), 2, i);
   }
   for (size_t t = 0; t < layout.size(); ++t) {
     Tensor& tensor = params.emplace_back(layout[t].name, layout[t].shape);

@@ -79,6 +79,10 @@ enum class LayerKind {
   kFlatten,
 };
 
+// Whether a layer of this kind has trainable parameters (dense, conv2d, batch_norm, group_norm:
+// a weight and a bias each).
+bool HasParameters(LayerKind kind);
+
 // The config/wire name of a kind ("dense", "conv2d", "max_pool2d", ...), and back.
 std::string LayerKindName(LayerKind kind);
 StatusOr<LayerKind> ParseLayerKind(std::string_view name);

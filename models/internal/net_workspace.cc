@@ -39,13 +39,6 @@ kernels::Pool2dShape PoolOf(const LayerSpec& l, const std::vector<int64_t>& in, 
   return s;
 }
 
-kernels::GroupNormShape GroupNormOf(const LayerSpec& l, const std::vector<int64_t>& in,
-                                    int64_t batch) {
-  int64_t spatial = 1;
-  for (size_t d = 1; d < in.size(); ++d) spatial *= in[d];
-  return {batch, in[0], spatial, l.groups};
-}
-
 // Values per channel of one example (1 for flat features).
 int64_t Spatial(const std::vector<int64_t>& shape) {
   int64_t spatial = 1;
@@ -53,9 +46,9 @@ int64_t Spatial(const std::vector<int64_t>& shape) {
   return spatial;
 }
 
-bool HasParams(LayerKind kind) {
-  return kind == LayerKind::kDense || kind == LayerKind::kConv2d || kind == LayerKind::kBatchNorm ||
-         kind == LayerKind::kGroupNorm;
+kernels::GroupNormShape GroupNormOf(const LayerSpec& l, const std::vector<int64_t>& in,
+                                    int64_t batch) {
+  return {batch, in[0], Spatial(in), l.groups};
 }
 
 }  // namespace
@@ -92,7 +85,7 @@ NetWorkspace::NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, boo
     if (kind == LayerKind::kFlatten && l == 0) layer.in_place = false;
     if (kind == LayerKind::kBatchNorm) layer.bn_index = bn++;
     first_param_.push_back(param);
-    if (HasParams(kind)) {
+    if (HasParameters(kind)) {
       if (first_trained_ == spec.layers.size()) first_trained_ = l;
       param += 2;
     }
@@ -367,7 +360,7 @@ void NetWorkspace::BackwardLayer(size_t l, int64_t batch, bool params) {
   const int64_t global = sync_ != nullptr ? sync_->global_rows() : batch;
   if (batch == 0 && spec.kind != LayerKind::kBatchNorm) {
     // An empty share: this rank's parameter gradients are zeros.
-    if (HasParams(spec.kind)) {
+    if (HasParameters(spec.kind)) {
       backend_->Zero(grad(p), (offsets_[p + 1] - offsets_[p] + sizes_[p + 1]) * kFloat);
     }
     return;
@@ -472,7 +465,7 @@ void NetWorkspace::BackwardForNorms(int64_t batch, double* squared) {
 void NetWorkspace::ClippedGradientSum(int64_t batch, const float* factors) {
   for (size_t l = first_trained_; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
-    if (!HasParams(layer.spec.kind)) continue;
+    if (!HasParameters(layer.spec.kind)) continue;
     backend_->ScaleRows(layer.dout, batch, layer.out_size, factors);
     const size_t p = first_param_[l];
     const float* x = in(l);
