@@ -13,6 +13,7 @@
 //                             (kernels/cpu_isa.h).
 //
 //   build/bench/train_bench [--benchmark_repetitions=5]
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,31 +64,38 @@ void BM_TrainEpoch(benchmark::State& state) {
 
 BENCHMARK(BM_TrainEpoch)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Times `train` (which trains *params in place over `rows` examples) from a fresh copy of
+// `initial` per iteration, the copy untimed; items = examples.
+void TimeTraining(benchmark::State& state, const TensorList& initial, int64_t rows,
+                  const std::function<Status(TensorList*)>& train) {
+  TensorList params;
+  for (auto _ : state) {
+    state.PauseTiming();
+    params = initial;
+    state.ResumeTiming();
+    if (const Status st = train(&params); !st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(params[0].data.data());
+  }
+  state.SetItemsProcessed(state.iterations() * rows);
+}
+
 // Args: h1, h2, batch. Steps per call: enough that the call's set-up stays a few percent.
 void BM_MlpStep(benchmark::State& state) {
   const models::MlpSpec spec{784, {state.range(0), state.range(1)}, 10};
   const int64_t batch = state.range(2);
   const int64_t steps = state.range(0) >= 1024 ? 32 : 2048 / batch * 2;
   const data::Dataset data = RandomData(batch * steps);
-  const TensorList initial = models::InitModel(spec, 5);
   models::TrainOptions options;
   options.batch_size = batch;
   options.learning_rate = 0.05;
   options.momentum = 0.9;
   uint64_t seed = 0;
-  TensorList params;
-  for (auto _ : state) {
-    state.PauseTiming();
-    params = initial;
-    state.ResumeTiming();
-    auto stats = models::TrainModel(spec, options, {&data, {}}, ++seed, &params);
-    if (!stats.ok()) {
-      state.SkipWithError("TrainModel failed");
-      return;
-    }
-    benchmark::DoNotOptimize(params[0].data.data());
-  }
-  state.SetItemsProcessed(state.iterations() * data.size());
+  TimeTraining(state, models::InitModel(spec, 5), data.size(), [&](TensorList* params) {
+    return models::TrainModel(spec, options, {&data, {}}, ++seed, params).status();
+  });
 }
 
 BENCHMARK(BM_MlpStep)
@@ -122,29 +130,17 @@ void BM_CnnStep(benchmark::State& state) {
   const models::ModelSpec spec = ExampleCnn();
   const int64_t batch = 64, steps = 16;
   const data::Dataset data = RandomData(batch * steps);
-  const TensorList initial = models::InitModel(spec, 5);
   models::TrainOptions options;
   options.batch_size = batch;
   options.learning_rate = 0.05;
   options.momentum = 0.9;
   privacy::NoiseSource noise = privacy::NoiseSource::SeededForTesting(7);
   uint64_t seed = 0;
-  TensorList params;
-  for (auto _ : state) {
-    state.PauseTiming();
-    params = initial;
-    state.ResumeTiming();
-    const Status st =
-        dp ? models::TrainDpSgd(spec, options, {1.0, 1.0, batch}, {&data, {}}, noise, &params)
-                 .status()
-           : models::TrainModel(spec, options, {&data, {}}, ++seed, &params).status();
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      return;
-    }
-    benchmark::DoNotOptimize(params[0].data.data());
-  }
-  state.SetItemsProcessed(state.iterations() * data.size());
+  TimeTraining(state, models::InitModel(spec, 5), data.size(), [&](TensorList* params) {
+    return dp ? models::TrainDpSgd(spec, options, {1.0, 1.0, batch}, {&data, {}}, noise, params)
+                    .status()
+              : models::TrainModel(spec, options, {&data, {}}, ++seed, params).status();
+  });
 }
 
 BENCHMARK(BM_CnnStep)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
