@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <ostream>  // bench/ratio_reporter.h streams without including it
 #include <string>
 #include <vector>
@@ -39,9 +40,8 @@
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
 #include "models/dp_sgd.h"
-#include "models/internal/net_workspace.h"
-#include "models/internal/train_loops.h"
 #include "models/model.h"
+#include "models/trainer.h"
 #include "privacy/noise.h"
 
 namespace huddle {
@@ -122,18 +122,31 @@ void BM_DeviceCopy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 8);
 }
 
-// A workspace for the MLP with a data set of 8192 examples loaded and a shuffled order set.
+// The MLP's trainer (SGD, batch kBatch, or DP-SGD with `dp`) on a data set of 8192 examples,
+// with a shuffled order set.
 struct StepFixture {
-  explicit StepFixture(kernels::Backend& device)
-      : data(MakeData()),
-        params(models::InitModel(kMlp, 5)),
-        ws(models::internal::NetWorkspace::Create(device, kMlp, kBatch, true).value()) {
-    (void)ws->LoadData({&data, {}});
-    ws->UploadParams(params);
+  explicit StepFixture(kernels::Backend& device,
+                       std::optional<models::DpSgdOptions> dp = std::nullopt)
+      : data(MakeData()), params(models::InitModel(kMlp, 5)) {
+    models::TrainOptions options;
+    options.learning_rate = 0.05;
+    options.momentum = 0.9;
+    options.batch_size = kBatch;
+    options.backend = &device;
+    models::Trainer::Loop loop;
+    loop.dp_sgd = dp;
+    loop.noise = &noise;
+    auto created = models::Trainer::Create(kMlp, options, {&data, {}}, loop);
+    if (!created.ok()) {
+      error = std::string(created.status().message());
+      return;
+    }
+    trainer = std::move(*created);
+    trainer->UploadParams(params);
     order.resize(static_cast<size_t>(data.size()));
     std::iota(order.begin(), order.end(), int64_t{0});
     Rng(6).Shuffle(order);
-    (void)ws->SetOrder(order);
+    (void)trainer->SetOrder(order);
   }
   static data::Dataset MakeData() {
     data::Dataset d;
@@ -162,7 +175,9 @@ struct StepFixture {
 
   data::Dataset data;
   TensorList params;
-  std::unique_ptr<models::internal::NetWorkspace> ws;
+  privacy::NoiseSource noise = privacy::NoiseSource::Secure();
+  std::unique_ptr<models::Trainer> trainer;
+  std::string error;  // why there is no trainer
   std::vector<int64_t> order;
 };
 
@@ -170,14 +185,14 @@ void BM_SgdStep(benchmark::State& state) {
   kernels::FlushDenormalsScope flush_denormals;
   kernels::Backend& device = DeviceOf(state);
   StepFixture f(device);
-  const kernels::SgdHyper hyper{0.05f, 0.9f, 0.0f};
+  if (f.trainer == nullptr) {
+    state.SkipWithError(f.error.c_str());
+    return;
+  }
   int64_t k = 0;
   for (auto _ : state) {
     for (int64_t s = 0; s < kStepsPerWait; ++s, ++k) {
-      f.ws->Gather(f.BatchStart(k), kBatch);
-      f.ws->Forward(kBatch, /*training=*/true);
-      f.ws->Backward(kBatch);
-      (void)f.ws->Step(hyper);
+      (void)f.trainer->SgdStep(f.BatchStart(k), kBatch);
     }
     Wait(state, device);
   }
@@ -187,24 +202,14 @@ void BM_SgdStep(benchmark::State& state) {
 void BM_DpSgdStep(benchmark::State& state) {
   kernels::FlushDenormalsScope flush_denormals;
   kernels::Backend& device = DeviceOf(state);
-  StepFixture f(device);
-  models::TrainOptions options;
-  options.learning_rate = 0.05;
-  options.momentum = 0.9;
   const int64_t batch = state.range(1);
   models::DpSgdOptions dp;
   dp.noise_multiplier = 1.0;
   dp.clip_norm = 1.0;
   dp.expected_batch_size = batch;
-  auto plan = models::internal::PlanDpSgd(kMlp, options, dp, f.data.size());
-  if (!plan.ok()) {
-    state.SkipWithError(std::string(plan.status().message()).c_str());
-    return;
-  }
-  privacy::NoiseSource noise = privacy::NoiseSource::Secure();
-  auto stepper = models::internal::DpSgdStepper::Create(*f.ws, *plan, options, dp, &noise);
-  if (!stepper.ok()) {
-    state.SkipWithError(std::string(stepper.status().message()).c_str());
+  StepFixture f(device, dp);
+  if (f.trainer == nullptr) {
+    state.SkipWithError(f.error.c_str());
     return;
   }
   std::vector<std::vector<int64_t>> samples;
@@ -212,7 +217,7 @@ void BM_DpSgdStep(benchmark::State& state) {
   int64_t k = 0;
   for (auto _ : state) {
     for (int64_t s = 0; s < kStepsPerWait; ++s, ++k) {
-      const auto st = (*stepper)->Step(samples[static_cast<size_t>(s)], k);
+      const auto st = f.trainer->DpSgdStep(samples[static_cast<size_t>(s)], k);
       if (!st.ok()) {
         state.SkipWithError(std::string(st.status().message()).c_str());
         return;

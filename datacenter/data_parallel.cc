@@ -11,21 +11,17 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <numeric>
 #include <thread>
 
-#include "common/rng.h"
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
-// The workspace and the input checks are the client trainer's own (models/internal): the
-// datacenter trainer runs the same forward, backward and SGD kernels, step by step.
-#include "models/internal/net_workspace.h"
-#include "models/internal/train_loops.h"
+// The training loop is the federated client's (models/trainer.h); this file adds the collectives:
+// the gradient buckets' all-reduce, SyncBatchNorm's and DP-SGD's sums, agreement, replica checks.
+#include "models/trainer.h"
 
 namespace huddle::datacenter {
 namespace {
 
-using models::internal::NetWorkspace;
 using SteadyTime = std::chrono::steady_clock;
 
 double SecondsSince(SteadyTime::time_point start) {
@@ -41,16 +37,17 @@ struct Bucket {
 
 // Trainable parameters from the last to the first, cut into buckets of at least `first_bytes` (the
 // first) and `bytes` (the others); a bucket always holds whole parameters.
-std::vector<Bucket> PlanBuckets(const NetWorkspace& ws, int64_t first_bytes, int64_t bytes) {
+std::vector<Bucket> PlanBuckets(const models::GradientLayout& layout, int64_t first_bytes,
+                                int64_t bytes) {
   std::vector<Bucket> buckets;
   const auto kFloat = static_cast<int64_t>(sizeof(float));
-  int64_t end = ws.trainable_span();
+  int64_t end = layout.span;
   int64_t filled = 0;
-  for (size_t i = ws.num_trainable(); i-- > 0;) {
-    filled += ws.param_size(i) * kFloat;
+  for (size_t i = layout.sizes.size(); i-- > 0;) {
+    filled += layout.sizes[i] * kFloat;
     const int64_t cap = buckets.empty() ? first_bytes : bytes;
     if (filled >= cap || i == 0) {
-      const int64_t begin = ws.param_offset(i);
+      const int64_t begin = layout.offsets[i];
       buckets.push_back(Bucket{begin, end - begin, i});
       end = begin;
       filled = 0;
@@ -67,17 +64,18 @@ class BucketReducer {
  public:
   // Prepares every bucket's all-reduce (collective: the same buckets in the same order on every
   // rank), then starts the communication thread.
-  static StatusOr<std::unique_ptr<BucketReducer>> Create(Collective& collective, NetWorkspace& ws,
+  static StatusOr<std::unique_ptr<BucketReducer>> Create(Collective& collective,
+                                                         models::Trainer& trainer,
                                                          std::vector<Bucket> buckets) {
     std::vector<std::unique_ptr<PreparedAllReduce>> prepared;
     for (const Bucket& b : buckets) {
       HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedAllReduce> p,
-                              collective.PrepareAllReduceSum(std::span<float>(
-                                  ws.grads_base() + b.begin, static_cast<size_t>(b.count))));
+                              collective.PrepareAllReduceSum(trainer.gradients().subspan(
+                                  static_cast<size_t>(b.begin), static_cast<size_t>(b.count))));
       prepared.push_back(std::move(p));
     }
     return std::unique_ptr<BucketReducer>(
-        new BucketReducer(ws, std::move(buckets), std::move(prepared)));
+        new BucketReducer(trainer, std::move(buckets), std::move(prepared)));
   }
   ~BucketReducer() {
     {
@@ -95,13 +93,14 @@ class BucketReducer {
   // Layer l's gradients are enqueued: hand over every bucket whose parameters are all done.
   void LayerDone(size_t layer) {
     size_t first_ready = next_;
-    while (next_ < buckets_.size() && buckets_[next_].lowest_param >= ws_.first_param(layer)) {
+    while (next_ < buckets_.size() &&
+           buckets_[next_].lowest_param >= trainer_.layout().first_param[layer]) {
       ++next_;
     }
     if (next_ == first_ready) return;
     // A GPU computes asynchronously: the gradients must be there before another stream reads them.
-    if (ws_.backend().kind() != kernels::DeviceKind::kCpu) {
-      if (Status s = ws_.backend().Synchronize(); !s.ok()) {
+    if (trainer_.backend().kind() != kernels::DeviceKind::kCpu) {
+      if (Status s = trainer_.backend().Synchronize(); !s.ok()) {
         std::lock_guard lock(mu_);
         if (error_.ok()) error_ = s;
       }
@@ -151,9 +150,9 @@ class BucketReducer {
   int64_t bytes_reduced() const { return bytes_reduced_; }
 
  private:
-  BucketReducer(NetWorkspace& ws, std::vector<Bucket> buckets,
+  BucketReducer(models::Trainer& trainer, std::vector<Bucket> buckets,
                 std::vector<std::unique_ptr<PreparedAllReduce>> prepared)
-      : ws_(ws), buckets_(std::move(buckets)), prepared_(std::move(prepared)) {
+      : trainer_(trainer), buckets_(std::move(buckets)), prepared_(std::move(prepared)) {
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -185,7 +184,7 @@ class BucketReducer {
     }
   }
 
-  NetWorkspace& ws_;
+  models::Trainer& trainer_;
   std::vector<Bucket> buckets_;
   std::vector<std::unique_ptr<PreparedAllReduce>> prepared_;  // one per bucket
   size_t next_ = 0;                                           // main thread only
@@ -201,48 +200,67 @@ class BucketReducer {
   std::thread thread_;
 };
 
-// SyncBatchNorm across the ranks: each batch-norm layer's sums all-reduced on the training thread,
-// in the step's order of collective operations (BucketReducer::RunInOrder).
-class RankBatchNormSync final : public NetWorkspace::BatchNormSync {
+// The Trainer's GradientSync across the ranks: the buckets' all-reduce (BucketReducer, made once
+// the trainer's gradients exist), SyncBatchNorm's per-layer sums on the training thread in the
+// step's order of collective operations, and DP-SGD's int64 exact sum.
+class RankSync final : public models::GradientSync {
  public:
-  RankBatchNormSync(Collective& collective, kernels::Backend& backend, BucketReducer& reducer)
-      : collective_(collective), backend_(backend), reducer_(reducer) {}
+  RankSync(Collective& collective, DataParallelStats& stats)
+      : collective_(collective), stats_(stats) {}
 
-  void set_global_rows(int64_t rows) { rows_ = rows; }
-  int64_t global_rows() const override { return rows_; }
+  void set_reducer(BucketReducer* reducer, kernels::Backend* backend) {
+    reducer_ = reducer;
+    backend_ = backend;
+  }
+
+  void StartStep(int64_t /*global_rows*/) override { reducer_->StartStep(); }
+  void LayerDone(size_t layer) override { reducer_->LayerDone(layer); }
+  Status FinishStep() override { return reducer_->FinishStep(&stats_.wait_seconds); }
 
   // Each layer's sums buffer is prepared for repeated all-reduces on first use (the first step
   // visits the layers in the same order on every rank, so the preparations match too).
-  void AllReduceSum(double* sums, int64_t count) override {
-    reducer_.RunInOrder([&]() -> Status {
-      // A GPU computes asynchronously: the sums must be there before the collective reads them.
-      if (backend_.kind() != kernels::DeviceKind::kCpu) {
-        HUDDLE_RETURN_IF_ERROR(backend_.Synchronize());
-      }
+  void AllReduceBatchNormSums(double* sums, int64_t count) override {
+    reducer_->RunInOrder([&]() -> Status {
+      HUDDLE_RETURN_IF_ERROR(SynchronizeGpu());
       std::unique_ptr<PreparedAllReduce>& prepared = prepared_[sums];
       if (prepared == nullptr) {
         HUDDLE_ASSIGN_OR_RETURN(prepared, collective_.PrepareAllReduceSum(
                                               std::span<double>(sums, static_cast<size_t>(count))));
       }
-      const auto start = SteadyTime::now();
-      Status s = prepared->Run();
-      seconds_ += SecondsSince(start);
-      bytes_ += count * static_cast<int64_t>(sizeof(double));
-      return s;
+      return Run(*prepared, count * static_cast<int64_t>(sizeof(double)));
     });
   }
 
-  double seconds() const { return seconds_; }
-  int64_t bytes() const { return bytes_; }
+  // Prepared once: the buffer is the trainer's DP-SGD stepper's for good. A GPU's chunks must be
+  // computed before NCCL, on its own stream, reads them.
+  Status AllReduceUnits(std::span<int64_t> units) override {
+    HUDDLE_RETURN_IF_ERROR(SynchronizeGpu());
+    if (units_ == nullptr) {
+      HUDDLE_ASSIGN_OR_RETURN(units_, collective_.PrepareAllReduceSum(units));
+    }
+    return Run(*units_, static_cast<int64_t>(units.size_bytes()));
+  }
 
  private:
+  Status SynchronizeGpu() {
+    // A GPU computes asynchronously: the values must be there before the collective reads them.
+    if (backend_->kind() == kernels::DeviceKind::kCpu) return absl::OkStatus();
+    return backend_->Synchronize();
+  }
+  Status Run(PreparedAllReduce& op, int64_t bytes) {
+    const auto start = SteadyTime::now();
+    Status s = op.Run();
+    stats_.reduce_seconds += SecondsSince(start);
+    stats_.bytes_reduced += bytes;
+    return s;
+  }
+
   Collective& collective_;
-  kernels::Backend& backend_;
-  BucketReducer& reducer_;
+  DataParallelStats& stats_;
+  BucketReducer* reducer_ = nullptr;
+  kernels::Backend* backend_ = nullptr;
   std::map<double*, std::unique_ptr<PreparedAllReduce>> prepared_;
-  int64_t rows_ = 1;
-  double seconds_ = 0;
-  int64_t bytes_ = 0;
+  std::unique_ptr<PreparedAllReduce> units_;
 };
 
 // Small host-side collectives (loss totals, digests) through a scratch buffer on the training
@@ -446,10 +464,11 @@ class StopVote {
 
 // Compares a BLAKE2b digest of every rank's parameters; DataLoss naming the ranks that differ
 // from rank 0.
-Status CheckReplicas(Collective& c, NetWorkspace& ws, Scratch& scratch, int64_t step) {
-  std::vector<float> host(static_cast<size_t>(ws.params_span()));
-  HUDDLE_RETURN_IF_ERROR(ws.backend().CopyToHost(
-      host.data(), ws.params_base(), ws.params_span() * static_cast<int64_t>(sizeof(float))));
+Status CheckReplicas(Collective& c, models::Trainer& trainer, Scratch& scratch, int64_t step) {
+  const std::span<float> params = trainer.params();
+  std::vector<float> host(params.size());
+  HUDDLE_RETURN_IF_ERROR(trainer.backend().CopyToHost(host.data(), params.data(),
+                                                      static_cast<int64_t>(params.size_bytes())));
   Digest digest;
   crypto_generichash(reinterpret_cast<unsigned char*>(digest.data()), digest.size(),
                      reinterpret_cast<const unsigned char*>(host.data()),
@@ -474,7 +493,7 @@ struct ResumeHeader {
   int64_t epoch_rows = 0;  // a stop within epoch epochs_done: the rows of it already trained
 };
 
-StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, NetWorkspace& ws,
+StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, models::Trainer& trainer,
                                    const DataParallelOptions& options, int64_t n, const Status& fit,
                                    Status* refusal) {
   static_assert(sizeof(ResumeHeader) <= 64, "Scratch::Broadcast moves at most 64 bytes");
@@ -500,7 +519,7 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, NetWorkspace
           fmt::format("the checkpoint stopped {} rows into an epoch; this data set has {} rows",
                       state.epoch_rows, n));
     } else {
-      *refusal = ws.UploadVelocity(state.velocity);
+      *refusal = trainer.UploadVelocity(state.velocity);
     }
     h.refused = refusal->ok() ? 0 : 1;
     h.epochs_done = state.epochs_done;
@@ -517,96 +536,35 @@ StatusOr<ResumeHeader> ShareResume(Collective& c, Scratch& scratch, NetWorkspace
         "rank 0 refused to resume from its checkpoint (its log says why)");
   }
   if (h.has_velocity != 0) {
-    HUDDLE_RETURN_IF_ERROR(ws.EnsureVelocity());
-    HUDDLE_RETURN_IF_ERROR(ws.backend().Synchronize());
-    for (size_t i = 0; i < ws.num_trainable(); ++i) {
-      HUDDLE_RETURN_IF_ERROR(
-          c.Broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(ws.velocity(i)),
-                                           static_cast<size_t>(ws.param_size(i)) * sizeof(float)),
-                      0));
+    HUDDLE_RETURN_IF_ERROR(trainer.EnsureVelocity());
+    HUDDLE_RETURN_IF_ERROR(trainer.backend().Synchronize());
+    for (size_t i = 0; i < trainer.layout().sizes.size(); ++i) {
+      HUDDLE_RETURN_IF_ERROR(c.Broadcast(std::as_writable_bytes(trainer.velocity(i)), 0));
     }
   }
   return h;
 }
 
-using AfterStep = std::function<Status()>;
-using EndEpoch =
-    std::function<Status(int64_t epoch, int64_t epochs, SteadyTime::time_point start, double rows)>;
-
-// DataParallelDpSgd's steps: the shared Poisson sample, this rank's chunks of it and rank 0's
-// noise (models::internal::DpSgdStepper, the single process's step), the int64 all-reduce of
-// the exact sum, the SGD step. An "epoch" in reports is ceil(n / expected_batch_size) steps.
-Status RunDpSgd(Collective& c, NetWorkspace& ws, Scratch& scratch, const models::ModelSpec& spec,
-                const DataParallelOptions& options, int64_t n, const AfterStep& after_step,
-                const EndEpoch& end_epoch, DataParallelStats* stats) {
-  const DataParallelDpSgd& dp = *options.dp_sgd;
-  const int rank = c.rank(), world = c.world_size();
-  HUDDLE_ASSIGN_OR_RETURN(const models::internal::DpSgdPlan plan,
-                          models::internal::PlanDpSgd(spec, options.train, dp.dp, n));
-  // The sampling stream's key (the single process's: the first bytes of rank 0's source) and
-  // whether the noise is private, from rank 0.
+// DataParallelDpSgd's sampling stream on every rank: the single process's (its key is the first
+// bytes of rank 0's noise source), broadcast from rank 0 with whether the noise is private.
+StatusOr<privacy::NoiseSource> ShareSamplingStream(Collective& c, Scratch& scratch,
+                                                   privacy::NoiseSource* noise,
+                                                   bool* private_noise) {
   struct {
     std::array<unsigned char, 32> key;
     int64_t is_private;
   } shared{};
-  if (rank == 0) {
-    shared.key = models::internal::DrawSamplingKey(*dp.noise);
-    shared.is_private = dp.noise->is_private() ? 1 : 0;
+  if (c.rank() == 0) {
+    shared.key = models::Trainer::DrawSamplingKey(*noise);
+    shared.is_private = noise->is_private() ? 1 : 0;
   }
   HUDDLE_RETURN_IF_ERROR(
       scratch.Broadcast(c, std::as_writable_bytes(std::span(&shared, 1)), /*root=*/0));
   privacy::NoiseSource sampling =
       privacy::NoiseSource::FromSharedKey(shared.key, shared.is_private != 0);
   std::fill(shared.key.begin(), shared.key.end(), 0);
-  // Only rank 0's stepper draws noise.
-  HUDDLE_ASSIGN_OR_RETURN(
-      std::unique_ptr<models::internal::DpSgdStepper> stepper,
-      models::internal::DpSgdStepper::Create(ws, plan, options.train, dp.dp,
-                                             rank == 0 ? dp.noise : nullptr, rank, world));
-  // The exact sum is reduced as int64 (prepared once: its buffer is the stepper's for good). A
-  // GPU's chunks must be computed before NCCL, on its own stream, reads them.
-  const std::span<int64_t> units(stepper->units(), static_cast<size_t>(stepper->units_count()));
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedAllReduce> reduce_units,
-                          c.PrepareAllReduceSum(units));
-  const bool on_gpu = ws.backend().kind() != kernels::DeviceKind::kCpu;
-  stepper->set_all_reduce([&]() -> Status {
-    if (on_gpu) HUDDLE_RETURN_IF_ERROR(ws.backend().Synchronize());
-    const auto start = SteadyTime::now();
-    HUDDLE_RETURN_IF_ERROR(reduce_units->Run());
-    stats->reduce_seconds += SecondsSince(start);
-    stats->bytes_reduced += static_cast<int64_t>(units.size_bytes());
-    return absl::OkStatus();
-  });
-  stats->buckets = 1;
-
-  const int64_t m = dp.dp.expected_batch_size;
-  const int64_t steps_per_epoch = std::max<int64_t>(1, (n + m - 1) / m);
-  std::vector<int64_t> rows;  // the global sample
-  // A resume continues at its step (a multiple of steps_per_epoch: checkpoints follow epochs).
-  const int64_t first_step = stats->steps;
-  int64_t epoch = first_step / steps_per_epoch, epoch_rows = 0;
-  auto epoch_start = SteadyTime::now();
-  ws.ResetTotals();
-  for (int64_t step = first_step; step < plan.steps; ++step) {
-    models::SamplePoissonBatch(n, m, sampling, &rows);
-    HUDDLE_ASSIGN_OR_RETURN(const int64_t trained, stepper->Step(rows, step));
-    ++stats->steps;
-    stats->examples += trained;
-    epoch_rows += static_cast<int64_t>(rows.size());
-    HUDDLE_RETURN_IF_ERROR(after_step());
-    if ((step + 1) % steps_per_epoch == 0 || step + 1 == plan.steps) {
-      HUDDLE_RETURN_IF_ERROR(end_epoch(epoch, (plan.steps + steps_per_epoch - 1) / steps_per_epoch,
-                                       epoch_start, static_cast<double>(epoch_rows)));
-      ++epoch;
-      epoch_rows = 0;
-      epoch_start = SteadyTime::now();
-      ws.ResetTotals();
-    }
-  }
-  stats->dp_event = privacy::DpEvent{static_cast<double>(m) / static_cast<double>(n),
-                                     dp.dp.noise_multiplier, plan.steps};
-  stats->private_noise = dp.dp.noise_multiplier > 0 && shared.is_private != 0;
-  return absl::OkStatus();
+  *private_noise = shared.is_private != 0;
+  return sampling;
 }
 
 }  // namespace
@@ -628,7 +586,7 @@ Status ValidateDataParallelOptions(const DataParallelOptions& options) {
     return absl::InvalidArgumentError(
         fmt::format("checksum_every is {}; it must be >= 0", options.checksum_every));
   }
-  return models::internal::CheckTrainOptions(options.train);
+  return models::CheckTrainOptions(options.train);
 }
 
 StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const models::ModelSpec& spec,
@@ -637,11 +595,33 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   const auto start = SteadyTime::now();
   if (params == nullptr) return absl::InvalidArgumentError("TrainDataParallel: params is null");
   HUDDLE_RETURN_IF_ERROR(ValidateDataParallelOptions(options));
-  HUDDLE_RETURN_IF_ERROR(models::internal::CheckModelAndData(spec, *params, data));
+  HUDDLE_RETURN_IF_ERROR(models::CheckModelAndData(spec, *params, data));
 
   kernels::FlushDenormalsScope flush_denormals;
-  std::unique_ptr<kernels::Backend> owned;
-  kernels::Backend& backend = models::internal::BackendFor(options.train, &owned);
+  const int world = collective.world_size();
+  const int rank = collective.rank();
+  if (options.dp_sgd && rank == 0 && options.dp_sgd->noise == nullptr) {
+    return absl::InvalidArgumentError("DP-SGD: rank 0 needs a noise source (dp_sgd.noise)");
+  }
+  const int64_t n = data.size();
+  DataParallelStats stats;
+  RankSync sync(collective, stats);
+  models::Trainer::Loop loop;
+  loop.seed = options.seed;
+  loop.rank = rank;
+  loop.world = world;
+  loop.global_batch =
+      options.global_batch_size > 0 ? options.global_batch_size : options.train.batch_size * world;
+  loop.sync = &sync;
+  loop.overlap = options.overlap;
+  if (options.dp_sgd) {
+    loop.dp_sgd = options.dp_sgd->dp;
+    loop.noise = rank == 0 ? options.dp_sgd->noise : nullptr;
+  }
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<models::Trainer> trainer_owner,
+                          models::Trainer::Create(spec, options.train, data, loop));
+  models::Trainer& trainer = *trainer_owner;
+  kernels::Backend& backend = trainer.backend();
   // Gloo reduces host memory, NCCL device memory: the training device must be where they look.
   const bool on_cpu = backend.kind() == kernels::DeviceKind::kCpu;
   if ((collective.backend() == "gloo") != on_cpu) {
@@ -649,123 +629,100 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
         "a {} collective cannot reduce buffers of the {} backend (Gloo needs the CPU, NCCL a GPU)",
         collective.backend(), backend.name()));
   }
-  const int world = collective.world_size();
-  const int rank = collective.rank();
-  const int64_t n = data.size();
-  const int64_t global_batch =
-      options.global_batch_size > 0 ? options.global_batch_size : options.train.batch_size * world;
-  // The largest slice of a global batch.
-  const int64_t batch = (global_batch + world - 1) / world;
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
-                          NetWorkspace::Create(backend, spec, std::min(batch, n), true));
-  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
-  if (options.dp_sgd) {
-    if (rank == 0 && options.dp_sgd->noise == nullptr) {
-      return absl::InvalidArgumentError("DP-SGD: rank 0 needs a noise source (dp_sgd.noise)");
-    }
-  }
   // A checkpoint that does not fit is refused after the agreement step, so that every rank
   // learns it (ShareResume).
   Status resume_fit;
   if (rank == 0 && options.resume != nullptr) {
-    if (Status st = models::internal::CheckModelAndData(spec, options.resume->params, data);
-        !st.ok()) {
+    if (Status st = models::CheckModelAndData(spec, options.resume->params, data); !st.ok()) {
       resume_fit = absl::FailedPreconditionError(
           absl::StrCat("the checkpoint does not fit this model: ", st.message()));
     }
   }
   const bool resuming = rank == 0 && options.resume != nullptr && resume_fit.ok();
-  ws->UploadParams(resuming ? options.resume->params : *params);
+  trainer.UploadParams(resuming ? options.resume->params : *params);
   HUDDLE_ASSIGN_OR_RETURN(Scratch scratch, Scratch::Create(backend, world));
-  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer factor, backend.Allocate(sizeof(float)));
   HUDDLE_RETURN_IF_ERROR(backend.Synchronize());
 
   // Same model, options and data everywhere, or no step at all.
   HUDDLE_RETURN_IF_ERROR(CheckAgreement(collective, scratch, spec, options, data));
   // Rank 0's parameters, everywhere (the gaps between parameters are zero on every rank).
-  HUDDLE_RETURN_IF_ERROR(collective.Broadcast(
-      std::span<std::byte>(reinterpret_cast<std::byte*>(ws->params_base()),
-                           static_cast<size_t>(ws->params_span()) * sizeof(float)),
-      0));
+  HUDDLE_RETURN_IF_ERROR(collective.Broadcast(std::as_writable_bytes(trainer.params()), 0));
   Status refusal;
-  HUDDLE_ASSIGN_OR_RETURN(const ResumeHeader resume,
-                          ShareResume(collective, scratch, *ws, options, n, resume_fit, &refusal));
+  HUDDLE_ASSIGN_OR_RETURN(const ResumeHeader resume, ShareResume(collective, scratch, trainer,
+                                                                 options, n, resume_fit, &refusal));
+  trainer.set_steps(resume.steps);
   HUDDLE_ASSIGN_OR_RETURN(StopVote stop_vote, StopVote::Create(collective, backend, options));
   // A resume within an epoch: rank 0 carries that epoch's totals so far into its end.
   std::array<double, 2> carried{0, 0};
   if (resuming && resume.epoch_rows > 0) {
     carried = {options.resume->epoch_loss_sum, options.resume->epoch_correct};
   }
-
-  const kernels::SgdHyper hyper{static_cast<float>(options.train.learning_rate),
-                                static_cast<float>(options.train.momentum),
-                                static_cast<float>(options.train.weight_decay)};
-  DataParallelStats stats;
-  stats.steps = resume.steps;
-  HUDDLE_ASSIGN_OR_RETURN(
-      std::unique_ptr<BucketReducer> reducer_owner,
-      BucketReducer::Create(collective, *ws,
-                            PlanBuckets(*ws, options.first_bucket_bytes, options.bucket_bytes)));
-  BucketReducer& reducer = *reducer_owner;
-  stats.buckets = static_cast<int64_t>(reducer.buckets().size());
-  const NetWorkspace::LayerDone reduce = [&](size_t l) { reducer.LayerDone(l); };
-  // Batch norm over the global batch (at world size 1 the local batch is the global one).
-  RankBatchNormSync sync_bn(collective, backend, reducer);
-  if (world > 1) ws->set_batch_norm_sync(&sync_bn);
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  float last_factor = std::nanf("");
+  std::unique_ptr<BucketReducer> reducer;
+  if (!options.dp_sgd) {
+    HUDDLE_ASSIGN_OR_RETURN(
+        reducer, BucketReducer::Create(collective, trainer,
+                                       PlanBuckets(trainer.layout(), options.first_bucket_bytes,
+                                                   options.bucket_bytes)));
+    stats.buckets = static_cast<int64_t>(reducer->buckets().size());
+  } else {
+    stats.buckets = 1;  // the exact sum's one int64 all-reduce
+  }
+  sync.set_reducer(reducer.get(), &backend);
 
   TrainingState state;  // rank 0's EpochReport::state
   // Rank 0's state after the current step (on_epoch, on_stop).
   const auto fill_state = [&](int64_t epochs_done, double seconds) -> Status {
     state.epochs_done = epochs_done;
-    state.steps = stats.steps;
+    state.steps = trainer.steps();
     state.seed = options.seed;
     state.world_size = world;
-    state.batch_size = batch;
+    state.batch_size = (loop.global_batch + world - 1) / world;
     state.seconds = seconds;
     state.dp_sgd = options.dp_sgd.has_value();
     state.epoch_rows = 0;
     state.epoch_loss_sum = state.epoch_correct = 0;
     if (state.params.empty()) state.params = *params;  // names and shapes
-    HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(&state.params));
-    return ws->DownloadVelocity(&state.velocity);
+    HUDDLE_RETURN_IF_ERROR(trainer.DownloadParams(&state.params));
+    return trainer.DownloadVelocity(&state.velocity);
   };
-  // The epoch being trained and the rows of it done (for a stop within it).
-  int64_t current_epoch = resume.epochs_done, current_rows = 0;
   // After each step: fault injection (tests), the periodic replica check, and the stop vote.
-  const auto after_step = [&]() -> Status {
+  const auto after_step = [&](int64_t epoch_rows) -> Status {
+    const int64_t steps = trainer.steps();
     if (options.after_step_for_testing) {
-      options.after_step_for_testing(stats.steps, ws->params_base(), ws->params_span());
+      const std::span<float> p = trainer.params();
+      options.after_step_for_testing(steps, p.data(), static_cast<int64_t>(p.size()));
     }
-    if (options.checksum_every > 0 && stats.steps % options.checksum_every == 0) {
-      HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
+    if (options.checksum_every > 0 && steps % options.checksum_every == 0) {
+      HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, trainer, scratch, steps));
       ++stats.checksums;
     }
-    HUDDLE_ASSIGN_OR_RETURN(const bool stop, stop_vote.StopAfter(stats.steps));
+    HUDDLE_ASSIGN_OR_RETURN(const bool stop, stop_vote.StopAfter(steps));
     if (!stop) return absl::OkStatus();
     if (!options.dp_sgd) {
       // The epoch's totals so far, over all ranks (every rank takes part), for the resume.
-      HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
+      HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, trainer.ReadTotals());
       std::array<double, 2> global{totals.loss_sum + carried[0],
                                    static_cast<double>(totals.correct) + carried[1]};
       HUDDLE_RETURN_IF_ERROR(scratch.AllReduceSum(collective, global));
       if (options.state_on_rank0 && rank == 0 && options.on_stop) {
-        HUDDLE_RETURN_IF_ERROR(fill_state(current_epoch, resume.seconds + SecondsSince(start)));
-        state.epoch_rows = current_rows;
+        HUDDLE_RETURN_IF_ERROR(fill_state(trainer.epoch(), resume.seconds + SecondsSince(start)));
+        state.epoch_rows = epoch_rows;
         state.epoch_loss_sum = global[0];
         state.epoch_correct = global[1];
         HUDDLE_RETURN_IF_ERROR(options.on_stop(state));
       }
     }
     return absl::CancelledError(
-        fmt::format("stopped on request after step {} (rank {})", stats.steps, rank));
+        fmt::format("stopped on request after step {} (rank {})", steps, rank));
   };
-  // After each epoch (its totals over `examples` rows of all ranks): loss and accuracy, the
-  // divergence check, and the caller's callback with rank 0's state.
-  const auto end_epoch = [&](int64_t epoch, int64_t epochs, SteadyTime::time_point epoch_start,
-                             double examples) -> Status {
-    HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
+  // After each epoch (its totals over `rows` rows of all ranks; DP-SGD: the sampled rows): loss
+  // and accuracy, the divergence check, and the caller's callback with rank 0's state. A DP-SGD
+  // "epoch" is ceil(n / expected_batch_size) steps.
+  const int64_t epochs = trainer.epochs();
+  auto epoch_start = SteadyTime::now();
+  const auto end_epoch = [&](int64_t epoch, int64_t rows) -> Status {
+    const auto examples = static_cast<double>(rows);
+    HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, trainer.ReadTotals());
     std::array<double, 2> global{totals.loss_sum + carried[0],
                                  static_cast<double>(totals.correct) + carried[1]};
     carried = {0, 0};
@@ -779,7 +736,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
     }
     if (!options.on_epoch) return absl::OkStatus();
     EpochReport report{epoch,
-                       stats.steps,
+                       trainer.steps(),
                        stats.loss,
                        stats.accuracy,
                        resume.seconds + SecondsSince(start),
@@ -791,77 +748,35 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
       HUDDLE_RETURN_IF_ERROR(fill_state(epoch + 1, report.seconds));
       report.state = &state;
     }
-    return options.on_epoch(report);
+    const Status done = options.on_epoch(report);
+    epoch_start = SteadyTime::now();  // the next epoch's time starts after the callback
+    return done;
   };
 
   if (options.dp_sgd) {
+    HUDDLE_ASSIGN_OR_RETURN(
+        privacy::NoiseSource sampling,
+        ShareSamplingStream(collective, scratch, options.dp_sgd->noise, &stats.private_noise));
+    stats.private_noise = stats.private_noise && options.dp_sgd->dp.noise_multiplier > 0;
+    // A resume continues at its step (a multiple of an epoch's steps: checkpoints follow epochs).
+    HUDDLE_RETURN_IF_ERROR(trainer.TrainDpSgd(resume.steps, sampling, after_step, end_epoch));
+    stats.dp_event = privacy::DpEvent{
+        static_cast<double>(options.dp_sgd->dp.expected_batch_size) / static_cast<double>(n),
+        options.dp_sgd->dp.noise_multiplier, trainer.dp_steps()};
+  } else {
+    // A resume within an epoch continues at the next global batch of its order.
     HUDDLE_RETURN_IF_ERROR(
-        RunDpSgd(collective, *ws, scratch, spec, options, n, after_step, end_epoch, &stats));
+        trainer.TrainEpochs(resume.epochs_done, resume.epoch_rows, after_step, end_epoch));
   }
-  for (int64_t epoch = resume.epochs_done; !options.dp_sgd && epoch < options.train.epochs;
-       ++epoch) {
-    const auto epoch_start = SteadyTime::now();
-    std::iota(order.begin(), order.end(), int64_t{0});
-    Rng rng(DeriveSeed(options.seed, static_cast<uint64_t>(epoch)));
-    rng.Shuffle(order);
-    HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
-    ws->ResetTotals();
-    current_epoch = epoch;
-    // A resume within this epoch continues at the next global batch of its order.
-    const int64_t first_row = epoch == resume.epochs_done ? resume.epoch_rows : 0;
-    for (int64_t begin = first_row; begin < n; begin += global_batch) {
-      // This rank's slice of the global batch [begin, begin + m).
-      const int64_t m = std::min(global_batch, n - begin);
-      const int64_t lo = m * rank / world, hi = m * (rank + 1) / world;
-      const int64_t rows = hi - lo;
-      // The loss gradient of the slice's mean loss times rows / m is that of the mean loss over
-      // the global batch (rows / m is exactly 1/world, a power of two for 2 or 4 ranks, when the
-      // slices are equal), so the gradients' sum over ranks is the global batch's gradient, and
-      // batch norm's backward pass sees the gradient of one global loss, as it must. At world
-      // size 1 the factor is exactly 1 and the pass is skipped.
-      const float f = static_cast<float>(static_cast<double>(rows) / static_cast<double>(m));
-      if (f != last_factor) {
-        backend.CopyToDevice(factor.data(), &f, sizeof f);
-        last_factor = f;
-      }
-      sync_bn.set_global_rows(m);
-      reducer.StartStep();
-      // A batch-norm model's rank takes part in the statistics' all-reduces even with no rows.
-      if (rows > 0 || spec.has_batch_norm()) {
-        if (rows > 0) ws->Gather(begin + lo, rows);
-        ws->Forward(rows, /*training=*/true);
-        const size_t last = ws->num_layers() - 1;
-        if (world > 1 && rows > 0) {
-          backend.ScaleRows(ws->layer_grad(last), 1, rows * ws->output_size(last),
-                            factor.as<float>());
-        }
-        if (options.overlap) {
-          ws->Backward(rows, reduce);
-        } else {
-          ws->Backward(rows);
-          for (size_t l = ws->num_layers(); l-- > 0;) reduce(l);
-        }
-      } else {
-        // Fewer rows than ranks in the last batch: this rank contributes zeros.
-        backend.Zero(ws->grads_base(), ws->params_span() * static_cast<int64_t>(sizeof(float)));
-        for (size_t l = ws->num_layers(); l-- > 0;) reducer.LayerDone(l);
-      }
-      HUDDLE_RETURN_IF_ERROR(reducer.FinishStep(&stats.wait_seconds));
-      HUDDLE_RETURN_IF_ERROR(ws->Step(hyper));
-      ++stats.steps;
-      stats.examples += rows;
-      current_rows = begin + m;
-      HUDDLE_RETURN_IF_ERROR(after_step());
-    }
-    HUDDLE_RETURN_IF_ERROR(
-        end_epoch(epoch, options.train.epochs, epoch_start, static_cast<double>(n)));
-  }
-  HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, *ws, scratch, stats.steps));
+  stats.steps = trainer.steps();
+  stats.examples = trainer.examples();
+  HUDDLE_RETURN_IF_ERROR(CheckReplicas(collective, trainer, scratch, stats.steps));
   ++stats.checksums;
-  HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
-  // (DP-SGD's int64 reductions are counted there already.)
-  stats.reduce_seconds += reducer.reduce_seconds() + sync_bn.seconds();
-  stats.bytes_reduced += reducer.bytes_reduced() + sync_bn.bytes();
+  HUDDLE_RETURN_IF_ERROR(trainer.DownloadParams(params));
+  if (reducer != nullptr) {
+    stats.reduce_seconds += reducer->reduce_seconds();
+    stats.bytes_reduced += reducer->bytes_reduced();
+  }
   stats.seconds = SecondsSince(start);
   return stats;
 }

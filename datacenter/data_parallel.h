@@ -4,8 +4,10 @@
 // Every rank holds the whole dataset and draws the same shuffled order each epoch (from `seed`);
 // each global batch of world_size x batch_size rows (or global_batch_size) is split into
 // contiguous per-rank slices (rank r takes the r-th), so N ranks with batch b follow the same
-// trajectory as one rank with batch N*b, up to the order of floating-point sums. A step:
-//   1. forward and backward on the rank's slice, with the same kernels as a federated client;
+// trajectory as one rank with batch N*b, up to the order of floating-point sums. The loop is the
+// federated client's own (models::Trainer, models/trainer.h); this trainer fills its
+// GradientSync seam with the collectives. A step:
+//   1. forward and backward on the rank's slice;
 //      the loss gradient is scaled by slice / global batch, so that every rank differentiates
 //      its share of the global batch's mean loss;
 //   2. as each layer's gradients are ready, its bucket (buckets of about bucket_bytes, a small
@@ -77,7 +79,7 @@ struct EpochReport {
 };
 
 // DP-SGD across the ranks: models/dp_sgd.h's algorithm, step for step the single process's
-// (models::internal::DpSgdStepper on every rank), with one release per global step.
+// (the models::Trainer of every rank), with one release per global step.
 //   - Every rank draws the same secret Poisson sample of the whole data set (rate q =
 //     expected_batch_size / n, the GLOBAL expected batch) from a stream whose key rank 0 draws
 //     from `noise` and broadcasts: the key TrainDpSgd draws from the same source.

@@ -14,6 +14,7 @@
 #include "kernels/flush_denormals.h"
 #include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
+#include "models/trainer.h"
 
 namespace huddle::models {
 namespace {
@@ -319,39 +320,33 @@ StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int
   backend.UnitsToFloat(units, span_, exponent, divisor_, ws.grads_base());
   return static_cast<int64_t>(mine_.size());
 }
-Status RunDpSgdSteps(NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
-                     const DpSgdOptions& dp, int64_t n, privacy::NoiseSource& noise,
-                     DpSgdStats* stats) {
+Status RunDpSgdSteps(Trainer& trainer, const TrainOptions& options, const DpSgdOptions& dp,
+                     int64_t n, privacy::NoiseSource& noise, DpSgdStats* stats) {
   const int64_t m = dp.expected_batch_size;
   privacy::NoiseSource sampling =
       privacy::NoiseSource::FromSharedKey(DrawSamplingKey(noise), noise.is_private());
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<DpSgdStepper> stepper,
-                          DpSgdStepper::Create(ws, plan, options, dp, &noise));
-  // Divergence shows in the running loss; it is read (one wait) about once per pass over the data.
-  const int64_t check_every = std::max<int64_t>(1, n / m);
-  std::vector<int64_t> rows;
-  kernels::LossAccumulator totals;
-  for (int64_t step = 0; step < plan.steps; ++step) {
-    SamplePoissonBatch(n, m, sampling, &rows);
-    HUDDLE_ASSIGN_OR_RETURN(const int64_t trained, stepper->Step(rows, step));
-    stats->train.examples += trained;
-    ++stats->train.steps;
-    if ((step + 1) % check_every == 0 || step + 1 == plan.steps) {
-      HUDDLE_ASSIGN_OR_RETURN(totals, ws.ReadTotals());
-      if (!std::isfinite(totals.loss_sum)) {
-        return Diverged(step, options.learning_rate, "non-finite loss");
-      }
-    }
-  }
+  double loss_sum = 0, correct = 0;
+  // Divergence shows in the running loss, read (one wait) once per pass over the data.
+  HUDDLE_RETURN_IF_ERROR(
+      trainer.TrainDpSgd(0, sampling, {}, [&](int64_t /*epoch*/, int64_t /*rows*/) -> Status {
+        HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, trainer.ReadTotals());
+        if (!std::isfinite(totals.loss_sum)) {
+          return Diverged(trainer.steps() - 1, options.learning_rate, "non-finite loss");
+        }
+        loss_sum += totals.loss_sum;
+        correct += static_cast<double>(totals.correct);
+        return absl::OkStatus();
+      }));
+  stats->train.steps = trainer.steps();
+  stats->train.examples = trainer.examples();
   if (stats->train.examples > 0) {
-    stats->train.loss = totals.loss_sum / static_cast<double>(stats->train.examples);
-    stats->train.accuracy =
-        static_cast<double>(totals.correct) / static_cast<double>(stats->train.examples);
+    stats->train.loss = loss_sum / static_cast<double>(stats->train.examples);
+    stats->train.accuracy = correct / static_cast<double>(stats->train.examples);
   }
   stats->steps = stats->train.steps;
   stats->sampling_rate = static_cast<double>(m) / static_cast<double>(n);
   stats->noise_multiplier = dp.noise_multiplier;
-  stats->private_noise = plan.add_noise && noise.is_private();
+  stats->private_noise = dp.noise_multiplier > 0 && noise.is_private();
   return absl::OkStatus();
 }
 
@@ -363,27 +358,24 @@ StatusOr<DpSgdStats> TrainDpSgd(const ModelSpec& spec, const TrainOptions& optio
   const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
   if (params == nullptr) return absl::InvalidArgumentError("TrainDpSgd: params is null");
-  HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, *params, data));
-  const int64_t n = data.size();
-  HUDDLE_ASSIGN_OR_RETURN(const internal::DpSgdPlan plan,
-                          internal::PlanDpSgd(spec, options, dp, n));
+  HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, *params, data));
 
   kernels::FlushDenormalsScope flush_denormals;
-  std::unique_ptr<kernels::Backend> owned;
-  kernels::Backend& backend = internal::BackendFor(options, &owned);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
-                          NetWorkspace::Create(backend, spec, plan.capacity, /*training=*/true));
-  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
-  ws->UploadParams(*params);
+  Trainer::Loop loop;
+  loop.dp_sgd = dp;
+  loop.noise = &noise;
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                          Trainer::Create(spec, options, data, loop));
+  trainer->UploadParams(*params);
   DpSgdStats stats;
-  const Status run = internal::RunDpSgdSteps(*ws, plan, options, dp, n, noise, &stats);
+  const Status run = internal::RunDpSgdSteps(*trainer, options, dp, data.size(), noise, &stats);
   if (!run.ok() && !internal::IsDiverged(run)) return run;
   // The diverged values are handed back too, as documented.
-  HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
+  HUDDLE_RETURN_IF_ERROR(trainer->DownloadParams(params));
   HUDDLE_RETURN_IF_ERROR(run);
   for (const Tensor& t : *params) {
     if (FirstNonFinite(t.data) >= 0) {
-      return Diverged(plan.steps - 1, options.learning_rate, "non-finite parameters");
+      return Diverged(trainer->dp_steps() - 1, options.learning_rate, "non-finite parameters");
     }
   }
   stats.train.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
@@ -399,7 +391,7 @@ StatusOr<std::vector<double>> PerExampleGradientNorms(const ModelSpec& spec,
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));
   }
-  HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, params, data));
+  HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, params, data));
   kernels::FlushDenormalsScope flush_denormals;
   std::unique_ptr<kernels::Backend> backend = kernels::OpenCpuBackend();
   const int64_t n = data.size();

@@ -11,57 +11,33 @@
 #include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
 #include "models/model.h"
+#include "models/trainer.h"
 
 namespace huddle::models {
 
-using internal::CheckModelAndData;
-using internal::CheckTrainOptions;
 using internal::NetWorkspace;
-
-namespace {
-
-// Dropout's stream of the training seed (the epochs' shuffles use streams 0, 1, ...).
-constexpr uint64_t kDropoutStream = uint64_t{1} << 63;
-
-Status Diverged(int64_t epoch, double learning_rate) {
-  return absl::FailedPreconditionError(absl::StrCat("training diverged: non-finite loss in epoch ",
-                                                    epoch, " (learning_rate ", learning_rate,
-                                                    " is probably too high)"));
-}
-
-}  // namespace
 
 namespace internal {
 
-Status RunSgdEpochs(NetWorkspace& ws, const TrainOptions& options, int64_t n, uint64_t seed,
-                    TrainStats* stats) {
-  const int64_t max_batch = std::min(options.batch_size, n);
-  const kernels::SgdHyper hyper{static_cast<float>(options.learning_rate),
-                                static_cast<float>(options.momentum),
-                                static_cast<float>(options.weight_decay)};
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  kernels::LossAccumulator totals;
-  ws.set_dropout_seed(DeriveSeed(seed, kDropoutStream));
-  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
-    std::iota(order.begin(), order.end(), int64_t{0});
-    Rng rng(DeriveSeed(seed, static_cast<uint64_t>(epoch)));
-    rng.Shuffle(order);
-    HUDDLE_RETURN_IF_ERROR(ws.SetOrder(order));
-    for (int64_t begin = 0; begin < n; begin += max_batch) {
-      const int64_t batch = std::min(max_batch, n - begin);
-      ws.Gather(begin, batch);
-      ws.Forward(batch, /*training=*/true);
-      ws.Backward(batch);
-      HUDDLE_RETURN_IF_ERROR(ws.Step(hyper));
-      ++stats->steps;
-    }
-    // One wait per epoch: a non-finite loss stays non-finite in the running sum.
-    HUDDLE_ASSIGN_OR_RETURN(totals, ws.ReadTotals());
-    if (!std::isfinite(totals.loss_sum)) return Diverged(epoch, options.learning_rate);
-  }
+Status RunSgdEpochs(Trainer& trainer, const TrainOptions& options, int64_t n, TrainStats* stats) {
+  double loss_sum = 0, correct = 0;
+  HUDDLE_RETURN_IF_ERROR(
+      trainer.TrainEpochs(0, 0, {}, [&](int64_t epoch, int64_t /*rows*/) -> Status {
+        // One wait per epoch: a non-finite loss stays non-finite in the running sum.
+        HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, trainer.ReadTotals());
+        if (!std::isfinite(totals.loss_sum)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("training diverged: non-finite loss in epoch ", epoch,
+                           " (learning_rate ", options.learning_rate, " is probably too high)"));
+        }
+        loss_sum += totals.loss_sum;
+        correct += static_cast<double>(totals.correct);
+        return absl::OkStatus();
+      }));
+  stats->steps = trainer.steps();
   stats->examples = n * options.epochs;
-  stats->loss = totals.loss_sum / static_cast<double>(stats->examples);
-  stats->accuracy = static_cast<double>(totals.correct) / static_cast<double>(stats->examples);
+  stats->loss = loss_sum / static_cast<double>(stats->examples);
+  stats->accuracy = correct / static_cast<double>(stats->examples);
   return absl::OkStatus();
 }
 
@@ -76,19 +52,16 @@ StatusOr<TrainStats> TrainModel(const ModelSpec& spec, const TrainOptions& optio
   HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, *params, data));
 
   kernels::FlushDenormalsScope flush_denormals;
-  std::unique_ptr<kernels::Backend> owned;
-  kernels::Backend& backend = internal::BackendFor(options, &owned);
-  const int64_t n = data.size();
-  HUDDLE_ASSIGN_OR_RETURN(
-      std::unique_ptr<NetWorkspace> ws,
-      NetWorkspace::Create(backend, spec, std::min(options.batch_size, n), /*training=*/true));
-  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
-  ws->UploadParams(*params);
+  Trainer::Loop loop;
+  loop.seed = seed;
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                          Trainer::Create(spec, options, data, loop));
+  trainer->UploadParams(*params);
   TrainStats stats;
-  const Status run = internal::RunSgdEpochs(*ws, options, n, seed, &stats);
+  const Status run = internal::RunSgdEpochs(*trainer, options, data.size(), &stats);
   if (!run.ok() && !internal::IsDiverged(run)) return run;
   // The diverged values are handed back too, as documented.
-  HUDDLE_RETURN_IF_ERROR(ws->DownloadParams(params));
+  HUDDLE_RETURN_IF_ERROR(trainer->DownloadParams(params));
   HUDDLE_RETURN_IF_ERROR(run);
   stats.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
   return stats;

@@ -9,13 +9,11 @@
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
 #include "kernels/update.h"
-#include "models/internal/net_workspace.h"
 #include "models/internal/train_loops.h"
+#include "models/trainer.h"
 #include "privacy/clip.h"
 
 namespace huddle::models {
-
-using internal::NetWorkspace;
 
 namespace {
 
@@ -81,39 +79,34 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
   const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
   HUDDLE_RETURN_IF_ERROR(CheckUpdateOptions(options));
-  HUDDLE_RETURN_IF_ERROR(internal::CheckModelAndData(spec, global, data));
+  HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, global, data));
   const int64_t n = data.size();
-  internal::DpSgdPlan plan;
-  int64_t capacity = 0;
-  if (options.dp_sgd) {
-    HUDDLE_ASSIGN_OR_RETURN(plan, internal::PlanDpSgd(spec, options.train, *options.dp_sgd, n));
-    capacity = plan.capacity;
-  } else {
-    HUDDLE_RETURN_IF_ERROR(internal::CheckTrainOptions(options.train));
-    capacity = std::min(options.train.batch_size, n);
-  }
 
   kernels::FlushDenormalsScope flush_denormals;
-  std::unique_ptr<kernels::Backend> owned;
-  kernels::Backend& backend = internal::BackendFor(options.train, &owned);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
-                          NetWorkspace::Create(backend, spec, capacity, /*training=*/true));
-  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
+  Trainer::Loop loop;
+  loop.seed = options.seed;
+  if (options.dp_sgd) {
+    loop.dp_sgd = *options.dp_sgd;
+    loop.noise = options.noise;
+  }
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                          Trainer::Create(spec, options.train, data, loop));
+  kernels::Backend& backend = trainer->backend();
   // The model's one trip up; the global copy the delta is taken against stays on the device.
-  ws->UploadParams(global);
-  const int64_t span = ws->params_span();
+  trainer->UploadParams(global);
+  const std::span<float> trained = trainer->params();
+  const auto span = static_cast<int64_t>(trained.size());
   const int64_t bytes = span * static_cast<int64_t>(sizeof(float));
   HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer global_copy, backend.Allocate(bytes));
-  backend.CopyOnDevice(global_copy.data(), ws->params_base(), bytes);
+  backend.CopyOnDevice(global_copy.data(), trained.data(), bytes);
 
   Update update;
   if (options.dp_sgd) {
     update.dp_sgd.emplace();
-    HUDDLE_RETURN_IF_ERROR(internal::RunDpSgdSteps(*ws, plan, options.train, *options.dp_sgd, n,
+    HUDDLE_RETURN_IF_ERROR(internal::RunDpSgdSteps(*trainer, options.train, *options.dp_sgd, n,
                                                    *options.noise, &*update.dp_sgd));
   } else {
-    HUDDLE_RETURN_IF_ERROR(
-        internal::RunSgdEpochs(*ws, options.train, n, options.seed, &update.train));
+    HUDDLE_RETURN_IF_ERROR(internal::RunSgdEpochs(*trainer, options.train, n, &update.train));
   }
 
   // The pipeline over the whole parameter buffer: its gaps are zero in both copies, so they add
@@ -126,7 +119,7 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
                           backend.Allocate(sizeof(kernels::UpdatePipelineStats)));
   kernels::UpdatePipelineParams params;
   params.clip_norm = options.clip_norm;
-  backend.UpdatePipeline(params, ws->params_base(), global_copy.as<float>(), span, out.as<float>(),
+  backend.UpdatePipeline(params, trained.data(), global_copy.as<float>(), span, out.as<float>(),
                          nullptr, scratch.as<double>(),
                          stats_buffer.as<kernels::UpdatePipelineStats>());
   // The model's one trip down, as the delta.
@@ -135,7 +128,7 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
   kernels::UpdatePipelineStats stats;
   HUDDLE_RETURN_IF_ERROR(backend.CopyToHost(&stats, stats_buffer.data(), sizeof stats));
   TensorList delta = global;
-  ws->UnpackParams(packed, &delta);
+  trainer->UnpackParams(packed, &delta);
   HUDDLE_RETURN_IF_ERROR(FinishUpdate(std::move(delta), stats, options.clip_norm, &update));
   if (update.dp_sgd) update.train = update.dp_sgd->train;
   update.train.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;

@@ -69,7 +69,7 @@ class NetWorkspace {
 
   // Makes the rows of `view` addressable by Gather (for a GPU: one upload of the view's rows; the
   // CPU reads the caller's dataset in place, which must then outlive the workspace). Precondition:
-  // CheckModelAndData passed for the view.
+  // CheckData (models/trainer.h) passed for the view.
   Status LoadData(const data::DatasetView& view);
   // Sets the rows Gather reads: positions[k] is a row of the loaded view (one copy to the device).
   Status SetOrder(const std::vector<int64_t>& positions);
@@ -84,6 +84,8 @@ class NetWorkspace {
     dropout_seed_ = seed;
     passes_ = 0;
   }
+  // The training passes so far (the next Forward(training) is pass passes + 1).
+  void set_dropout_pass(uint64_t passes) { passes_ = passes; }
   // Backward pass after Forward(training=true): fills grad(i) for every parameter, last layer
   // first. `layer_done(l)`, when given, is called as soon as layer l's gradients (grad(i) for i
   // in [first_param(l), first_param(l + 1))) have been enqueued on the backend: a data-parallel
@@ -216,14 +218,6 @@ class NetWorkspace {
   int64_t order_capacity_ = 0;
   std::vector<int64_t> order_host_;
 };
-
-// The TrainOptions checks of TrainModel (errors name the field).
-Status CheckTrainOptions(const TrainOptions& options);
-
-// Checks params against the spec and every row of the view against the model (non-empty view,
-// feature_dim == input_dim(), labels in [0, num_classes())).
-Status CheckModelAndData(const ModelSpec& spec, const TensorList& params,
-                         const data::DatasetView& view);
 
 // options.backend, or a CPU backend created into *owned when it is null.
 kernels::Backend& BackendFor(const TrainOptions& options, std::unique_ptr<kernels::Backend>* owned);

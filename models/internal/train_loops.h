@@ -1,6 +1,7 @@
-// Internal to models/: the training loops of TrainModel and TrainDpSgd, run on a workspace the
-// caller prepared, so that TrainUpdate (models/update.h) can train and then compute the update
-// without the model leaving the device. Not part of the public API.
+// Internal to models/: DP-SGD's plan and step (the Trainer's), and the one-process runs of
+// TrainModel and TrainDpSgd on a Trainer the caller prepared, so that TrainUpdate
+// (models/update.h) can train and then compute the update without the model leaving the device.
+// Not part of the public API (models/trainer.h is).
 #pragma once
 
 #include <array>
@@ -14,15 +15,20 @@
 #include "models/dp_sgd.h"
 #include "models/internal/net_workspace.h"
 #include "models/model.h"
+#include "models/trainer.h"
 #include "privacy/noise.h"
 
 namespace huddle::models::internal {
 
-// TrainModel's epochs over the n loaded rows, on ws (parameters uploaded, data loaded, options and
-// data checked). Fills stats except seconds. On divergence: FailedPrecondition, and ws holds the
-// diverged parameters; a device fault is returned as the backend reports it.
-Status RunSgdEpochs(NetWorkspace& ws, const TrainOptions& options, int64_t n, uint64_t seed,
-                    TrainStats* stats);
+// One process's runs on a Trainer (parameters uploaded): TrainModel's epochs (fills stats except
+// seconds) and TrainDpSgd's steps (the sampling key drawn from `noise` first; fills stats except
+// train.seconds). The running loss is read once per epoch; a non-finite one is FailedPrecondition
+// ("diverged") and the trainer holds the diverged parameters. The final parameters are NOT
+// checked for finiteness (the caller does, on the host or on the device). A device fault is
+// returned as the backend reports it.
+Status RunSgdEpochs(Trainer& trainer, const TrainOptions& options, int64_t n, TrainStats* stats);
+Status RunDpSgdSteps(Trainer& trainer, const TrainOptions& options, const DpSgdOptions& dp,
+                     int64_t n, privacy::NoiseSource& noise, DpSgdStats* stats);
 
 // DP-SGD's chunks: example i of an n-row view belongs to chunk floor(i * K / n), K =
 // ceil(expected_batch_size / kDpSgdChunkRows), so chunk j holds the view positions
@@ -55,9 +61,8 @@ StatusOr<DpSgdPlan> PlanDpSgd(const ModelSpec& spec, const TrainOptions& options
 // draws the sample the single process would.
 std::array<unsigned char, 32> DrawSamplingKey(privacy::NoiseSource& noise);
 
-// One DP-SGD step at a time on a workspace: the step of models/dp_sgd.h, shared by
-// RunDpSgdSteps (one process) and the data-parallel trainer (datacenter/data_parallel.cc, one
-// stepper per rank), and timed by bench/kernels_bench.cc. Holds the per-example norm and factor
+// One DP-SGD step at a time on a workspace: the step of models/dp_sgd.h, the Trainer's on every
+// rank (one process, or each rank of a data-parallel run). Holds the per-example norm and factor
 // buffers, the int64 accumulator of the exact sum and the noise staging. ws (and `noise`) must
 // outlive it.
 //
@@ -118,15 +123,6 @@ class DpSgdStepper {
   std::vector<int64_t> noise_host_;          // its host staging (gaps zero)
   std::vector<int64_t> mine_;                // this rank's rows of the sample
 };
-
-// TrainDpSgd's steps on ws (created with plan.capacity rows; parameters uploaded, data loaded):
-// the sampling key from `noise` (DrawSamplingKey), then per step the Poisson sample and
-// DpSgdStepper::Step with world 1. Fills stats except train.seconds. Divergence and faults as for
-// RunSgdEpochs; the final parameters are NOT checked for finiteness (the caller does, on the host
-// or on the device).
-Status RunDpSgdSteps(NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
-                     const DpSgdOptions& dp, int64_t n, privacy::NoiseSource& noise,
-                     DpSgdStats* stats);
 
 // The status of a run that diverged (FailedPrecondition): its parameters are handed back anyway.
 inline bool IsDiverged(const Status& status) { return absl::IsFailedPrecondition(status); }

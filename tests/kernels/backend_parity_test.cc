@@ -25,8 +25,8 @@
 #include "kernels/optimizer.h"
 #include "kernels/update.h"
 #include "models/dp_sgd.h"
-#include "models/internal/net_workspace.h"
 #include "models/model.h"
+#include "models/trainer.h"
 #include "models/update.h"
 #include "privacy/clip.h"
 #include "tests/kernels/gpu_fixture.h"
@@ -414,18 +414,19 @@ TEST_F(ParityTest, LossCurveOfOneEpochMatchesTheCpu) {
   std::iota(order.begin(), order.end(), int64_t{0});
   Rng(23).Shuffle(order);
   auto curve = [&](Backend& device) {
-    auto ws = models::internal::NetWorkspace::Create(device, spec, 256, true).value();
-    EXPECT_TRUE(ws->LoadData(view).ok());
-    ws->UploadParams(initial);
-    EXPECT_TRUE(ws->SetOrder(order).ok());
+    models::TrainOptions options;
+    options.learning_rate = 0.05;
+    options.momentum = 0.9;
+    options.batch_size = 256;
+    options.backend = &device;
+    auto trainer = models::Trainer::Create(spec, options, view, {}).value();
+    trainer->UploadParams(initial);
+    EXPECT_TRUE(trainer->SetOrder(order).ok());
     std::vector<double> losses;
     for (int64_t begin = 0; begin < train.size(); begin += 256) {
-      ws->ResetTotals();
-      ws->Gather(begin, 256);
-      ws->Forward(256, /*training=*/true);
-      ws->Backward(256);
-      EXPECT_TRUE(ws->Step({0.05f, 0.9f, 0.0f}).ok());
-      losses.push_back(ws->ReadTotals()->loss_sum / 256);  // a test may wait every step
+      trainer->ResetTotals();
+      EXPECT_TRUE(trainer->SgdStep(begin, 256).ok());
+      losses.push_back(trainer->ReadTotals()->loss_sum / 256);  // a test may wait every step
     }
     return losses;
   };
