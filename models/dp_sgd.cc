@@ -245,9 +245,21 @@ StatusOr<std::unique_ptr<DpSgdStepper>> DpSgdStepper::Create(
     stepper->gaussian_ = gaussian;
     HUDDLE_ASSIGN_OR_RETURN(stepper->noise_units_, backend.Allocate(stepper->span_ * kUnit));
     stepper->noise_host_.assign(static_cast<size_t>(stepper->span_), 0);
+    stepper->noise_next_.assign(static_cast<size_t>(stepper->span_), 0);
   }
   HUDDLE_RETURN_IF_ERROR(stepper->Reserve(plan.capacity));
   return stepper;
+}
+
+DpSgdStepper::~DpSgdStepper() {
+  if (prefetch_.joinable()) prefetch_.join();
+}
+
+void DpSgdStepper::DrawNoise(std::vector<int64_t>& out) {
+  for (size_t i = 0; i < ws_->num_trainable(); ++i) {
+    int64_t* param = out.data() + ws_->param_offset(i);
+    for (int64_t k = 0; k < ws_->param_size(i); ++k) param[k] = gaussian_->Sample(*noise_);
+  }
 }
 
 Status DpSgdStepper::Reserve(int64_t rows) {
@@ -294,15 +306,25 @@ StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int
     }
     next = chunk_end;
   }
-  // The noise, once per step (rank 0): drawn on the host while a GPU computes the chunks.
+  // The noise, once per step (rank 0): the next draws of the noise stream, in the same order
+  // however they are scheduled. They were drawn on a second thread while this step's chunks were
+  // computed (after the previous step), or, for a run's first step, are drawn now, while a GPU
+  // computes the chunks.
   if (noise_ != nullptr) {
-    for (size_t i = 0; i < ws.num_trainable(); ++i) {
-      int64_t* out = noise_host_.data() + ws.param_offset(i);
-      for (int64_t k = 0; k < ws.param_size(i); ++k) out[k] = gaussian_->Sample(*noise_);
+    if (prefetch_.joinable()) {
+      prefetch_.join();
+      std::swap(noise_host_, noise_next_);
+    } else {
+      DrawNoise(noise_host_);
     }
+    // (A GPU's copy is done before the buffer is drawn into again: the step's CopyToHost below
+    // waits for the stream.)
     backend.CopyToDevice(noise_units_.data(), noise_host_.data(),
                          span_ * static_cast<int64_t>(sizeof(int64_t)));
     backend.AddUnits(noise_units_.as<int64_t>(), span_, units);
+    // The run's next step's noise, from here on (never past the run's last step: the source's
+    // later draws stay the caller's).
+    if (step + 1 < plan_.steps) prefetch_ = std::thread([this] { DrawNoise(noise_next_); });
   }
   if (world_ > 1) {
     if (!all_reduce_) return absl::InternalError("DP-SGD: a rank's stepper has no all-reduce");

@@ -68,12 +68,14 @@
 // gradient is materialised. Cost: one non-private step of the same batch in chunks of about 256
 // rows, plus one pass over the parameters per chunk (the rounding to the grid) and the noise, one
 // exact discrete Gaussian draw per parameter per step on the host (~0.12 us each: ~12 ms per step
-// for 784-128-10's 101,770 parameters).
+// for 784-128-10's 101,770 parameters), drawn one step ahead on a second thread while the step's
+// chunks are computed (the stream's draws, and so the released values, are the same as drawn in
+// line; nothing is drawn past the run's last step).
 //
 // On a GPU (TrainOptions::backend) the chunks, the grid sums and the conversion run on the
 // device (kernels/grid_sum.h, the same bits as the CPU reference); the sampling and the noise
 // stay on the host, from `noise` (each step's rows travel in one small copy, its noise integers
-// in one copy of 8 bytes per parameter, drawn while the device computes the chunks), so the
+// in one copy of 8 bytes per parameter, drawn one step ahead while the device computes), so the
 // noise is the exact discrete Gaussian on every device. Divergence is detected from the running
 // loss about once per pass over the data, from every step's grid sums, and from the final
 // parameters.

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -101,10 +102,15 @@ class DpSgdStepper {
   // Step without the SGD update: leaves the released gradient in ws.grad().
   StatusOr<int64_t> Gradient(const std::vector<int64_t>& sample, int64_t step);
 
+  // Waits for a noise draw in progress (see Gradient).
+  ~DpSgdStepper();
+
  private:
   DpSgdStepper(NetWorkspace& ws, const DpSgdPlan& plan, const TrainOptions& options,
                const DpSgdOptions& dp, privacy::NoiseSource* noise, int rank, int world);
   Status Reserve(int64_t rows);
+  // The next span_ draws of the noise stream, one per trainable coordinate in layout order.
+  void DrawNoise(std::vector<int64_t>& out);
 
   NetWorkspace* ws_;
   DpSgdPlan plan_;
@@ -121,7 +127,10 @@ class DpSgdStepper {
   kernels::DeviceBuffer units_;              // span_ + 1 int64: the exact sum, then rejections
   kernels::DeviceBuffer noise_units_;        // span_ int64: the step's noise, uploaded
   std::vector<int64_t> noise_host_;          // its host staging (gaps zero)
-  std::vector<int64_t> mine_;                // this rank's rows of the sample
+  // The next step's noise, drawn on `prefetch_` while this step computes (joined before use).
+  std::vector<int64_t> noise_next_;
+  std::thread prefetch_;
+  std::vector<int64_t> mine_;  // this rank's rows of the sample
 };
 
 // The status of a run that diverged (FailedPrecondition): its parameters are handed back anyway.

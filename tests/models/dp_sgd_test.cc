@@ -618,6 +618,58 @@ TEST_F(DpSgdStepperTest, NoiseIsExactDiscreteGaussianIntegersOnTheExactSum) {
   EXPECT_EQ(Reduce(Run(*plan, dp, 3, sample, 6)), noised.units);
 }
 
+// The noise of step s + 1 is drawn on a second thread during step s: the released noise of
+// consecutive steps is still the source's next draws in order, step after step, as if drawn in
+// line (layout order, gaps zero), and nothing past the run's last step is drawn.
+TEST_F(DpSgdStepperTest, NoiseOfConsecutiveStepsIsTheSourcesNextDrawsInOrder) {
+  const DpSgdOptions dp{1.0, 0.3, 250};  // round(1000 / 250) = 4 steps
+  auto plan = internal::PlanDpSgd(spec_, TrainOptions{}, dp, kN);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->steps, 4);
+  internal::DpSgdPlan clean_plan = *plan;
+  clean_plan.add_noise = false;
+  std::vector<int64_t> sample;
+  auto sampling = privacy::NoiseSource::SeededForTesting(23);
+  SamplePoissonBatch(kN, 250, sampling, &sample);
+  kernels::FlushDenormalsScope flush;
+  // Each step's accumulator (Gradient does not move the parameters: the noiseless sums repeat).
+  auto run = [&](const internal::DpSgdPlan& p, privacy::NoiseSource& noise) {
+    auto ws = internal::NetWorkspace::Create(*backend_, spec_, p.capacity, true).value();
+    EXPECT_TRUE(ws->LoadData({&data_, {}}).ok());
+    ws->UploadParams(params_);
+    auto stepper = internal::DpSgdStepper::Create(*ws, p, TrainOptions{}, dp, &noise).value();
+    std::vector<std::vector<int64_t>> units;
+    for (int64_t step = 0; step < p.steps; ++step) {
+      EXPECT_TRUE(stepper->Gradient(sample, step).ok());
+      units.emplace_back(stepper->units(), stepper->units() + stepper->units_count());
+    }
+    return units;
+  };
+  auto source = privacy::NoiseSource::SeededForTesting(9);
+  auto unused = privacy::NoiseSource::SeededForTesting(9);
+  const auto noised = run(*plan, source);
+  const auto clean = run(clean_plan, unused);
+
+  auto gaussian = privacy::DiscreteGaussian::Create(plan->grid.variance).value();
+  auto expected_source = privacy::NoiseSource::SeededForTesting(9);
+  auto ws = internal::NetWorkspace::Create(*backend_, spec_, 1, true).value();
+  for (int64_t step = 0; step < 4; ++step) {
+    std::vector<int64_t> expected(static_cast<size_t>(ws->trainable_span()) + 1, 0);
+    for (size_t p = 0; p < ws->num_trainable(); ++p) {
+      for (int64_t k = 0; k < ws->param_size(p); ++k) {
+        expected[static_cast<size_t>(ws->param_offset(p) + k)] = gaussian.Sample(expected_source);
+      }
+    }
+    std::vector<int64_t> difference(expected.size());
+    for (size_t i = 0; i < difference.size(); ++i) {
+      difference[i] = noised[static_cast<size_t>(step)][i] - clean[static_cast<size_t>(step)][i];
+    }
+    EXPECT_EQ(difference, expected) << "step " << step;
+  }
+  // The source is left exactly after the last step's draws.
+  EXPECT_EQ(source.NextU64(), expected_source.NextU64());
+}
+
 // A single process's run is the stepper's: TrainDpSgd equals stepping by hand with the
 // sampling key drawn first from the source (the key a data-parallel rank 0 broadcasts).
 TEST_F(DpSgdStepperTest, TrainDpSgdIsTheStepperWithTheSamplingKeyDrawnFirst) {
