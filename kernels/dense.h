@@ -6,12 +6,15 @@
 //
 // Contract shared by all kernels in kernels/: pointers are non-owning and must point at buffers of
 // at least the documented number of elements; dimensions are >= 1. The caller validates shapes and
-// labels before calling (these functions do not check, allocate, or fail). Outputs must not alias
-// inputs unless stated. Thread-safety: stateless; concurrent calls on disjoint outputs are safe.
+// labels before calling (these functions do not check or fail). They take no buffers of the
+// caller's; the CPU GEMMs of large products allocate Eigen's blocking workspace (and DenseForward
+// a [batch, out] product for weights of 2^20 floats or more), as any Eigen product of that size
+// does. Outputs must not alias inputs unless stated. Thread-safety: stateless; concurrent calls on
+// disjoint outputs are safe.
 //
 // Backends: this header is host-only and holds the one signature of each op. The CPU reference
-// lives in dense_cpu.cc (Eigen GEMMs, single-threaded); a CUDA variant will register behind the
-// same signature in a later issue.
+// lives in dense_cpu.cc (Eigen GEMMs, single-threaded, built per instruction set: cpu_isa.h); the
+// CUDA version (cuda/dense.cu, cuBLAS) sits behind the same Backend call.
 #pragma once
 
 #include <cstdint>
