@@ -131,8 +131,10 @@ Status Trainer::SgdStep(int64_t begin, int64_t m) {
     batch_norm_->set_global_rows(m);
   }
   if (sync != nullptr) sync->StartStep(m);
-  // Dropout's masks follow the step count (a resume continues them).
+  // Dropout's masks follow the step count (a resume continues them) and each row's position in
+  // the global batch (any number of ranks draws the same masks).
   ws.set_dropout_pass(static_cast<uint64_t>(steps_));
+  ws.set_dropout_first_row(lo);
   // A batch-norm model's rank takes part in the statistics' all-reduces even with no rows.
   if (rows > 0 || spec_.has_batch_norm()) {
     if (rows > 0) ws.Gather(begin + lo, rows);

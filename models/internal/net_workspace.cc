@@ -335,7 +335,8 @@ void NetWorkspace::Forward(int64_t batch, bool training) {
         if (y != x) backend_->CopyOnDevice(y, x, n * kFloat);
         if (training && spec.rate > 0) {
           layer.dropout_seed = DeriveSeed(DeriveSeed(dropout_seed_, passes_), l);
-          backend_->DropoutForward(y, n, static_cast<float>(spec.rate), layer.dropout_seed, 0);
+          backend_->DropoutForward(y, n, static_cast<float>(spec.rate), layer.dropout_seed,
+                                   DropoutOffset(layer));
         }
         break;
       case LayerKind::kFlatten:
@@ -415,7 +416,8 @@ void NetWorkspace::BackwardLayer(size_t l, int64_t batch, bool params) {
       if (spec.kind == LayerKind::kRelu) backend_->ReluBackward(layer.out, g, n);
       if (spec.kind == LayerKind::kTanh) backend_->TanhBackward(layer.out, g, n);
       if (spec.kind == LayerKind::kDropout && spec.rate > 0) {
-        backend_->DropoutBackward(g, n, static_cast<float>(spec.rate), layer.dropout_seed, 0);
+        backend_->DropoutBackward(g, n, static_cast<float>(spec.rate), layer.dropout_seed,
+                                  DropoutOffset(layer));
       }
       return;
     }

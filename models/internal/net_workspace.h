@@ -86,6 +86,10 @@ class NetWorkspace {
   }
   // The training passes so far (the next Forward(training) is pass passes + 1).
   void set_dropout_pass(uint64_t passes) { passes_ = passes; }
+  // The position of the gathered batch's first row in its step's global batch (a data-parallel
+  // rank's slice): an element's mask is drawn by its row's position there, so that the masks do
+  // not depend on how the global batch is spread over ranks. 0 by default.
+  void set_dropout_first_row(int64_t row) { dropout_first_row_ = row; }
   // Backward pass after Forward(training=true): fills grad(i) for every parameter, last layer
   // first. `layer_done(l)`, when given, is called as soon as layer l's gradients (grad(i) for i
   // in [first_param(l), first_param(l + 1))) have been enqueued on the backend: a data-parallel
@@ -178,6 +182,9 @@ class NetWorkspace {
   };
 
   NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, bool training);
+  uint64_t DropoutOffset(const Layer& layer) const {
+    return static_cast<uint64_t>(dropout_first_row_ * layer.out_size);
+  }
   const float* in(size_t l) const { return l == 0 ? x_.as<float>() : layers_[l - 1].out; }
   float* din(size_t l) const { return l == 0 ? nullptr : layers_[l - 1].dout; }
   // Layer l's backward pass: its parameters' gradients (when `params`) and its input's gradient
@@ -199,6 +206,7 @@ class NetWorkspace {
   bool training_ = false;
   int64_t capacity_ = 0;
   uint64_t dropout_seed_ = 0, passes_ = 0;
+  int64_t dropout_first_row_ = 0;
   kernels::DeviceBuffer x_;                      // [capacity, input_size]
   kernels::DeviceBuffer labels_;                 // [capacity] int32
   kernels::DeviceBuffer scratch_;                // convolutions' scratch, the largest layer's

@@ -40,7 +40,7 @@ DataParallelOptions BaseOptions(int64_t batch) {
 
 // Trains on `world` threads; rank r's options come from options(r), its data from data_of(r) when
 // given. Every rank starts from a different initialisation: rank 0's must win.
-std::vector<RankResult> TrainModel(const models::MlpSpec& spec, int world,
+std::vector<RankResult> TrainModel(const models::ModelSpec& spec, int world,
                                    const data::Dataset& data,
                                    const std::function<DataParallelOptions(int)>& options,
                                    milliseconds timeout = milliseconds(30000),
@@ -220,6 +220,25 @@ TEST(DataParallel, SyncBatchNormMatchesOneProcessOnTheConcatenatedBatch) {
     // The running statistics moved, identically.
     const size_t running_mean = models::NumTrainable(spec);
     EXPECT_NE(ranks[0].params[running_mean].data, std::vector<float>(32, 0.0f));
+  }
+}
+
+// Dropout's masks are drawn by each row's position in the global batch, not in the rank's slice,
+// so N ranks x batch b train the model one process trains with batch N*b, dropout included.
+// Would have failed before: every rank drew the masks of rows 0.. of its own slice.
+TEST(DataParallel, DropoutMasksDoNotDependOnTheNumberOfRanks) {
+  models::ModelSpec spec = models::MlpSpec{20, {32}, 4};
+  ASSERT_EQ(spec.layers[1].kind, models::LayerKind::kRelu);
+  spec.layers.insert(spec.layers.begin() + 2, {.kind = models::LayerKind::kDropout, .rate = 0.5});
+  const data::Dataset data = models::Blobs(1000, 20, 4, 6);
+  for (int world : {2, 4}) {
+    SCOPED_TRACE(testing::Message() << "world " << world);
+    auto ranks = TrainModel(spec, world, data, [](int) { return BaseOptions(16); });
+    for (int r = 0; r < world; ++r) ASSERT_TRUE(ranks[r].status.ok()) << ranks[r].status;
+    auto one = TrainModel(spec, 1, data, [&](int) { return BaseOptions(16 * world); });
+    ASSERT_TRUE(one[0].status.ok()) << one[0].status;
+    // As without dropout: only the order of the float sums differs.
+    EXPECT_LT(MaxAbsDiff(ranks[0].params, one[0].params), 5e-5);
   }
 }
 
