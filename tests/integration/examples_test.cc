@@ -195,7 +195,13 @@ INSTANTIATE_TEST_SUITE_P(
                 0,
                 true},
         Example{"datacenter.yaml", true, {{"epochs: 5", "epochs: 1"}}},
-        Example{"datacenter_dp.yaml", true, {{"epochs: 40", "epochs: 2"}}, true, 3.0}),
+        Example{"datacenter_dp.yaml", true, {{"epochs: 40", "epochs: 2"}}, true, 3.0},
+        // The DP CNN with narrower convolutions: the same layer kinds and privacy path.
+        Example{"datacenter_dp_cnn.yaml",
+                true,
+                {{"epochs: 40", "epochs: 1"}, {"{out: 16,", "{out: 4,"}, {"{out: 32,", "{out: 8,"}},
+                true,
+                3.0}),
     [](const ::testing::TestParamInfo<Example>& example) {
       return example.param.file.substr(0, example.param.file.find('.'));
     });
