@@ -133,6 +133,9 @@ struct StepFixture {
     options.momentum = 0.9;
     options.batch_size = kBatch;
     options.backend = &device;
+    // DP-SGD: a plan far longer than any timing, so that every timed step's noise is drawn one
+    // step ahead as in a run (none is drawn past the plan's last step).
+    if (dp) options.epochs = 1000;
     models::Trainer::Loop loop;
     loop.dp_sgd = dp;
     loop.noise = &noise;

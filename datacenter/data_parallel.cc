@@ -595,7 +595,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   const auto start = SteadyTime::now();
   if (params == nullptr) return absl::InvalidArgumentError("TrainDataParallel: params is null");
   HUDDLE_RETURN_IF_ERROR(ValidateDataParallelOptions(options));
-  HUDDLE_RETURN_IF_ERROR(models::CheckModelAndData(spec, *params, data));
+  HUDDLE_RETURN_IF_ERROR(models::CheckParams(spec, *params));  // the data: Trainer::Create
 
   kernels::FlushDenormalsScope flush_denormals;
   const int world = collective.world_size();
@@ -633,7 +633,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
   // learns it (ShareResume).
   Status resume_fit;
   if (rank == 0 && options.resume != nullptr) {
-    if (Status st = models::CheckModelAndData(spec, options.resume->params, data); !st.ok()) {
+    if (Status st = models::CheckParams(spec, options.resume->params); !st.ok()) {
       resume_fit = absl::FailedPreconditionError(
           absl::StrCat("the checkpoint does not fit this model: ", st.message()));
     }
@@ -729,11 +729,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
     HUDDLE_RETURN_IF_ERROR(scratch.AllReduceSum(collective, global));
     stats.loss = examples > 0 ? global[0] / examples : 0.0;
     stats.accuracy = examples > 0 ? global[1] / examples : 0.0;
-    if (!std::isfinite(stats.loss)) {
-      return absl::FailedPreconditionError(fmt::format(
-          "training diverged: non-finite loss in epoch {} (learning_rate {} is probably too high)",
-          epoch, options.train.learning_rate));
-    }
+    if (!std::isfinite(stats.loss)) return models::LossDiverged(epoch, options.train.learning_rate);
     if (!options.on_epoch) return absl::OkStatus();
     EpochReport report{epoch,
                        trainer.steps(),

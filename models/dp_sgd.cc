@@ -347,23 +347,19 @@ Status RunDpSgdSteps(Trainer& trainer, const TrainOptions& options, const DpSgdO
   const int64_t m = dp.expected_batch_size;
   privacy::NoiseSource sampling =
       privacy::NoiseSource::FromSharedKey(DrawSamplingKey(noise), noise.is_private());
-  double loss_sum = 0, correct = 0;
+  EpochTotals totals;
   // Divergence shows in the running loss, read (one wait) once per pass over the data.
   HUDDLE_RETURN_IF_ERROR(
       trainer.TrainDpSgd(0, sampling, {}, [&](int64_t /*epoch*/, int64_t /*rows*/) -> Status {
-        HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, trainer.ReadTotals());
-        if (!std::isfinite(totals.loss_sum)) {
-          return Diverged(trainer.steps() - 1, options.learning_rate, "non-finite loss");
-        }
-        loss_sum += totals.loss_sum;
-        correct += static_cast<double>(totals.correct);
-        return absl::OkStatus();
+        HUDDLE_ASSIGN_OR_RETURN(const bool finite, totals.Add(trainer));
+        return finite ? absl::OkStatus()
+                      : Diverged(trainer.steps() - 1, options.learning_rate, "non-finite loss");
       }));
   stats->train.steps = trainer.steps();
   stats->train.examples = trainer.examples();
   if (stats->train.examples > 0) {
-    stats->train.loss = loss_sum / static_cast<double>(stats->train.examples);
-    stats->train.accuracy = correct / static_cast<double>(stats->train.examples);
+    stats->train.loss = totals.loss_sum / static_cast<double>(stats->train.examples);
+    stats->train.accuracy = totals.correct / static_cast<double>(stats->train.examples);
   }
   stats->steps = stats->train.steps;
   stats->sampling_rate = static_cast<double>(m) / static_cast<double>(n);
@@ -380,7 +376,7 @@ StatusOr<DpSgdStats> TrainDpSgd(const ModelSpec& spec, const TrainOptions& optio
   const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
   if (params == nullptr) return absl::InvalidArgumentError("TrainDpSgd: params is null");
-  HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, *params, data));
+  HUDDLE_RETURN_IF_ERROR(CheckParams(spec, *params));  // the data: Trainer::Create
 
   kernels::FlushDenormalsScope flush_denormals;
   Trainer::Loop loop;

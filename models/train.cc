@@ -20,24 +20,16 @@ using internal::NetWorkspace;
 namespace internal {
 
 Status RunSgdEpochs(Trainer& trainer, const TrainOptions& options, int64_t n, TrainStats* stats) {
-  double loss_sum = 0, correct = 0;
+  EpochTotals totals;
   HUDDLE_RETURN_IF_ERROR(
       trainer.TrainEpochs(0, 0, {}, [&](int64_t epoch, int64_t /*rows*/) -> Status {
-        // One wait per epoch: a non-finite loss stays non-finite in the running sum.
-        HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, trainer.ReadTotals());
-        if (!std::isfinite(totals.loss_sum)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("training diverged: non-finite loss in epoch ", epoch,
-                           " (learning_rate ", options.learning_rate, " is probably too high)"));
-        }
-        loss_sum += totals.loss_sum;
-        correct += static_cast<double>(totals.correct);
-        return absl::OkStatus();
+        HUDDLE_ASSIGN_OR_RETURN(const bool finite, totals.Add(trainer));
+        return finite ? absl::OkStatus() : LossDiverged(epoch, options.learning_rate);
       }));
   stats->steps = trainer.steps();
   stats->examples = n * options.epochs;
-  stats->loss = loss_sum / static_cast<double>(stats->examples);
-  stats->accuracy = correct / static_cast<double>(stats->examples);
+  stats->loss = totals.loss_sum / static_cast<double>(stats->examples);
+  stats->accuracy = totals.correct / static_cast<double>(stats->examples);
   return absl::OkStatus();
 }
 
@@ -49,7 +41,7 @@ StatusOr<TrainStats> TrainModel(const ModelSpec& spec, const TrainOptions& optio
   const int64_t start_ms = clock->NowMs();
   if (params == nullptr) return absl::InvalidArgumentError("TrainModel: params is null");
   HUDDLE_RETURN_IF_ERROR(CheckTrainOptions(options));
-  HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, *params, data));
+  HUDDLE_RETURN_IF_ERROR(CheckParams(spec, *params));  // the data: Trainer::Create
 
   kernels::FlushDenormalsScope flush_denormals;
   Trainer::Loop loop;

@@ -34,8 +34,13 @@ class Trainer::BatchNormAdapter final : public NetWorkspace::BatchNormSync {
   int64_t rows_ = 1;
 };
 
-Trainer::Trainer(const ModelSpec& spec, const TrainOptions& train, Loop loop, int64_t n)
-    : spec_(spec), train_(train), loop_(loop), n_(n), last_factor_(std::nanf("")) {}
+Trainer::Trainer(const TrainOptions& train, Loop loop, int64_t n)
+    : train_(train),
+      loop_(loop),
+      n_(n),
+      hyper_{static_cast<float>(train.learning_rate), static_cast<float>(train.momentum),
+             static_cast<float>(train.weight_decay)},
+      last_factor_(std::nanf("")) {}
 
 Trainer::~Trainer() = default;
 
@@ -55,7 +60,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const ModelSpec& spec, const 
   HUDDLE_RETURN_IF_ERROR(ValidateModelSpec(spec));
   HUDDLE_RETURN_IF_ERROR(CheckData(spec, data));
   const int64_t n = data.size();
-  std::unique_ptr<Trainer> t(new Trainer(spec, train, loop, n));
+  std::unique_ptr<Trainer> t(new Trainer(train, loop, n));
   int64_t capacity = 0;
   internal::DpSgdPlan plan;
   if (loop.dp_sgd) {
@@ -68,12 +73,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const ModelSpec& spec, const 
     // The largest slice of a global batch.
     capacity = std::min((t->global_batch_ + loop.world - 1) / loop.world, n);
   }
-  if (train.backend != nullptr) {
-    t->backend_ = train.backend;
-  } else {
-    t->owned_backend_ = kernels::OpenCpuBackend();
-    t->backend_ = t->owned_backend_.get();
-  }
+  t->backend_ = &internal::BackendFor(train, &t->owned_backend_);
   t->train_.backend = t->backend_;
   HUDDLE_ASSIGN_OR_RETURN(t->ws_,
                           NetWorkspace::Create(*t->backend_, spec, std::max<int64_t>(capacity, 1),
@@ -136,7 +136,7 @@ Status Trainer::SgdStep(int64_t begin, int64_t m) {
   ws.set_dropout_pass(static_cast<uint64_t>(steps_));
   ws.set_dropout_first_row(lo);
   // A batch-norm model's rank takes part in the statistics' all-reduces even with no rows.
-  if (rows > 0 || spec_.has_batch_norm()) {
+  if (rows > 0 || ws.batch_norm()) {
     if (rows > 0) ws.Gather(begin + lo, rows);
     ws.Forward(rows, /*training=*/true);
     const size_t last = ws.num_layers() - 1;
@@ -157,9 +157,7 @@ Status Trainer::SgdStep(int64_t begin, int64_t m) {
     for (size_t l = ws.num_layers(); l-- > 0;) sync->LayerDone(l);
   }
   if (sync != nullptr) HUDDLE_RETURN_IF_ERROR(sync->FinishStep());
-  HUDDLE_RETURN_IF_ERROR(
-      ws.Step({static_cast<float>(train_.learning_rate), static_cast<float>(train_.momentum),
-               static_cast<float>(train_.weight_decay)}));
+  HUDDLE_RETURN_IF_ERROR(ws.Step(hyper_));
   ++steps_;
   examples_ += rows;
   return absl::OkStatus();
@@ -262,6 +260,12 @@ void Trainer::UnpackParams(const std::vector<float>& packed, TensorList* params)
 
 std::span<float> Trainer::gradients() const {
   return {ws_->grads_base(), static_cast<size_t>(layout_.span)};
+}
+
+Status LossDiverged(int64_t epoch, double learning_rate) {
+  return absl::FailedPreconditionError(absl::StrCat("training diverged: non-finite loss in epoch ",
+                                                    epoch, " (learning_rate ", learning_rate,
+                                                    " is probably too high)"));
 }
 
 Status CheckTrainOptions(const TrainOptions& o) {

@@ -35,6 +35,7 @@
 #include "data/dataset.h"
 #include "kernels/backend.h"
 #include "kernels/loss.h"
+#include "kernels/optimizer.h"
 #include "models/dp_sgd.h"
 #include "models/model.h"
 #include "privacy/noise.h"
@@ -168,13 +169,13 @@ class Trainer {
 
  private:
   class BatchNormAdapter;
-  Trainer(const ModelSpec& spec, const TrainOptions& train, Loop loop, int64_t n);
+  Trainer(const TrainOptions& train, Loop loop, int64_t n);
   int64_t DpStepsPerEpoch() const;  // ceil(n / expected_batch_size)
 
-  ModelSpec spec_;
   TrainOptions train_;
   Loop loop_;
   int64_t n_;
+  kernels::SgdHyper hyper_;
   int64_t global_batch_ = 0;
   std::unique_ptr<kernels::Backend> owned_backend_;
   kernels::Backend* backend_ = nullptr;
@@ -189,6 +190,10 @@ class Trainer {
   int64_t steps_ = 0, examples_ = 0;
   int64_t epoch_ = 0;
 };
+
+// The error of a run whose training loss became non-finite in `epoch` (FailedPrecondition,
+// "training diverged"), for a Trainer's EndEpoch hook.
+Status LossDiverged(int64_t epoch, double learning_rate);
 
 // The TrainOptions checks of every trainer (errors name the field).
 Status CheckTrainOptions(const TrainOptions& options);

@@ -79,7 +79,7 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
   const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
   HUDDLE_RETURN_IF_ERROR(CheckUpdateOptions(options));
-  HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, global, data));
+  HUDDLE_RETURN_IF_ERROR(CheckParams(spec, global));  // the data: Trainer::Create
   const int64_t n = data.size();
 
   kernels::FlushDenormalsScope flush_denormals;

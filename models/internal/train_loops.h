@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,6 +28,18 @@ namespace huddle::models::internal {
 // ("diverged") and the trainer holds the diverged parameters. The final parameters are NOT
 // checked for finiteness (the caller does, on the host or on the device). A device fault is
 // returned as the backend reports it.
+// The loss totals of the epochs trained so far, read from the trainer once per epoch (one wait).
+struct EpochTotals {
+  double loss_sum = 0, correct = 0;
+  // Adds the totals of the epoch just trained; false when its loss is not finite (a non-finite
+  // loss stays non-finite in the running sum).
+  StatusOr<bool> Add(Trainer& trainer) {
+    HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, trainer.ReadTotals());
+    loss_sum += totals.loss_sum;
+    correct += static_cast<double>(totals.correct);
+    return std::isfinite(totals.loss_sum);
+  }
+};
 Status RunSgdEpochs(Trainer& trainer, const TrainOptions& options, int64_t n, TrainStats* stats);
 Status RunDpSgdSteps(Trainer& trainer, const TrainOptions& options, const DpSgdOptions& dp,
                      int64_t n, privacy::NoiseSource& noise, DpSgdStats* stats);
