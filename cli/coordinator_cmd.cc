@@ -48,11 +48,15 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
       return 1;
     }
     test = std::make_shared<data::Dataset>(std::move(loaded).value());
+    // Loaded (and a scattering2d model's test set transformed) once, on the first evaluation.
+    auto shared = std::make_shared<std::unique_ptr<models::Evaluator>>();
     const models::ModelSpec spec = o.model;
-    evaluator = [test, spec](const TensorList& model) {
-      data::DatasetView view;
-      view.base = test.get();
-      return models::EvaluateModel(spec, model, view);
+    evaluator = [test, spec, shared](const TensorList& model) -> StatusOr<models::EvalStats> {
+      if (!*shared) {
+        HUDDLE_ASSIGN_OR_RETURN(*shared,
+                                models::Evaluator::Create(spec, data::DatasetView{test.get(), {}}));
+      }
+      return (*shared)->Evaluate(model);
     };
   }
   auto on_round = [](const coordinator::RoundMetrics& m) {

@@ -236,8 +236,11 @@ class Reporter {
     }
     std::optional<models::EvalStats> eval;
     if (test_ != nullptr && (last || (c_.eval_every > 0 && epoch % c_.eval_every == 0))) {
-      HUDDLE_ASSIGN_OR_RETURN(
-          eval, models::EvaluateModel(c_.model, r.state->params, data::DatasetView{test_, {}}));
+      if (!evaluator_) {  // once: a scattering2d model's test set is transformed once
+        HUDDLE_ASSIGN_OR_RETURN(evaluator_,
+                                models::Evaluator::Create(c_.model, data::DatasetView{test_, {}}));
+      }
+      HUDDLE_ASSIGN_OR_RETURN(eval, evaluator_->Evaluate(r.state->params));
       final_test_accuracy_ = eval->accuracy;
       if (c_.target_accuracy > 0 && !target_seconds_ && eval->accuracy >= c_.target_accuracy) {
         target_seconds_ = r.seconds;
@@ -371,6 +374,7 @@ class Reporter {
   int world_;
   std::string backend_;
   const data::Dataset* test_;
+  std::unique_ptr<models::Evaluator> evaluator_;
   DatacenterPrivacy* privacy_;
   int64_t last_steps_ = 0;
   std::optional<double> final_test_accuracy_, target_seconds_;

@@ -170,6 +170,12 @@ Status ReadLayer(ConfigMap& item, models::LayerSpec* layer) {
     case models::LayerKind::kDropout:
       HUDDLE_RETURN_IF_ERROR(Required(options, "rate", &layer->rate, 0.0, 0.99));
       break;
+    case models::LayerKind::kScattering2d:
+      layer->scales = 2;
+      layer->angles = 8;
+      HUDDLE_RETURN_IF_ERROR(options.Optional("scales", &layer->scales, 1, 4));
+      HUDDLE_RETURN_IF_ERROR(options.Optional("angles", &layer->angles, 1, 16));
+      break;
     default:
       break;
   }

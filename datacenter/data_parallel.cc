@@ -342,6 +342,8 @@ Digest ConfigDigest(const models::ModelSpec& spec, const DataParallelOptions& o)
     add(l.padding);
     add(l.groups);
     add(l.rate);
+    add(l.scales);
+    add(l.angles);
   }
   add(spec.layers.size());
   add(o.train.epochs);

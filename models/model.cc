@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/rng.h"
+#include "kernels/scattering.h"
 
 namespace huddle::models {
 namespace {
@@ -32,6 +33,7 @@ constexpr KindName kKindNames[] = {
     {LayerKind::kTanh, "tanh"},
     {LayerKind::kDropout, "dropout"},
     {LayerKind::kFlatten, "flatten"},
+    {LayerKind::kScattering2d, "scattering2d"},
 };
 
 int64_t Product(const Shape& shape) {
@@ -133,6 +135,22 @@ StatusOr<Shape> OutputShape(const ModelSpec& spec, size_t i, const Shape& in, in
       return in;
     case LayerKind::kFlatten:
       return Shape{Product(in)};
+    case LayerKind::kScattering2d: {
+      if (i != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where,
+                         " must be the first layer: it is a fixed feature extractor that no "
+                         "gradient flows through"));
+      }
+      HUDDLE_RETURN_IF_ERROR(needs_image());
+      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "scales", l.scales, 1, 4));
+      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "angles", l.angles, 1, 16));
+      const int64_t min_side = int64_t{2} << l.scales;
+      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "the input height", in[1], min_side, 256));
+      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "the input width", in[2], min_side, 256));
+      return Shape{in[0] * kernels::ScatteringPaths(l.scales, l.angles), in[1] >> l.scales,
+                   in[2] >> l.scales};
+    }
   }
   return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind"));
 }
@@ -290,6 +308,7 @@ std::string DescribeModel(const ModelSpec& spec) {
     if (l.padding > 0) absl::StrAppend(&s, " p", l.padding);
     if (l.groups > 0) absl::StrAppend(&s, " g", l.groups);
     if (l.kind == LayerKind::kDropout) absl::StrAppend(&s, " ", l.rate);
+    if (l.kind == LayerKind::kScattering2d) absl::StrAppend(&s, " J", l.scales, " L", l.angles);
   }
   if (ValidateModelSpec(spec).ok()) {
     absl::StrAppend(&s, " (", TotalElements(Layout(spec)), " parameters)");

@@ -1,4 +1,4 @@
-// TrainModel and EvaluateModel: minibatch SGD and batched inference through kernels/.
+// TrainModel, Evaluator and EvaluateModel: minibatch SGD and batched inference through kernels/.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -59,6 +59,62 @@ StatusOr<TrainStats> TrainModel(const ModelSpec& spec, const TrainOptions& optio
   return stats;
 }
 
+struct Evaluator::State {
+  ModelSpec spec;
+  int64_t n = 0, max_batch = 0;
+  std::unique_ptr<kernels::Backend> owned;
+  std::unique_ptr<NetWorkspace> ws;
+};
+
+Evaluator::Evaluator(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Evaluator::~Evaluator() = default;
+
+StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const ModelSpec& spec,
+                                                       const data::DatasetView& data,
+                                                       int64_t batch_size,
+                                                       kernels::Backend* backend) {
+  if (batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));
+  }
+  HUDDLE_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  HUDDLE_RETURN_IF_ERROR(CheckData(spec, data));
+  auto state = std::make_unique<State>();
+  state->spec = spec;
+  TrainOptions on;
+  on.backend = backend;
+  kernels::Backend& device = internal::BackendFor(on, &state->owned);
+  state->n = data.size();
+  state->max_batch = std::min(batch_size, state->n);
+  HUDDLE_ASSIGN_OR_RETURN(state->ws, NetWorkspace::Create(device, spec, state->max_batch,
+                                                          /*training=*/false));
+  HUDDLE_RETURN_IF_ERROR(state->ws->LoadData(data));
+  std::vector<int64_t> order(static_cast<size_t>(state->n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  HUDDLE_RETURN_IF_ERROR(state->ws->SetOrder(order));
+  return std::unique_ptr<Evaluator>(new Evaluator(std::move(state)));
+}
+
+StatusOr<EvalStats> Evaluator::Evaluate(const TensorList& params) {
+  State& s = *state_;
+  HUDDLE_RETURN_IF_ERROR(CheckParams(s.spec, params));
+  kernels::FlushDenormalsScope flush_denormals;
+  NetWorkspace& ws = *s.ws;
+  ws.ResetTotals();
+  ws.UploadParams(params);
+  for (int64_t begin = 0; begin < s.n; begin += s.max_batch) {
+    const int64_t batch = std::min(s.max_batch, s.n - begin);
+    ws.Gather(begin, batch);
+    ws.Forward(batch, /*training=*/false);
+  }
+  HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws.ReadTotals());
+  EvalStats stats;
+  stats.examples = s.n;
+  stats.loss = totals.loss_sum / static_cast<double>(s.n);
+  stats.accuracy = static_cast<double>(totals.correct) / static_cast<double>(s.n);
+  return stats;
+}
+
 StatusOr<EvalStats> EvaluateModel(const ModelSpec& spec, const TensorList& params,
                                   const data::DatasetView& data, int64_t batch_size,
                                   kernels::Backend* backend) {
@@ -67,32 +123,9 @@ StatusOr<EvalStats> EvaluateModel(const ModelSpec& spec, const TensorList& param
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));
   }
   HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, params, data));
-
-  kernels::FlushDenormalsScope flush_denormals;
-  TrainOptions on;
-  on.backend = backend;
-  std::unique_ptr<kernels::Backend> owned;
-  kernels::Backend& device = internal::BackendFor(on, &owned);
-  const int64_t n = data.size();
-  const int64_t max_batch = std::min(batch_size, n);
-  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<NetWorkspace> ws,
-                          NetWorkspace::Create(device, spec, max_batch, /*training=*/false));
-  HUDDLE_RETURN_IF_ERROR(ws->LoadData(data));
-  ws->UploadParams(params);
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  HUDDLE_RETURN_IF_ERROR(ws->SetOrder(order));
-  for (int64_t begin = 0; begin < n; begin += max_batch) {
-    const int64_t batch = std::min(max_batch, n - begin);
-    ws->Gather(begin, batch);
-    ws->Forward(batch, /*training=*/false);
-  }
-  HUDDLE_ASSIGN_OR_RETURN(const kernels::LossAccumulator totals, ws->ReadTotals());
-  EvalStats stats;
-  stats.examples = n;
-  stats.loss = totals.loss_sum / static_cast<double>(n);
-  stats.accuracy = static_cast<double>(totals.correct) / static_cast<double>(n);
-  return stats;
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<Evaluator> evaluator,
+                          Evaluator::Create(spec, data, batch_size, backend));
+  return evaluator->Evaluate(params);
 }
 
 }  // namespace huddle::models

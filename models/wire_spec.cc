@@ -15,7 +15,8 @@ StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec) {
     m.input = spec.input_shape;
     for (const wire::Layer& w : spec.layers) {
       HUDDLE_ASSIGN_OR_RETURN(const LayerKind kind, ParseLayerKind(w.kind));
-      m.layers.push_back({kind, w.out, w.kernel, w.stride, w.padding, w.groups, w.rate});
+      m.layers.push_back(
+          {kind, w.out, w.kernel, w.stride, w.padding, w.groups, w.rate, w.scales, w.angles});
     }
   } else {
     return absl::InvalidArgumentError(absl::StrCat("coordinator asks for model kind '", spec.kind,
@@ -40,7 +41,7 @@ wire::ModelSpec ModelSpecToWire(const ModelSpec& spec) {
   w.input_shape = spec.input;
   for (const LayerSpec& l : spec.layers) {
     w.layers.push_back({std::string(LayerKindName(l.kind)), l.out, l.kernel, l.stride, l.padding,
-                        l.groups, l.rate});
+                        l.groups, l.rate, l.scales, l.angles});
   }
   return w;
 }

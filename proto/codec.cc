@@ -50,6 +50,8 @@ void ToProto(const ModelSpec& m, pb::ModelSpec* p) {
     q->set_padding(l.padding);
     q->set_groups(l.groups);
     q->set_rate(l.rate);
+    q->set_scales(l.scales);
+    q->set_angles(l.angles);
   }
 }
 
@@ -135,8 +137,8 @@ StatusOr<ModelSpec> FromProto(const pb::ModelSpec& p, const CodecLimits& limits)
     HUDDLE_RETURN_IF_ERROR(
         CheckString(q.kind(), limits.max_string_bytes, "welcome.model.layers.kind"));
     HUDDLE_RETURN_IF_ERROR(CheckFinite(q.rate(), "welcome.model.layers.rate"));
-    m.layers.push_back(
-        {q.kind(), q.out(), q.kernel(), q.stride(), q.padding(), q.groups(), q.rate()});
+    m.layers.push_back({q.kind(), q.out(), q.kernel(), q.stride(), q.padding(), q.groups(),
+                        q.rate(), q.scales(), q.angles()});
   }
   return m;
 }

@@ -53,6 +53,7 @@ struct Layer {
   std::string kind;
   int64_t out = 0, kernel = 0, stride = 0, padding = 0, groups = 0;
   double rate = 0;
+  int64_t scales = 0, angles = 0;
   bool operator==(const Layer&) const = default;
 };
 

@@ -101,7 +101,19 @@ NetWorkspace::NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, boo
 StatusOr<std::unique_ptr<NetWorkspace>> NetWorkspace::Create(kernels::Backend& backend,
                                                              const ModelSpec& spec,
                                                              int64_t max_batch, bool training) {
-  std::unique_ptr<NetWorkspace> ws(new NetWorkspace(backend, spec, training));
+  std::unique_ptr<NetWorkspace> ws;
+  if (spec.layers[0].kind == LayerKind::kScattering2d) {
+    // The layers after it, on its output.
+    const LayerSpec& l = spec.layers[0];
+    ModelSpec rest;
+    rest.input = LayerShapes(spec).value()[0];
+    rest.layers.assign(spec.layers.begin() + 1, spec.layers.end());
+    ws.reset(new NetWorkspace(backend, rest, training));
+    ws->scattering_ = std::make_unique<kernels::ScatteringPlan>(kernels::MakeScatteringPlan(
+        {spec.input[0], spec.input[1], spec.input[2], l.scales, l.angles}));
+  } else {
+    ws.reset(new NetWorkspace(backend, spec, training));
+  }
   HUDDLE_ASSIGN_OR_RETURN(ws->params_, backend.Allocate(ws->params_span_ * kFloat));
   if (training) {
     // Gradients in the parameters' layout, gaps zero (a collective may reduce a whole range).
@@ -199,6 +211,32 @@ Status NetWorkspace::DownloadParams(TensorList* params) {
 }
 
 Status NetWorkspace::LoadData(const data::DatasetView& view) {
+  if (!scattering_) return LoadRows(view);
+  // Transformed in slices of the view's rows, gathered contiguously first.
+  const kernels::ScatteringPlan& plan = *scattering_;
+  const data::Dataset& base = *view.base;
+  const int64_t n = view.size(), in_dim = base.feature_dim;
+  scattered_.feature_dim = input_size_;
+  scattered_.num_classes = base.num_classes;
+  scattered_.features.assign(static_cast<size_t>(n * input_size_), 0.0f);
+  scattered_.labels.resize(static_cast<size_t>(n));
+  constexpr int64_t kSliceRows = 256;
+  std::vector<float> rows;
+  for (int64_t begin = 0; begin < n; begin += kSliceRows) {
+    const int64_t count = std::min(kSliceRows, n - begin);
+    rows.resize(static_cast<size_t>(count * in_dim));
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t row = view.row(begin + k);
+      std::copy(base.row_features(row), base.row_features(row) + in_dim, rows.begin() + k * in_dim);
+      scattered_.labels[static_cast<size_t>(begin + k)] = base.labels[static_cast<size_t>(row)];
+    }
+    kernels::ScatteringForward(plan, rows.data(), count,
+                               scattered_.features.data() + begin * input_size_);
+  }
+  return LoadRows(data::DatasetView{&scattered_, {}});
+}
+
+Status NetWorkspace::LoadRows(const data::DatasetView& view) {
   const data::Dataset& base = *view.base;
   if (backend_->kind() == kernels::DeviceKind::kCpu) {
     // Host memory is the CPU backend's device memory: read the dataset in place.
@@ -342,6 +380,8 @@ void NetWorkspace::Forward(int64_t batch, bool training) {
       case LayerKind::kFlatten:
         if (y != x) backend_->CopyOnDevice(y, x, n * kFloat);
         break;
+      case LayerKind::kScattering2d:  // applied by LoadData, never a workspace layer
+        break;
     }
   }
   const Layer& last = layers_.back();
@@ -405,6 +445,8 @@ void NetWorkspace::BackwardLayer(size_t l, int64_t batch, bool params) {
       backend_->GroupNormBackward(GroupNormOf(spec, layer.in_shape, batch), x, dy, param(p),
                                   layer.mean.as<float>(), layer.invstd.as<float>(), grad(p),
                                   grad(p + 1), dx);
+      return;
+    case LayerKind::kScattering2d:  // applied by LoadData, never a workspace layer
       return;
     case LayerKind::kRelu:
     case LayerKind::kTanh:

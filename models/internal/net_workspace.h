@@ -8,6 +8,10 @@
 // (SetOrder). Loss totals accumulate on the device and are read when the caller chooses
 // (ReadTotals, one wait), so the inner loop never waits for the host.
 //
+// A leading scattering2d layer (a fixed feature extractor) is not one of the workspace's layers:
+// LoadData transforms the data with it once, on the host, and the workspace's layer 0 is the
+// spec's layer 1 (num_layers() counts the others; parameters are unaffected, it has none).
+//
 // Layer l of the spec reads layer l - 1's output (the gathered input for l = 0) and writes its own,
 // [batch, output_size(l)] row-major (NCHW per example for images). ReLU, tanh, dropout and flatten
 // work in place on their input's buffer where nothing needs that input afterwards; every other
@@ -28,6 +32,7 @@
 #include "kernels/backend.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
+#include "kernels/scattering.h"
 #include "models/model.h"
 
 namespace huddle::models::internal {
@@ -68,7 +73,9 @@ class NetWorkspace {
   void UnpackParams(const std::vector<float>& packed, TensorList* params) const;
 
   // Makes the rows of `view` addressable by Gather (for a GPU: one upload of the view's rows; the
-  // CPU reads the caller's dataset in place, which must then outlive the workspace). Precondition:
+  // CPU reads the caller's dataset in place, which must then outlive the workspace). With a
+  // scattering2d first layer, the view's rows are transformed into a dataset the workspace owns
+  // (host memory: rows x the transform's output size) and that is loaded instead. Precondition:
   // CheckData (models/trainer.h) passed for the view.
   Status LoadData(const data::DatasetView& view);
   // Sets the rows Gather reads: positions[k] is a row of the loaded view (one copy to the device).
@@ -182,6 +189,8 @@ class NetWorkspace {
   };
 
   NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, bool training);
+  // Loads `view` as is (LoadData's work after any transform).
+  Status LoadRows(const data::DatasetView& view);
   uint64_t DropoutOffset(const Layer& layer) const {
     return static_cast<uint64_t>(dropout_first_row_ * layer.out_size);
   }
@@ -222,6 +231,9 @@ class NetWorkspace {
   const int32_t* data_labels_ = nullptr;
   kernels::DeviceBuffer data_features_buffer_, data_labels_buffer_;
   std::vector<int64_t> view_rows_;
+  // A leading scattering2d: its plan, and the transformed rows of the loaded view.
+  std::unique_ptr<kernels::ScatteringPlan> scattering_;
+  data::Dataset scattered_;
   kernels::DeviceBuffer order_;  // int64 rows of the current order
   int64_t order_capacity_ = 0;
   std::vector<int64_t> order_host_;

@@ -347,6 +347,17 @@ TEST(JobConfigTest, ALayerListIsReadAndItsMistakesNamed) {
                       "{dense: {out: 10}}]}"),
               HasSubstr("model.layers: model layer 1 (dense) needs a flat input; it gets "
                         "[8,24,24]: add a flatten layer"));
+  auto scattering = LoadDatacenterConfig(
+      Write("scattering_dc",
+            "model: {input: [1, 28, 28], layers: [{scattering2d: {}}, {flatten: {}}, "
+            "{dense: {out: 10}}]}\n"));
+  ASSERT_TRUE(scattering.ok()) << scattering.status();
+  EXPECT_EQ(
+      scattering->model.layers[0],
+      (models::LayerSpec{.kind = models::LayerKind::kScattering2d, .scales = 2, .angles = 8}));
+  EXPECT_THAT(ErrorOf("model: {input: [1, 28, 28], layers: [{scattering2d: {scales: 3, angles: "
+                      "17}}, {flatten: {}}, {dense: {out: 10}}]}"),
+              HasSubstr("model.layers[0].scattering2d.angles"));
   EXPECT_THAT(ErrorOf("model: {input: [4], layers: [{densse: {out: 3}}]}"),
               HasSubstr("model.layers[0].densse: unknown layer kind 'densse'"));
   EXPECT_THAT(ErrorOf("model: {input: [4], layers: [{dense: {}}]}"),

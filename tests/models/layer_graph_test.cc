@@ -38,6 +38,9 @@ LayerSpec Pool(LayerKind kind, int64_t kernel, int64_t stride = 0, int64_t paddi
 LayerSpec GroupNorm(int64_t groups) { return {.kind = LayerKind::kGroupNorm, .groups = groups}; }
 LayerSpec Dropout(double rate) { return {.kind = LayerKind::kDropout, .rate = rate}; }
 LayerSpec Plain(LayerKind kind) { return {.kind = kind}; }
+LayerSpec Scattering(int64_t scales, int64_t angles) {
+  return {.kind = LayerKind::kScattering2d, .scales = scales, .angles = angles};
+}
 
 ModelSpec Model(std::vector<int64_t> input, std::vector<LayerSpec> layers) {
   ModelSpec spec;
@@ -289,25 +292,97 @@ data::Dataset Quadrants(int64_t n, uint64_t seed) {
   return d;
 }
 
-TEST(LayerGraphTest, ACnnLearnsWithSgdAndWithDpSgd) {
-  const ModelSpec spec =
-      Model({1, 6, 6}, {Conv(4, 3, 1, 1), GroupNorm(2), Plain(LayerKind::kRelu),
-                        Pool(LayerKind::kMaxPool2d, 2), Plain(LayerKind::kFlatten), Dense(4)});
-  const data::Dataset train = Quadrants(400, 1), test = Quadrants(200, 2);
+// Trains `spec` on the quadrants task with SGD and with DP-SGD, expecting both to learn it;
+// returns the SGD-trained parameters.
+TensorList ExpectLearnsQuadrants(const ModelSpec& spec, const data::Dataset& train,
+                                 const data::Dataset& test) {
   const data::DatasetView train_view{&train, {}}, test_view{&test, {}};
   TrainOptions options;
   options.epochs = 3;
   options.batch_size = 16;
   options.learning_rate = 0.1;
   TensorList sgd = InitModel(spec, 5);
-  ASSERT_TRUE(TrainModel(spec, options, train_view, 1, &sgd).ok());
+  EXPECT_TRUE(TrainModel(spec, options, train_view, 1, &sgd).ok());
   EXPECT_GT(EvaluateModel(spec, sgd, test_view)->accuracy, 0.95);
 
   privacy::NoiseSource noise = privacy::NoiseSource::SeededForTesting(3);
   TensorList dp = InitModel(spec, 5);
   auto stats = TrainDpSgd(spec, options, DpSgdOptions{0.5, 1.0, 32}, train_view, noise, &dp);
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_TRUE(stats.ok()) << stats.status();
   EXPECT_GT(EvaluateModel(spec, dp, test_view)->accuracy, 0.9);
+  return sgd;
+}
+
+TEST(LayerGraphTest, ACnnLearnsWithSgdAndWithDpSgd) {
+  ExpectLearnsQuadrants(
+      Model({1, 6, 6}, {Conv(4, 3, 1, 1), GroupNorm(2), Plain(LayerKind::kRelu),
+                        Pool(LayerKind::kMaxPool2d, 2), Plain(LayerKind::kFlatten), Dense(4)}),
+      Quadrants(400, 1), Quadrants(200, 2));
+}
+
+TEST(ModelSpecTest, ScatteringIsAFixedFirstLayerWithoutParameters) {
+  const ModelSpec spec =
+      Model({2, 28, 20}, {Scattering(2, 8), GroupNorm(27), Plain(LayerKind::kFlatten), Dense(10)});
+  auto shapes = LayerShapes(spec);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ((*shapes)[0], (std::vector<int64_t>{162, 7, 5}));  // 2 x 81 paths, 28/4 x 20/4
+  const ModelLayout layout = Layout(spec);
+  ASSERT_EQ(layout.size(), 4u);  // gn0.*, fc0.*: the transform has none
+  EXPECT_EQ(layout[0].name, "gn0.weight");
+  EXPECT_EQ(layout[2].shape, (std::vector<int64_t>{10, 162 * 35}));
+  EXPECT_THAT(DescribeModel(spec), HasSubstr("scattering2d J2 L8"));
+  const wire::ModelSpec w = ModelSpecToWire(spec);
+  EXPECT_EQ(w.layers[0].scales, 2);
+  EXPECT_EQ(w.layers[0].angles, 8);
+  EXPECT_EQ(ModelSpecFromWire(w).value(), spec);
+
+  const auto error = [](const ModelSpec& bad) {
+    return std::string(ValidateModelSpec(bad).message());
+  };
+  EXPECT_THAT(error(Model({1, 28, 28},
+                          {Conv(4, 3), Scattering(2, 8), Plain(LayerKind::kFlatten), Dense(10)})),
+              HasSubstr("model layer 1 (scattering2d) must be the first layer"));
+  EXPECT_THAT(error(Model({1, 7, 28}, {Scattering(2, 8), Plain(LayerKind::kFlatten), Dense(10)})),
+              HasSubstr("model layer 0 (scattering2d): the input height is 7; it must be in [8, "
+                        "256]"));
+  EXPECT_THAT(error(Model({1, 28, 28}, {Scattering(5, 8), Plain(LayerKind::kFlatten), Dense(10)})),
+              HasSubstr("scales is 5; it must be in [1, 4]"));
+  EXPECT_THAT(error(Model({1, 28, 28}, {Scattering(2, 0), Plain(LayerKind::kFlatten), Dense(10)})),
+              HasSubstr("angles is 0"));
+  EXPECT_THAT(error(Model({784}, {Scattering(2, 8), Dense(10)})),
+              HasSubstr("needs a [channels, height, width] input"));
+}
+
+TEST(LayerGraphTest, AScatteringModelLearnsWithSgdAndDpSgdAndEvaluatesTheSameEveryWay) {
+  // [1, 6, 6] -> scattering J1 L4 -> [5, 3, 3] -> group norm -> flatten -> dense 4.
+  const ModelSpec spec =
+      Model({1, 6, 6}, {Scattering(1, 4), GroupNorm(5), Plain(LayerKind::kFlatten), Dense(4)});
+  const data::Dataset test = Quadrants(200, 2);
+  const data::DatasetView test_view{&test, {}};
+  const TensorList sgd = ExpectLearnsQuadrants(spec, Quadrants(400, 1), test);
+
+  // The Evaluator transforms the data once and evaluates any number of models, as EvaluateModel.
+  auto evaluator = Evaluator::Create(spec, test_view, 64);
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  const TensorList fresh = InitModel(spec, 9);
+  for (const TensorList* params : {&sgd, &fresh, &sgd}) {
+    auto once = (*evaluator)->Evaluate(*params);
+    ASSERT_TRUE(once.ok()) << once.status();
+    auto each = EvaluateModel(spec, *params, test_view, 64);
+    EXPECT_EQ(once->loss, each->loss);
+    EXPECT_EQ(once->accuracy, each->accuracy);
+  }
+  EXPECT_THAT((*evaluator)->Evaluate(InitModel(SmallCnn(), 1)).status().message(),
+              HasSubstr("parameter"));
+
+  // A view of some rows loads (and transforms) those rows, in the view's order.
+  std::vector<int64_t> rows(50);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(199 - 3 * i);
+  const data::Dataset selected = data::SelectRows(test, rows).value();
+  auto of_view = EvaluateModel(spec, sgd, data::DatasetView{&test, rows});
+  auto of_rows = EvaluateModel(spec, sgd, data::DatasetView{&selected, {}});
+  EXPECT_NEAR(of_view->loss, of_rows->loss, 1e-6);
+  EXPECT_EQ(of_view->accuracy, of_rows->accuracy);
 }
 
 }  // namespace
