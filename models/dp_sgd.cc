@@ -290,7 +290,10 @@ StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int
   const auto end = std::lower_bound(begin, sample.end(), plan_.chunk_begin(end_chunk_));
   mine_.assign(begin, end);
   if (!mine_.empty()) HUDDLE_RETURN_IF_ERROR(ws.SetOrder(mine_));
-  // Each chunk on its own rows: the clipped sum into ws.grad(), then onto the grid.
+  // Each chunk on its own rows: the clipped sum into ws.grad(), then onto the grid. Dropout masks
+  // are drawn by the step and each row's position in the whole sample, as one process draws
+  // them, whichever rank computes the chunk.
+  const auto mine_first = static_cast<int64_t>(begin - sample.begin());
   auto next = mine_.begin();
   for (int64_t j = first_chunk_; j < end_chunk_ && next != mine_.end(); ++j) {
     const auto chunk_end = std::lower_bound(next, mine_.end(), plan_.chunk_begin(j + 1));
@@ -298,6 +301,8 @@ StatusOr<int64_t> DpSgdStepper::Gradient(const std::vector<int64_t>& sample, int
     if (rows > 0) {
       HUDDLE_RETURN_IF_ERROR(Reserve(rows));
       ws.Gather(static_cast<int64_t>(next - mine_.begin()), rows);
+      ws.set_dropout_pass(static_cast<uint64_t>(step));
+      ws.set_dropout_first_row(mine_first + static_cast<int64_t>(next - mine_.begin()));
       ws.Forward(rows, /*training=*/true);
       ws.BackwardForNorms(rows, squared_.as<double>());
       ClippedGradientSum(ws, rows, squared_.as<double>(), clip_norm_, factors_.as<float>());

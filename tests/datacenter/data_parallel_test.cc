@@ -524,22 +524,33 @@ TEST(DataParallel, DamagedCheckpointsAreRefused) {
 // (before: within 1.8e-7, the ranks' float partial sums added in another order, and un-noised
 // partial sums of ranks 1.. added after rank 0's noise). Two settings: K = 2 chunks for 300
 // expected rows of 600 (with 3 ranks, rank 0 has no chunk); and q = 1/200 with K = 1, where
-// ~37% of the steps sample nobody and all ranks but the last have no chunk.
+// ~37% of the steps sample nobody and all ranks but the last have no chunk. The first setting also
+// with dropout: masks drawn by the step and the row's position in the sample, not by the chunk's
+// rank (would have failed before: a rank counted its own chunks' passes, from row 0 each).
 TEST(DataParallel, DpSgdAcrossRanksIsBitwiseTheSingleProcessRelease) {
   struct Setting {
     int64_t n, expected_batch, steps;
+    bool dropout = false;
   };
-  for (const Setting& setting : {Setting{600, 300, 4}, Setting{200, 1, 400}}) {
-    SCOPED_TRACE(testing::Message()
-                 << "n " << setting.n << ", expected batch " << setting.expected_batch);
+  for (const Setting& setting :
+       {Setting{600, 300, 4}, Setting{200, 1, 400}, Setting{600, 300, 4, true}}) {
+    SCOPED_TRACE(testing::Message() << "n " << setting.n << ", expected batch "
+                                    << setting.expected_batch << ", dropout " << setting.dropout);
+    models::ModelSpec spec = kSpec;
+    if (setting.dropout) {
+      ASSERT_EQ(spec.layers[1].kind, models::LayerKind::kRelu);
+      spec.layers.insert(spec.layers.begin() + 2,
+                         {.kind = models::LayerKind::kDropout, .rate = 0.5});
+    }
     const data::Dataset data = models::Blobs(setting.n, kSpec.input_dim, kSpec.num_classes, 9);
     const models::DpSgdOptions dp{1.0, 0.5, setting.expected_batch};
     DataParallelOptions base = BaseOptions(8);
     base.train.learning_rate = 0.5;
+    base.seed = 0;  // TrainDpSgd's dropout seed
     // Single process: models::TrainDpSgd from rank 0's initialisation.
-    TensorList single = models::InitModel(kSpec, 100);
+    TensorList single = models::InitModel(spec, 100);
     auto single_noise = privacy::NoiseSource::SeededForTesting(11);
-    auto single_stats = models::TrainDpSgd(kSpec, base.train, dp, data::DatasetView{&data, {}},
+    auto single_stats = models::TrainDpSgd(spec, base.train, dp, data::DatasetView{&data, {}},
                                            single_noise, &single);
     ASSERT_TRUE(single_stats.ok()) << single_stats.status();
     ASSERT_EQ(single_stats->steps, setting.steps);
@@ -547,7 +558,7 @@ TEST(DataParallel, DpSgdAcrossRanksIsBitwiseTheSingleProcessRelease) {
       SCOPED_TRACE(testing::Message() << "world " << world);
       std::vector<privacy::NoiseSource> noise;
       for (int r = 0; r < world; ++r) noise.push_back(privacy::NoiseSource::SeededForTesting(11));
-      auto ranks = Train(world, data, [&](int r) {
+      auto ranks = TrainModel(spec, world, data, [&](int r) {
         DataParallelOptions o = base;
         o.dp_sgd = DataParallelDpSgd{dp, &noise[r]};
         return o;
