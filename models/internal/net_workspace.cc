@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
 
 #include "common/rng.h"
 
@@ -218,8 +219,14 @@ Status NetWorkspace::LoadData(const data::DatasetView& view) {
   const int64_t n = view.size(), in_dim = base.feature_dim;
   scattered_.feature_dim = input_size_;
   scattered_.num_classes = base.num_classes;
-  scattered_.features.assign(static_cast<size_t>(n * input_size_), 0.0f);
-  scattered_.labels.resize(static_cast<size_t>(n));
+  try {
+    scattered_.features.assign(static_cast<size_t>(n * input_size_), 0.0f);
+    scattered_.labels.resize(static_cast<size_t>(n));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("the scattering2d features of ", n,
+                                                     " examples (", input_size_,
+                                                     " floats each) do not fit in host memory"));
+  }
   constexpr int64_t kSliceRows = 256;
   std::vector<float> rows;
   for (int64_t begin = 0; begin < n; begin += kSliceRows) {

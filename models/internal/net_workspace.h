@@ -75,8 +75,8 @@ class NetWorkspace {
   // Makes the rows of `view` addressable by Gather (for a GPU: one upload of the view's rows; the
   // CPU reads the caller's dataset in place, which must then outlive the workspace). With a
   // scattering2d first layer, the view's rows are transformed into a dataset the workspace owns
-  // (host memory: rows x the transform's output size) and that is loaded instead. Precondition:
-  // CheckData (models/trainer.h) passed for the view.
+  // (host memory: rows x the transform's output size; ResourceExhausted when it cannot be had)
+  // and that is loaded instead. Precondition: CheckData (models/trainer.h) passed for the view.
   Status LoadData(const data::DatasetView& view);
   // Sets the rows Gather reads: positions[k] is a row of the loaded view (one copy to the device).
   Status SetOrder(const std::vector<int64_t>& positions);
