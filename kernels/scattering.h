@@ -71,8 +71,8 @@ struct ScatteringPlan {
 ScatteringPlan MakeScatteringPlan(const ScatteringShape& shape);
 
 // out[count, channels * paths, out_h, out_w] = the transform of in[count, channels, height,
-// width]; host memory, single-threaded, scratch allocated per call (about 60 KiB per signal of a
-// chunk of 64 signals for 28x28).
+// width]; host memory, single-threaded. Scratch allocated per call: at most 32 MiB (13.6 MiB for
+// 1x28x28, J 2, L 8), or one signal's worth when that is more (45 MiB at 256x256, J 4, L 16).
 void ScatteringForward(const ScatteringPlan& plan, const float* in, int64_t count, float* out);
 
 }  // namespace huddle::kernels

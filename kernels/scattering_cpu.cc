@@ -30,8 +30,10 @@ using FMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowM
 using FMap = Eigen::Map<FMatrix>;
 using ConstFMap = Eigen::Map<const FMatrix>;
 
-// Signals transformed together: large enough for GEMM-sized products, small enough for cache.
+// Signals transformed together: large enough for GEMM-sized products, small enough for cache, and
+// fewer for large grids so that the scratch stays within kScratchBytes (or one signal's worth).
 constexpr int64_t kChunk = 64;
+constexpr int64_t kScratchBytes = int64_t{32} << 20;
 
 // Per signal, [rows][cols] -> [cols][rows].
 void TransposeBlocks(const Cf* in, int64_t signals, int64_t rows, int64_t cols, Cf* out) {
@@ -215,9 +217,15 @@ void ScatteringForward(const ScatteringPlan& plan, const float* in, int64_t coun
   const int64_t signals = count * plan.shape.channels;
   const int64_t in_size = plan.shape.height * plan.shape.width;
   const int64_t out_size = plan.paths * plan.out_h * plan.out_w;
-  Transformer t(plan, std::min(signals, kChunk));
-  for (int64_t begin = 0; begin < signals; begin += kChunk) {
-    t.Run(in + begin * in_size, std::min(kChunk, signals - begin), out + begin * out_size);
+  // Per signal: four complex grids, the order-1 DFTs kept for order 2, one real grid.
+  const int64_t grid = plan.padded_h * plan.padded_w;
+  const int64_t per_signal =
+      grid * (static_cast<int64_t>(sizeof(Cf)) * (4 + plan.shape.scales * plan.shape.angles) +
+              static_cast<int64_t>(sizeof(float)));
+  const int64_t chunk = std::clamp<int64_t>(kScratchBytes / per_signal, 1, kChunk);
+  Transformer t(plan, std::min(signals, chunk));
+  for (int64_t begin = 0; begin < signals; begin += chunk) {
+    t.Run(in + begin * in_size, std::min(chunk, signals - begin), out + begin * out_size);
   }
 }
 

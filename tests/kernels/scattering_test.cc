@@ -80,5 +80,29 @@ TEST(ScatteringTest, PathsAndOutputShape) {
   EXPECT_EQ(plan.out_w, 4);  // floor(17 / 4)
 }
 
+// A larger grid transforms in smaller chunks (the scratch bound): 20 three-channel images are 60
+// signals, more than one chunk here; each image's result is the one it gets alone.
+TEST(ScatteringTest, ChunksOfABatchGiveEachImagesOwnTransform) {
+  const ScatteringPlan plan = MakeScatteringPlan({3, 64, 48, 3, 4});
+  const int64_t in_size = 3 * 64 * 48, out_size = 3 * plan.paths * plan.out_h * plan.out_w;
+  std::vector<float> x;
+  for (int64_t b = 0; b < 20; ++b) {
+    for (int64_t k = 0; k < in_size; ++k) {
+      x.push_back(std::sin(0.01f * static_cast<float>(k * (b + 1))));
+    }
+  }
+  std::vector<float> all(static_cast<size_t>(20 * out_size));
+  ScatteringForward(plan, x.data(), 20, all.data());
+  for (int64_t b : {0, 13, 19}) {
+    std::vector<float> one(static_cast<size_t>(out_size));
+    ScatteringForward(plan, x.data() + b * in_size, 1, one.data());
+    for (int64_t k = 0; k < out_size; ++k) {
+      const float v = all[static_cast<size_t>(b * out_size + k)];
+      ASSERT_NEAR(v, one[static_cast<size_t>(k)], 1e-5 * (std::abs(v) + 1e-2))
+          << "image " << b << ", value " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace huddle::kernels
