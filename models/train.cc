@@ -122,7 +122,7 @@ StatusOr<EvalStats> EvaluateModel(const ModelSpec& spec, const TensorList& param
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));
   }
-  HUDDLE_RETURN_IF_ERROR(CheckModelAndData(spec, params, data));
+  HUDDLE_RETURN_IF_ERROR(CheckParams(spec, params));  // the data: checked once, by Create
   HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<Evaluator> evaluator,
                           Evaluator::Create(spec, data, batch_size, backend));
   return evaluator->Evaluate(params);
