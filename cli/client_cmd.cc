@@ -80,7 +80,8 @@ int RunClientCommand(const ClientFlags& flags) {
     std::fprintf(stderr, "huddle client: %s\n", std::string(st.message()).c_str());
     return 2;
   }
-  auto zopts = ClientTransportOptions(&config, flags.insecure);
+  if (flags.insecure) WarnInsecure("client");
+  auto zopts = client::ClientTransportOptions(&config, flags.insecure);
   if (!zopts.ok()) {
     std::fprintf(stderr, "huddle client: %s\n", std::string(zopts.status().message()).c_str());
     return 2;
@@ -101,32 +102,12 @@ int RunClientCommand(const ClientFlags& flags) {
   data::DatasetView view;
   view.base = &dataset.value();
   spdlog::info("loaded {} examples from {}", view.size(), config.data.path);
-  auto transport = transport::ConnectZmqClient(config.coordinator, *zopts);
-  if (!transport.ok()) {
-    std::fprintf(stderr, "huddle client: %s\n", std::string(transport.status().message()).c_str());
-    return 1;
-  }
   const kernels::DeviceRequest device = kernels::ParseDeviceRequest(config.device).value();
   std::unique_ptr<kernels::Backend> backend;  // both outlive the agent
   std::unique_ptr<client::Silo> silo;
   client::ClientAgent agent(config.client_id, &view);
-  auto guard = client::PrivacyGuard::Open(config.privacy);
+  auto guard = client::OpenPrivacyGuard(config);
   if (!guard.ok()) return SetupError(config, guard.status());
-  if (config.privacy.any()) {
-    auto local = guard->LocalSpent();
-    auto examples = guard->DpSgdSpent();
-    spdlog::info(
-        "privacy policy: {}{}; ledger {} ({} releases; local DP epsilon {:.4g}, DP-SGD epsilon "
-        "{:.4g} so far)",
-        config.privacy.local ? (config.privacy.local->require ? "local DP required" : "local DP")
-                             : "no local DP policy",
-        config.privacy.dp_sgd ? ", DP-SGD" : "", config.privacy.ledger_path,
-        guard->entries().size(), local.ok() ? local->epsilon : -1.0,
-        examples.ok() ? examples->epsilon : -1.0);
-  } else if (!config.privacy.ledger_path.empty()) {
-    spdlog::info("privacy ledger {} ({} releases)", config.privacy.ledger_path,
-                 guard->entries().size());
-  }
   agent.set_privacy_guard(*std::move(guard));
   if (config.silo_nproc > 1) {
     // A silo: several ranks train as this one client; they connect once, here.
@@ -137,7 +118,7 @@ int RunClientCommand(const ClientFlags& flags) {
     if (!created.ok()) return SetupError(config, created.status());
     silo = std::move(created).value();
     spdlog::info("training as a silo: {} (device: {})", silo->description(), config.device);
-    agent.set_silo(silo.get());
+    agent.builtin()->set_silo(silo.get());
   } else {
     // The device: `auto` takes a GPU where one is usable and says which; `cuda` without one is an
     // error, never a quiet fallback to the CPU.
@@ -146,10 +127,9 @@ int RunClientCommand(const ClientFlags& flags) {
     backend = std::move(opened).value();
     spdlog::info("training on {} (device: {}; cpu kernels: {})", backend->name(), config.device,
                  kernels::CpuIsaDescription());
-    agent.set_backend(backend.get());
+    agent.builtin()->set_backend(backend.get());
   }
-  Status st =
-      client::RunClient(agent, **transport, config.runner, *SteadyClock::Get(), &StopFlag());
+  Status st = client::RunConfiguredClient(config, *zopts, agent, &StopFlag());
   if (!st.ok()) {
     std::fprintf(stderr, "huddle client %s: %s\n", config.client_id.c_str(),
                  std::string(st.message()).c_str());

@@ -112,8 +112,6 @@ int RunPrivacyCommand(const PrivacyFlags& flags);
 // Transport security from the configs and flags (cli/security.cc). Errors say what is missing and
 // how to make it (huddle keygen) or to opt out (--insecure).
 StatusOr<transport::ZmqOptions> CoordinatorTransportOptions(const JobConfig& job, bool insecure);
-// Also fills config->client_id from the key file when it is empty (and checks they agree).
-StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, bool insecure);
 // Ephemeral keys for `huddle run`: DIR/server.{key,pub}, DIR/allowed/<id>.pub,
 // DIR/clients/<id>.key.
 Status GenerateLocalKeys(const std::string& dir, const std::vector<std::string>& client_ids);

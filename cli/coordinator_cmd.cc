@@ -40,7 +40,10 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   const coordinator::CoordinatorOptions& o = job.coordinator;
   coordinator::Evaluator evaluator;
   std::shared_ptr<data::Dataset> test;
-  if (o.eval_every > 0) {
+  // Server-side evaluation only: federated evaluation is the clients', and an external model
+  // cannot run here (job_config.cc then sets no server evaluation).
+  if (o.eval_every > 0 && o.eval_mode == coordinator::CoordinatorOptions::EvalMode::kServer &&
+      !o.model.external()) {
     auto loaded = data::LoadFashionMnist(job.eval_data, data::Split::kTest, nullptr);
     if (!loaded.ok()) {
       std::fprintf(stderr, "huddle coordinator: evaluation data: %s\n",
@@ -79,6 +82,18 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   if (s.final_test_accuracy) {
     std::printf(" | final test accuracy %.4f (best %.4f at round %llu)", *s.final_test_accuracy,
                 *s.best_test_accuracy, static_cast<unsigned long long>(*s.best_round));
+  }
+  if (s.final_test_accuracy &&
+      o.eval_mode == coordinator::CoordinatorOptions::EvalMode::kFederated) {
+    std::printf(" (federated evaluation)");
+  }
+  if (s.final_evaluation_unanswered) {
+    std::printf(" | the final federated evaluation had no answers (accuracy unknown)");
+  }
+  if (s.evaluations_without_answers > 0 && !s.final_evaluation_unanswered) {
+    std::printf(" | %lld of %lld federated evaluations had no answers",
+                static_cast<long long>(s.evaluations_without_answers),
+                static_cast<long long>(s.federated_evaluations));
   }
   if (s.epsilon && s.private_noise)
     std::printf(" | epsilon %.4g at delta %g", *s.epsilon, *s.delta);

@@ -1,46 +1,16 @@
 #include "cli/job_config.h"
 
 #include <algorithm>
+#include <memory>
 #include <type_traits>
 
 #include "client/silo.h"
 #include "common/config_reader.h"
+#include "common/tensor_io.h"
 #include "kernels/backend.h"
 
 namespace huddle::cli {
 namespace {
-
-// Reads seconds (a float) into milliseconds.
-Status OptionalSeconds(ConfigMap& m, const char* key, int64_t* out_ms, double lo, double hi) {
-  double s = static_cast<double>(*out_ms) / 1000.0;
-  HUDDLE_RETURN_IF_ERROR(m.Optional(key, &s, lo, hi));
-  *out_ms = static_cast<int64_t>(s * 1000.0);
-  return absl::OkStatus();
-}
-
-Status ReadDataSpec(ConfigMap& m, data::DataSpec* spec, bool shard_keys) {
-  HUDDLE_RETURN_IF_ERROR(m.OptionalPath("path", &spec->path));
-  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("format", &spec->format, {"idx", "csv"}));
-  std::string partition =
-      spec->partitioned
-          ? (spec->partition.kind == data::PartitionOptions::Kind::kIid ? "iid" : "dirichlet")
-          : "none";
-  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("partition", &partition, {"none", "iid", "dirichlet"}));
-  spec->partitioned = partition != "none";
-  spec->partition.kind = partition == "dirichlet" ? data::PartitionOptions::Kind::kDirichlet
-                                                  : data::PartitionOptions::Kind::kIid;
-  HUDDLE_RETURN_IF_ERROR(m.Optional("alpha", &spec->partition.alpha, 1e-3, 1e6));
-  HUDDLE_RETURN_IF_ERROR(m.Optional("num_classes", &spec->num_classes, 2, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(m.Optional("scale_255", &spec->csv_scale_255));
-  int64_t seed = static_cast<int64_t>(spec->partition.seed);
-  HUDDLE_RETURN_IF_ERROR(m.Optional("seed", &seed, 0, INT64_MAX));
-  spec->partition.seed = static_cast<uint64_t>(seed);
-  if (shard_keys) {
-    HUDDLE_RETURN_IF_ERROR(m.Optional("num_shards", &spec->partition.num_shards, 1, 1 << 20));
-    HUDDLE_RETURN_IF_ERROR(m.Optional("shard", &spec->shard, 0, (1 << 20) - 1));
-  }
-  return m.Finish();
-}
 
 Status ReadPrivacy(ConfigMap& m, privacy::PrivacyOptions* p) {
   std::string mode = privacy::PrivacyModeName(p->mode);
@@ -183,13 +153,130 @@ Status ReadLayer(ConfigMap& item, models::LayerSpec* layer) {
   return item.Finish();
 }
 
+// A model file (HUDDLEM1, common/tensor_io.h) named by `key` of the model section, read whole:
+// its tensors, finite. Errors name the key and the file and say what is wrong (missing, corrupt,
+// not a model file, a non-finite value).
+StatusOr<TensorList> ReadModelValues(ConfigMap& model, std::string_view key) {
+  std::string path;
+  HUDDLE_RETURN_IF_ERROR(model.OptionalPath(key, &path));
+  if (path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(model.Where(key), " is empty; give a path"));
+  }
+  StatusOr<TensorList> tensors = ReadModelFile(path);
+  if (!tensors.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.Where(key), ": ", tensors.status().message()));
+  }
+  if (Status st = CheckFinite(*tensors, absl::StrCat(path, ":")); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(model.Where(key), ": ", st.message()));
+  }
+  return tensors;
+}
+
+// `model.init`'s tensors against the model's layout: the first tensor that differs, by name and
+// shape (or the first one missing or extra).
+Status CheckInitLayout(ConfigMap& model, const std::string& path, const ModelLayout& want,
+                       const TensorList& got) {
+  auto error = [&](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.Where("init"), ": ", path, ": ", what,
+                     " (an init file holds the model's tensors in its layout order; see model.h)"));
+  };
+  for (size_t i = 0; i < std::min(want.size(), got.size()); ++i) {
+    if (got[i].name() != want[i].name || got[i].spec.shape != want[i].shape) {
+      return error(absl::StrCat("tensor ", i, " is '", got[i].name(), "' with shape ",
+                                ShapeString(got[i].spec.shape), " in the file; the model's is '",
+                                want[i].name, "' with shape ", ShapeString(want[i].shape)));
+    }
+  }
+  if (got.size() < want.size()) {
+    return error(absl::StrCat("the file has ", got.size(), " tensors, the model ", want.size(),
+                              ": its tensor '", want[got.size()].name, "' with shape ",
+                              ShapeString(want[got.size()].shape), " is missing"));
+  }
+  if (got.size() > want.size()) {
+    return error(absl::StrCat("the file has ", got.size(), " tensors, the model ", want.size(),
+                              ": tensor '", got[want.size()].name(), "' with shape ",
+                              ShapeString(got[want.size()].spec.shape), " is not the model's"));
+  }
+  return absl::OkStatus();
+}
+
+// `model.init` (read into *initial) against the built-in model `spec`; nothing without it.
+Status CheckInit(ConfigMap& model, const models::ModelSpec& spec,
+                 const std::shared_ptr<const TensorList>* initial) {
+  if (initial == nullptr || *initial == nullptr) return absl::OkStatus();
+  std::string path;
+  HUDDLE_RETURN_IF_ERROR(model.OptionalPath("init", &path));
+  return CheckInitLayout(model, path, models::Layout(spec), **initial);
+}
+
+// `model: {file: PATH}`: an external model, whose tensors (names and shapes) are the file's and
+// whose values are the initial global model.
+Status ReadExternalModel(ConfigMap& model, models::ModelSpec* spec,
+                         std::shared_ptr<const TensorList>* initial) {
+  for (std::string_view key :
+       {"init", "input", "layers", "input_dim", "hidden", "num_classes", "batch_norm"}) {
+    if (model.Has(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          model.Where(key),
+          " does not apply to an external model: model.file gives its tensors and their "
+          "initial values, and nothing else is known of it"));
+    }
+  }
+  std::string path;
+  HUDDLE_RETURN_IF_ERROR(model.OptionalPath("file", &path));
+  HUDDLE_ASSIGN_OR_RETURN(TensorList tensors, ReadModelValues(model, "file"));
+  HUDDLE_RETURN_IF_ERROR(model.Finish());
+  if (tensors.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.Where("file"), ": ", path, " holds no tensors"));
+  }
+  models::ModelSpec external = models::ModelSpec::External(LayoutOf(tensors));
+  if (Status st = models::ValidateModelSpec(external); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.Where("file"), ": ", path, ": ", st.message()));
+  }
+  *spec = std::move(external);
+  *initial = std::make_shared<const TensorList>(std::move(tensors));
+  return absl::OkStatus();
+}
+
 // The `model` section: `kind: mlp` (the default; input_dim, hidden defaulting to [128],
-// num_classes, batch_norm) or a layer list (`input` and `layers`, kind `layers`).
-Status ReadModel(ConfigMap& top, models::ModelSpec* spec) {
+// num_classes, batch_norm), a layer list (`input` and `layers`, kind `layers`), or an external
+// model (`file`, kind `external`). `init: PATH` next to a built-in model gives its initial weights.
+// `initial` (the initial model, or null for the seeded initialisation) may be null: then `file`
+// and `init` are refused (huddle datacenter trains built-in models from their seeded init).
+Status ReadModel(ConfigMap& top, models::ModelSpec* spec,
+                 std::shared_ptr<const TensorList>* initial) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
+  if (initial == nullptr) {
+    for (std::string_view key : {"file", "init"}) {
+      if (model.Has(key)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            model.Where(key),
+            " is not supported here: this command trains a model of Huddle's layer set from its "
+            "seeded initialisation (model.file and model.init are for federated jobs)"));
+      }
+    }
+  }
   const bool has_layers = model.Has("layers");
-  std::string kind = has_layers ? "layers" : "mlp";
-  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp", "layers"}));
+  const bool has_file = model.Has("file");
+  std::string kind = has_file ? "external" : has_layers ? "layers" : "mlp";
+  HUDDLE_RETURN_IF_ERROR(model.OptionalChoice("kind", &kind, {"mlp", "layers", "external"}));
+  if (kind == "external" || has_file) {
+    if (kind != "external" || !has_file) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          model.Where(has_file ? "file" : "kind"),
+          ": an external model is given by its file alone (model: {file: PATH}, kind external); "
+          "a built-in model (kind mlp or layers) takes its initial weights from model.init"));
+    }
+    return ReadExternalModel(model, spec, initial);
+  }
+  if (model.Has("init")) {
+    HUDDLE_ASSIGN_OR_RETURN(TensorList values, ReadModelValues(model, "init"));
+    *initial = std::make_shared<const TensorList>(std::move(values));
+  }
   if (kind == "mlp") {
     if (has_layers) {
       return absl::InvalidArgumentError(
@@ -205,7 +292,7 @@ Status ReadModel(ConfigMap& top, models::ModelSpec* spec) {
     HUDDLE_RETURN_IF_ERROR(model.Finish());
     if (mlp.hidden.empty()) mlp.hidden = {128};
     *spec = mlp;
-    return absl::OkStatus();
+    return CheckInit(model, *spec, initial);
   }
   for (std::string_view mlp_key : {"input_dim", "hidden", "num_classes", "batch_norm"}) {
     if (model.Has(mlp_key)) {
@@ -231,7 +318,7 @@ Status ReadModel(ConfigMap& top, models::ModelSpec* spec) {
     return absl::InvalidArgumentError(absl::StrCat(model.Where("layers"), ": ", st.message()));
   }
   *spec = std::move(layers);
-  return absl::OkStatus();
+  return CheckInit(model, *spec, initial);
 }
 
 // `train.dp_sgd` cannot train every model (models::CheckDpSgdModel).
@@ -253,20 +340,44 @@ Status ReadSgd(ConfigMap& train, Train* t, int64_t max_epochs) {
   return train.Optional("weight_decay", &t->weight_decay, 0.0, 1.0);
 }
 
-// `device: auto | cpu | cuda[:N]`, checked here so a typo fails before anything starts.
-Status ReadDevice(ConfigMap& map, std::string* device) {
-  HUDDLE_RETURN_IF_ERROR(map.Optional("device", device));
-  if (Status st = kernels::ParseDeviceRequest(*device).status(); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(map.Where("device"), ": ", st.message()));
+// The `evaluation` section: every `every` rounds and after the last, by the coordinator on its
+// test set (`mode: server`, the default: `data`) or by the clients on their own data
+// (`mode: federated`: `clients`, `deadline_s`, `max_weight_ratio`). An external model cannot be
+// evaluated by the coordinator: server mode then evaluates nothing.
+Status ReadEvaluation(ConfigMap& eval, JobConfig* job) {
+  coordinator::CoordinatorOptions& o = job->coordinator;
+  std::string mode = "server";
+  HUDDLE_RETURN_IF_ERROR(eval.OptionalChoice("mode", &mode, {"server", "federated"}));
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("every", &o.eval_every, 0, 1000000));
+  if (mode == "server") {
+    for (std::string_view key : {"clients", "deadline_s", "max_weight_ratio"}) {
+      if (eval.Has(key)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            eval.Where(key), " is for mode: federated (the clients evaluate the model)"));
+      }
+    }
+    if (o.model.external() && (eval.Has("data") || (eval.Has("every") && o.eval_every > 0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          eval.Where(eval.Has("data") ? "data" : "every"),
+          ": the model is external (only its tensors are known), so the coordinator cannot "
+          "evaluate it; use evaluation: {mode: federated} to have the clients evaluate it with "
+          "their own trainers"));
+    }
+    HUDDLE_RETURN_IF_ERROR(eval.OptionalPath("data", &job->eval_data));
+    if (o.model.external()) o.eval_every = 0;  // nothing on the server can run it
+    return eval.Finish();
   }
-  return absl::OkStatus();
-}
-
-// `silo: {nproc: N}` in a client's settings: N ranks train as that one client (client/silo.h).
-Status ReadSilo(ConfigMap& parent, int64_t* nproc) {
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap silo, parent.Child("silo"));
-  HUDDLE_RETURN_IF_ERROR(silo.Optional("nproc", nproc, 1, client::kMaxSiloRanks));
-  return silo.Finish();
+  if (eval.Has("data")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(eval.Where("data"),
+                     " is for mode: server; federated evaluation uses the clients' own data"));
+  }
+  o.eval_mode = coordinator::CoordinatorOptions::EvalMode::kFederated;
+  coordinator::FederatedEvalOptions& f = o.federated_eval;
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("clients", &f.clients, 1, 1 << 24));
+  HUDDLE_RETURN_IF_ERROR(eval.OptionalSeconds("deadline_s", &f.deadline_ms, 0.1, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(eval.Optional("max_weight_ratio", &f.max_weight_ratio, 1.0, 1e6));
+  return eval.Finish();
 }
 
 }  // namespace
@@ -283,14 +394,15 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &job.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
 
-  HUDDLE_RETURN_IF_ERROR(ReadModel(top, &o.model));
+  HUDDLE_RETURN_IF_ERROR(ReadModel(top, &o.model, &o.initial_model));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
   HUDDLE_RETURN_IF_ERROR(ReadSgd(train, &o.train, /*max_epochs=*/1000));
   if (train.Has("dp_sgd")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap dp, train.Child("dp_sgd"));
     HUDDLE_RETURN_IF_ERROR(ReadDpSgd(dp, &o.train));
-    HUDDLE_RETURN_IF_ERROR(DpSgdFitsModel(train, o.model));
+    // An external model's DP-SGD is its clients' own trainers' (they report what they ran).
+    if (!o.model.external()) HUDDLE_RETURN_IF_ERROR(DpSgdFitsModel(train, o.model));
   }
   HUDDLE_RETURN_IF_ERROR(train.Finish());
 
@@ -304,12 +416,11 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(cohort.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap round, top.Child("round"));
-  HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(round, "deadline_s", &o.round_deadline_ms, 0.1, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(round.OptionalSeconds("deadline_s", &o.round_deadline_ms, 0.1, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(round.Optional("quorum", &o.quorum, 1, 1 << 24));
   HUDDLE_RETURN_IF_ERROR(round.Optional("upload_slots", &o.upload_slots, 1, 4096));
   HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(round, "upload_timeout_s", &o.upload_timeout_ms, 0.1, 7 * 86400));
+      round.OptionalSeconds("upload_timeout_s", &o.upload_timeout_ms, 0.1, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(round.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap server, top.Child("server"));
@@ -326,9 +437,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(agg.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap eval, top.Child("evaluation"));
-  HUDDLE_RETURN_IF_ERROR(eval.Optional("every", &o.eval_every, 0, 1000000));
-  HUDDLE_RETURN_IF_ERROR(eval.OptionalPath("data", &job.eval_data));
-  HUDDLE_RETURN_IF_ERROR(eval.Finish());
+  HUDDLE_RETURN_IF_ERROR(ReadEvaluation(eval, &job));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap coord, top.Child("coordinator"));
   const bool coord_has_min_clients = coord.Has("min_clients");
@@ -338,11 +447,10 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
       o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed ? o.cohort.size : 1;
   HUDDLE_RETURN_IF_ERROR(coord.Optional("min_clients", &o.min_clients, 1, 1 << 24));
   HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(coord, "wait_for_clients_s", &o.wait_for_clients_ms, 0.1, 7 * 86400));
+      coord.OptionalSeconds("wait_for_clients_s", &o.wait_for_clients_ms, 0.1, 7 * 86400));
   HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(coord, "heartbeat_interval_s", &o.heartbeat_interval_ms, 0.05, 3600));
-  HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(coord, "client_timeout_s", &o.client_timeout_ms, 0, 86400));
+      coord.OptionalSeconds("heartbeat_interval_s", &o.heartbeat_interval_ms, 0.05, 3600));
+  HUDDLE_RETURN_IF_ERROR(coord.OptionalSeconds("client_timeout_s", &o.client_timeout_ms, 0, 86400));
   HUDDLE_RETURN_IF_ERROR(
       coord.Optional("max_rounds_without_update", &o.max_rounds_without_update, 1, 1000000));
   HUDDLE_RETURN_IF_ERROR(coord.Finish());
@@ -350,13 +458,13 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
   job.client_data.partitioned = true;
   job.client_data.partition.seed = o.seed;
-  HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &job.client_data, /*shard_keys=*/false));
+  HUDDLE_RETURN_IF_ERROR(data::ReadDataSpec(data, &job.client_data, /*shard_keys=*/false));
 
   HUDDLE_RETURN_IF_ERROR(top.Optional("clients", &job.local_clients, 1, 4096));
   {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap client, top.Child("client"));
-    HUDDLE_RETURN_IF_ERROR(ReadDevice(client, &job.client_device));
-    HUDDLE_RETURN_IF_ERROR(ReadSilo(client, &job.client_silo_nproc));
+    HUDDLE_RETURN_IF_ERROR(client::ReadDevice(client, &job.client_device));
+    HUDDLE_RETURN_IF_ERROR(client::ReadSilo(client, &job.client_silo_nproc));
     HUDDLE_RETURN_IF_ERROR(client.Finish());
   }
   if (top.Has("simulation")) {
@@ -375,7 +483,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("server_secret_key", &job.security.server_secret_key));
   HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("allowed_clients", &job.security.allowed_clients));
   HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(sec, "reload_interval_s", &job.security.reload_interval_ms, 0.1, 86400));
+      sec.OptionalSeconds("reload_interval_s", &job.security.reload_interval_ms, 0.1, 86400));
   HUDDLE_RETURN_IF_ERROR(
       sec.Optional("max_messages_per_s", &job.security.max_messages_per_s, 0, 1e6));
   HUDDLE_RETURN_IF_ERROR(sec.Optional("burst_messages", &job.security.burst_messages, 1, 1e6));
@@ -394,6 +502,14 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": round.quorum (", o.quorum,
                                                    ") exceeds cohort.size (", o.cohort.size,
                                                    "): no round could ever update the model"));
+  }
+  if (o.eval_mode == coordinator::CoordinatorOptions::EvalMode::kFederated &&
+      (o.privacy.mode != privacy::PrivacyMode::kNone || o.train.dp_sgd)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": evaluation.mode federated has the clients report a loss and an accuracy computed from "
+        "their data without noise, which the job's differential privacy (privacy.mode, "
+        "train.dp_sgd) does not cover; evaluate the released model.bin yourself instead"));
   }
   if (o.privacy.mode != privacy::PrivacyMode::kNone && o.max_update_norm > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -439,7 +555,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   c.seed = static_cast<uint64_t>(seed);
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
-  HUDDLE_RETURN_IF_ERROR(ReadModel(top, &c.model));
+  HUDDLE_RETURN_IF_ERROR(ReadModel(top, &c.model, /*initial=*/nullptr));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
   HUDDLE_RETURN_IF_ERROR(ReadSgd(train, &c.train, /*max_epochs=*/100000));
@@ -490,7 +606,7 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   c.first_bucket_bytes = static_cast<int64_t>(mib * (1 << 20));
   HUDDLE_RETURN_IF_ERROR(dc.Optional("checksum_every", &c.checksum_every, 0, int64_t{1} << 40));
   HUDDLE_RETURN_IF_ERROR(dc.Optional("overlap", &c.overlap));
-  HUDDLE_RETURN_IF_ERROR(OptionalSeconds(dc, "timeout_s", &c.timeout_ms, 0.1, 86400));
+  HUDDLE_RETURN_IF_ERROR(dc.OptionalSeconds("timeout_s", &c.timeout_ms, 0.1, 86400));
   if (dc.Has("crash_for_testing")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap crash, dc.Child("crash_for_testing"));
     c.crash_after_for_testing = "metrics";
@@ -512,103 +628,6 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(top.Finish());
   if (c.out_dir.empty()) c.out_dir = "runs/" + c.job_name;
   return c;
-}
-
-// The client's `privacy` section (client::ClientPrivacyPolicy).
-Status ReadClientPrivacy(ConfigMap& m, client::ClientPrivacyPolicy* p) {
-  HUDDLE_RETURN_IF_ERROR(m.OptionalPath("ledger", &p->ledger_path));
-  if (m.Has("local")) {
-    HUDDLE_ASSIGN_OR_RETURN(ConfigMap l, m.Child("local"));
-    client::LocalDpPolicy local;
-    HUDDLE_RETURN_IF_ERROR(l.Optional("require", &local.require));
-    HUDDLE_RETURN_IF_ERROR(
-        l.Optional("min_noise_multiplier", &local.min_noise_multiplier, 0.0, 1e6));
-    if (l.Has("max_epsilon")) {
-      double eps = 0;
-      HUDDLE_RETURN_IF_ERROR(l.Optional("max_epsilon", &eps, 1e-6, 1e6));
-      local.max_epsilon = eps;
-    }
-    HUDDLE_RETURN_IF_ERROR(l.Optional("delta", &local.delta, 1e-300, 0.5));
-    if (l.Has("clip_norm")) {
-      double c = 0;
-      HUDDLE_RETURN_IF_ERROR(l.Optional("clip_norm", &c, 1e-9, 1e9));
-      local.clip_norm = c;
-    }
-    HUDDLE_RETURN_IF_ERROR(
-        l.OptionalChoice("adjacency", &local.adjacency, {"replace_one", "add_remove"}));
-    HUDDLE_RETURN_IF_ERROR(l.Finish());
-    p->local = local;
-  }
-  if (m.Has("dp_sgd")) {
-    HUDDLE_ASSIGN_OR_RETURN(ConfigMap d, m.Child("dp_sgd"));
-    client::DpSgdPolicy dp;
-    HUDDLE_RETURN_IF_ERROR(d.Optional("require", &dp.require));
-    HUDDLE_RETURN_IF_ERROR(d.Optional("min_noise_multiplier", &dp.min_noise_multiplier, 0.0, 1e6));
-    if (d.Has("max_epsilon")) {
-      double eps = 0;
-      HUDDLE_RETURN_IF_ERROR(d.Optional("max_epsilon", &eps, 1e-6, 1e6));
-      dp.max_epsilon = eps;
-    }
-    HUDDLE_RETURN_IF_ERROR(d.Optional("delta", &dp.delta, 1e-300, 0.5));
-    std::string accountant = privacy::AccountantName(dp.accountant);
-    HUDDLE_RETURN_IF_ERROR(d.OptionalChoice("accountant", &accountant, {"rdp", "pld"}));
-    dp.accountant =
-        accountant == "pld" ? privacy::AccountantKind::kPld : privacy::AccountantKind::kRdp;
-    HUDDLE_RETURN_IF_ERROR(d.Finish());
-    p->dp_sgd = dp;
-  }
-  if (p->any() && p->ledger_path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        m.Where("ledger"),
-        ": required with privacy.local or privacy.dp_sgd (the client's own durable record of "
-        "what it released; keep it with the client's data, and never delete it)"));
-  }
-  return m.Finish();
-}
-
-StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
-  ClientConfig c;
-  HUDDLE_RETURN_IF_ERROR(top.Optional("coordinator", &c.coordinator));
-  HUDDLE_RETURN_IF_ERROR(top.Optional("client_id", &c.client_id));
-  HUDDLE_RETURN_IF_ERROR(ReadDevice(top, &c.device));
-  HUDDLE_RETURN_IF_ERROR(ReadSilo(top, &c.silo_nproc));
-  HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
-                                            {"trace", "debug", "info", "warn", "error", "off"}));
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
-  HUDDLE_RETURN_IF_ERROR(ReadDataSpec(data, &c.data, /*shard_keys=*/true));
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
-  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("server_public_key", &c.security.server_public_key));
-  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("secret_key", &c.security.secret_key));
-  HUDDLE_RETURN_IF_ERROR(sec.Finish());
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap conn, top.Child("connection"));
-  HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(conn, "coordinator_timeout_s", &c.runner.coordinator_timeout_ms, 0.1, 86400));
-  HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(conn, "backoff_initial_s", &c.runner.backoff_initial_ms, 0.01, 3600));
-  HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(conn, "backoff_max_s", &c.runner.backoff_max_ms, 0.01, 3600));
-  HUDDLE_RETURN_IF_ERROR(
-      OptionalSeconds(conn, "give_up_after_s", &c.runner.give_up_after_ms, 0, 7 * 86400));
-  HUDDLE_RETURN_IF_ERROR(conn.Finish());
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap priv, top.Child("privacy"));
-  HUDDLE_RETURN_IF_ERROR(ReadClientPrivacy(priv, &c.privacy));
-  HUDDLE_RETURN_IF_ERROR(top.Finish());
-  return c;
-}
-
-Status ValidateClientConfig(const ClientConfig& c) {
-  if (c.coordinator.empty()) {
-    return absl::InvalidArgumentError("no coordinator given (--coordinator tcp://HOST:PORT)");
-  }
-  if (c.client_id.empty()) {
-    return absl::InvalidArgumentError("no client id given (--client-id, or a key file --key)");
-  }
-  if (c.data.partitioned && c.data.shard >= c.data.partition.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", c.data.shard, " is out of range for ",
-                                                   c.data.partition.num_shards, " shards"));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace huddle::cli

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "client/config.h"
 #include "client/privacy_guard.h"
 #include "client/runner.h"
 #include "common/status.h"
@@ -47,26 +48,10 @@ struct JobConfig {
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path);
 
-struct ClientSecurity {
-  std::string server_public_key;  // the coordinator's .pub file, pinned
-  std::string secret_key;         // this client's .key file (huddle keygen client)
-};
-
-struct ClientConfig {
-  std::string coordinator;  // tcp://HOST:PORT
-  std::string client_id;    // defaults to the id in the client's key file
-  ClientSecurity security;
-  data::DataSpec data;
-  client::RunnerOptions runner;
-  std::string log_level = "info";
-  std::string device = "auto";  // auto | cpu | cuda[:N] (kernels::ParseDeviceRequest)
-  // `silo: {nproc: N}`: N ranks (CPU ranks, or GPUs from `device`'s ordinal on) train as this
-  // one client, synchronous data-parallel (client/silo.h). 1: one device, no silo.
-  int64_t silo_nproc = 1;
-  // `privacy:` the client's own policy and ledger (client/privacy_guard.h). Empty: the
-  // coordinator's settings are trusted and releases are accounted in memory only.
-  client::ClientPrivacyPolicy privacy;
-};
+using client::ClientConfig;
+using client::ClientSecurity;
+using client::LoadClientConfig;
+using client::ValidateClientConfig;
 
 // `train.dp_sgd` of a datacenter job: DP-SGD across the ranks (datacenter::DataParallelDpSgd).
 struct DatacenterDpSgd {
@@ -105,9 +90,5 @@ struct DatacenterConfig {
 };
 
 StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path);
-
-// Reads a client YAML; command-line flags are applied on top by the caller.
-StatusOr<ClientConfig> LoadClientConfig(const std::string& path);
-Status ValidateClientConfig(const ClientConfig& config);
 
 }  // namespace huddle::cli

@@ -294,6 +294,15 @@ int RunLocalCommand(const RunFlags& flags, const std::string& self_exe) {
     std::fprintf(stderr, "huddle run: %s\n", std::string(job.status().message()).c_str());
     return 2;
   }
+  if (job->coordinator.model.external()) {
+    std::fprintf(stderr,
+                 "huddle run: the job's model is external (model.file: only its tensors are "
+                 "known): the built-in clients that huddle run starts cannot train it; run "
+                 "`huddle coordinator --config %s` and clients that bring their own trainer "
+                 "(client SDK)\n",
+                 flags.config.c_str());
+    return 2;
+  }
   if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
   if (job->coordinator.out_dir.empty())
     job->coordinator.out_dir = "runs/" + job->coordinator.job_name;

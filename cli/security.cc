@@ -1,5 +1,5 @@
-// Transport security for the CLI: key generation (`huddle keygen`), the coordinator's and the
-// client's CurveZMQ options from their configs, and ephemeral keys for `huddle run`.
+// Transport security for the CLI: key generation (`huddle keygen`), the coordinator's CurveZMQ
+// options from its config (the client's: client/config.h), and ephemeral keys for `huddle run`.
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -13,19 +13,6 @@ namespace huddle::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-StatusOr<transport::CurveKeyPair> ReadRoleKey(const std::string& path, const char* role,
-                                              bool need_secret, const char* what) {
-  auto keys = transport::ReadKeyFile(path, need_secret);
-  if (!keys.ok()) {
-    return Status(keys.status().code(), absl::StrCat(what, ": ", keys.status().message()));
-  }
-  if (keys->role != role) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", path, " is a ", keys->role, " key; expected a ", role, " key"));
-  }
-  return keys;
-}
 
 }  // namespace
 
@@ -60,7 +47,7 @@ StatusOr<transport::ZmqOptions> CoordinatorTransportOptions(const JobConfig& job
   }
   HUDDLE_ASSIGN_OR_RETURN(
       transport::CurveKeyPair server,
-      ReadRoleKey(s.server_secret_key, "server", true, "security.server_secret_key"));
+      transport::ReadRoleKey(s.server_secret_key, "server", true, "security.server_secret_key"));
   transport::ZapOptions zap;
   zap.allow_list_path = s.allowed_clients;
   zap.reload_interval_ms = s.reload_interval_ms;
@@ -68,36 +55,6 @@ StatusOr<transport::ZmqOptions> CoordinatorTransportOptions(const JobConfig& job
   zopts.curve_server = transport::CurveServerOptions{std::move(server), std::move(zap)};
   spdlog::info("encrypted transport (CurveZMQ); coordinator key {}",
                transport::Fingerprint(zopts.curve_server->server.public_z85));
-  return zopts;
-}
-
-StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, bool insecure) {
-  transport::ZmqOptions zopts;
-  if (insecure) {
-    WarnInsecure("client");
-    return zopts;
-  }
-  const ClientSecurity& s = config->security;
-  if (s.server_public_key.empty() || s.secret_key.empty()) {
-    return absl::FailedPreconditionError(
-        "no transport security configured: pass the coordinator's public key (--server-key "
-        "server.pub, or security.server_public_key) and this client's key pair (--key NAME.key, "
-        "or security.secret_key; create it with `huddle keygen client --id NAME`), or "
-        "--insecure for plaintext");
-  }
-  HUDDLE_ASSIGN_OR_RETURN(
-      transport::CurveKeyPair server,
-      ReadRoleKey(s.server_public_key, "server", false, "security.server_public_key"));
-  HUDDLE_ASSIGN_OR_RETURN(transport::CurveKeyPair mine,
-                          ReadRoleKey(s.secret_key, "client", true, "security.secret_key"));
-  if (config->client_id.empty()) {
-    config->client_id = mine.id;
-  } else if (config->client_id != mine.id) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "client id '", config->client_id, "' differs from the id '", mine.id, "' in key file ",
-        s.secret_key, ": the coordinator knows this key as '", mine.id, "'"));
-  }
-  zopts.curve_client = transport::CurveClientOptions{server.public_z85, std::move(mine)};
   return zopts;
 }
 

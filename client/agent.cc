@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <exception>
 
+#include "common/clock.h"
 #include "common/rng.h"
 #include "models/dp_sgd.h"
 #include "models/update.h"
@@ -13,17 +15,105 @@ namespace huddle::client {
 
 constexpr const char* kAgentVersion = "huddle-0.1";
 
+namespace {
+
+// The SDK's per-round settings from the instruction.
+FitConfig FitConfigOf(const wire::FitInstruction& fit, uint64_t round, uint64_t seed) {
+  FitConfig config;
+  config.round = round;
+  config.seed = seed;
+  config.epochs = fit.train.epochs;
+  config.batch_size = fit.train.batch_size;
+  config.learning_rate = fit.train.learning_rate;
+  config.momentum = fit.train.momentum;
+  config.weight_decay = fit.train.weight_decay;
+  if (fit.train.dp_sgd) {
+    const wire::DpSgdConfig& d = *fit.train.dp_sgd;
+    config.dp_sgd = DpSgdConfig{d.noise_multiplier, d.clip_norm, d.expected_batch_size, d.delta};
+  }
+  return config;
+}
+
+// A trainer's result as Huddle's tensors, checked against the job's layout: the same tensors in
+// the same order, each with its shape's number of finite values. Errors name the tensor.
+StatusOr<TensorList> CheckedResult(NamedTensors tensors, const ModelLayout& layout) {
+  if (tensors.size() != layout.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the trainer returned ", tensors.size(),
+                                                   " tensors; the model has ", layout.size()));
+  }
+  TensorList out;
+  out.reserve(layout.size());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    NamedTensor& t = tensors[i];
+    if (t.name != layout[i].name || t.shape != layout[i].shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the trainer's tensor ", i, " is '", t.name, "' ", ShapeString(t.shape),
+                       "; the model's is '", layout[i].name, "' ", ShapeString(layout[i].shape)));
+    }
+    if (static_cast<int64_t>(t.values.size()) != layout[i].NumElements()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the trainer's tensor '", t.name, "' has ", t.values.size(), " values; its shape ",
+          ShapeString(t.shape), " has ", layout[i].NumElements()));
+    }
+    if (const int64_t bad = FirstNonFinite(t.values); bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the trainer's tensor '", t.name,
+                                                     "' has a non-finite value at element ", bad,
+                                                     " (training diverged?)"));
+    }
+    Tensor& tensor = out.emplace_back();
+    tensor.spec = layout[i];
+    tensor.data = std::move(t.values);
+  }
+  return out;
+}
+
+// A DP-SGD run the trainer reports must spend no more than the round allowed: the instruction's
+// noise multiplier or more, and no more than the sampling rate and steps of its expected batch on
+// the n examples the round was admitted for (the client's guard accounted that much).
+Status CheckDpSgdReport(const std::optional<DpSgdReport>& report, const wire::FitInstruction& fit,
+                        int64_t n) {
+  const wire::DpSgdConfig& c = *fit.train.dp_sgd;
+  if (!report) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the round asks for DP-SGD (noise multiplier ", c.noise_multiplier,
+                     ", clip norm ", c.clip_norm, ", expected batch ", c.expected_batch_size,
+                     ") and the trainer reported no DP-SGD run (FitResult::dp_sgd)"));
+  }
+  n = std::max<int64_t>(1, n);
+  const int64_t m = std::min(c.expected_batch_size, n);
+  const double q = static_cast<double>(m) / static_cast<double>(n);
+  HUDDLE_ASSIGN_OR_RETURN(const int64_t steps, models::DpSgdSteps(fit.train.epochs, n, m));
+  if (!(report->noise_multiplier >= c.noise_multiplier) || !(report->sampling_rate > 0) ||
+      !(report->sampling_rate <= q * (1 + 1e-12)) || report->steps < 1 || report->steps > steps) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the trainer's DP-SGD run (noise multiplier ", report->noise_multiplier, ", sampling rate ",
+        report->sampling_rate, ", ", report->steps,
+        " steps) spends more than the round allows (noise multiplier >= ", c.noise_multiplier,
+        ", sampling rate <= ", q, ", steps <= ", steps, " on ", n, " examples)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ClientAgent::ClientAgent(std::string client_id, Trainer* trainer, bool routine_logs_at_info)
+    : client_id_(std::move(client_id)),
+      trainer_(trainer),
+      routine_level_(routine_logs_at_info ? spdlog::level::info : spdlog::level::debug) {}
+
 ClientAgent::ClientAgent(std::string client_id, const data::DatasetView* data,
                          bool routine_logs_at_info)
-    : client_id_(std::move(client_id)),
-      data_(data),
-      routine_level_(routine_logs_at_info ? spdlog::level::info : spdlog::level::debug) {}
+    : ClientAgent(std::move(client_id), static_cast<Trainer*>(nullptr), routine_logs_at_info) {
+  builtin_ = std::make_unique<BuiltinTrainer>(data);
+  trainer_ = builtin_.get();
+}
 
 wire::Message ClientAgent::MakeJoin() const {
   wire::Join join;
   join.client_id = client_id_;
   // A client with a privacy policy tells the coordinator nothing about its data.
-  join.num_examples = guard_.reports_nothing() ? 0 : static_cast<uint64_t>(data_->size());
+  join.num_examples =
+      guard_.reports_nothing() ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, num_examples()));
   join.agent_version = kAgentVersion;
   return wire::MakeMessage(std::move(join), 0, client_id_);
 }
@@ -34,20 +124,32 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
     case wire::MessageType::kWelcome: {
       const auto& w = std::get<wire::Welcome>(msg.body);
       HUDDLE_ASSIGN_OR_RETURN(models::ModelSpec spec, models::ModelSpecFromWire(w.model));
-      if (spec.input_dim() != data_->base->feature_dim) {
+      if (builtin_) HUDDLE_RETURN_IF_ERROR(builtin_->SetModel(spec, w.job_name));
+      JobInfo job;
+      job.name = w.job_name;
+      job.model_kind = w.model.kind;
+      for (const TensorSpec& t : models::Layout(spec)) job.tensors.push_back({t.name, t.shape});
+      try {
+        trainer_->Start(job);
+      } catch (const std::exception& e) {
         return absl::FailedPreconditionError(
-            absl::StrCat("job '", w.job_name, "' expects ", spec.input_dim(),
-                         " input features; this client's data has ", data_->base->feature_dim));
+            absl::StrCat("job '", w.job_name, "': the trainer refused it: ", e.what()));
+      } catch (...) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job '", w.job_name, "': the trainer refused it (a non-standard exception)"));
       }
-      model_ = spec;
+      model_ = std::move(spec);
       job_name_ = w.job_name;
-      spdlog::log(routine_level_, "joined job '{}' ({} local examples)", w.job_name, data_->size());
+      spdlog::log(routine_level_, "joined job '{}' ({} local examples)", w.job_name,
+                  num_examples());
       return Replies{};
     }
     case wire::MessageType::kFitInstruction:
       return OnFit(msg, std::get<wire::FitInstruction>(msg.body));
     case wire::MessageType::kUploadGrant:
       return OnGrant(msg);
+    case wire::MessageType::kEvaluateInstruction:
+      return OnEvaluate(msg, std::get<wire::EvaluateInstruction>(msg.body));
     case wire::MessageType::kHeartbeat:
       return Replies{};
     case wire::MessageType::kError:
@@ -79,12 +181,13 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
                      ": global model does not match the job's model: ", params_ok.message()));
   }
   // The client's own policy decides before anything is trained (client/privacy_guard.h).
+  const int64_t n = num_examples();
   RoundRequest request;
   request.job = job_name_;
   request.round = msg.round;
   request.fit = &fit;
   request.global = &global;
-  request.local_examples = data_->size();
+  request.local_examples = n;
   StatusOr<Admission> admission = guard_.Admit(request);
   if (!admission.ok()) {
     spdlog::warn("round {}: {}", msg.round, admission.status().message());
@@ -95,7 +198,6 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   const bool dp_sgd = fit.train.dp_sgd.has_value();
   Pending pending;
   pending.round = msg.round;
-  pending.result.num_examples = static_cast<uint64_t>(data_->size());  // the FedAvg weight
   pending.result.model_version = fit.model_version;
   pending.result.nonce = fit.nonce;
   if (admission->again) {
@@ -103,21 +205,22 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     // mid-round): the same tensors, so that no second noised version of the update exists.
     spdlog::log(routine_level_, "round {}: sending again the update released for it before",
                 msg.round);
+    pending.result.num_examples = static_cast<uint64_t>(std::max<int64_t>(1, n));
     pending.delta = std::move(admission->again);
   } else {
-    spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, data_->size());
-    const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
-    StatusOr<models::Update> update = TrainAndPrivatize(fit, admission->clip_norm, seed, global);
+    spdlog::log(routine_level_, "round {}: training on {} examples", msg.round, n);
+    StatusOr<models::Update> update = TrainAndPrivatize(msg, fit, admission->clip_norm, n, global);
     if (!update.ok()) {
-      // Bad training settings or local data, or a diverged run: tell the coordinator at once (it
-      // counts the client as failed and the round need not wait for it) and stay available for
-      // the next round.
+      // Bad training settings or local data, a diverged run, or a result that fails its checks:
+      // tell the coordinator at once (it counts the client as failed and the round need not wait
+      // for it) and stay available for the next round.
       spdlog::error("round {}: local training failed: {}", msg.round, update.status().message());
       return Replies{wire::MakeError(
           wire::ErrorCode::kInternal,
           absl::StrCat("local training failed: ", update.status().message()), msg.round)};
     }
     const models::TrainStats& stats = update->train;
+    pending.result.num_examples = static_cast<uint64_t>(stats.examples);  // the FedAvg weight
     pending.result.train_loss = stats.loss;
     pending.result.train_accuracy = stats.accuracy;
     pending.result.train_seconds = stats.seconds;
@@ -130,7 +233,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     HUDDLE_RETURN_IF_ERROR(
         guard_.Record(request, *admission, pending.delta, dp_event, noise().Describe()));
     spdlog::log(routine_level_,
-                "round {}: trained {} example passes, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
+                "round {}: trained on {} examples, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
                 msg.round, stats.examples, stats.loss, stats.accuracy, stats.seconds);
     LogSpend(msg.round, local, dp_sgd);
     ++rounds_trained_;
@@ -154,32 +257,74 @@ privacy::NoiseSource& ClientAgent::noise() {
   return *noise_;
 }
 
-StatusOr<models::Update> ClientAgent::TrainAndPrivatize(const wire::FitInstruction& fit,
-                                                        double clip_norm, uint64_t seed,
-                                                        const TensorList& global) {
-  const wire::TrainConfig& config = fit.train;
-  const wire::UpdatePrivacy& dp_update = fit.privacy;
-  models::UpdateOptions options;
-  options.train = models::TrainOptionsFromWire(config);
-  options.train.backend = backend_;
-  options.seed = seed;
-  if (dp_update.mode != wire::UpdatePrivacy::Mode::kNone) options.clip_norm = clip_norm;
-  if (config.dp_sgd) {
-    options.dp_sgd.emplace();
-    options.dp_sgd->noise_multiplier = config.dp_sgd->noise_multiplier;
-    options.dp_sgd->clip_norm = config.dp_sgd->clip_norm;
-    options.dp_sgd->expected_batch_size = config.dp_sgd->expected_batch_size;
-    options.noise = &noise();
+int64_t ClientAgent::num_examples() const {
+  try {
+    return trainer_->num_examples();
+  } catch (const std::exception& e) {
+    spdlog::warn("the trainer's num_examples failed: {}", e.what());
+  } catch (...) {
+    spdlog::warn("the trainer's num_examples failed (a non-standard exception)");
   }
-  // Training, delta and clipping where the model lives (models/update.h), or in the silo.
-  HUDDLE_ASSIGN_OR_RETURN(models::Update update,
-                          silo_ != nullptr ? silo_->TrainUpdate(*model_, options, *data_, global)
-                                           : models::TrainUpdate(*model_, options, *data_, global));
+  return 0;
+}
+
+StatusOr<FitResult> ClientAgent::CallFit(const TensorList& global, const FitConfig& config) {
+  try {
+    return trainer_->Fit(ToNamedTensors(global), config);
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  } catch (...) {
+    return absl::InternalError("the trainer threw a non-standard exception");
+  }
+}
+
+StatusOr<models::Update> ClientAgent::TrainAndPrivatize(const wire::Message& msg,
+                                                        const wire::FitInstruction& fit,
+                                                        double clip_norm, int64_t n,
+                                                        const TensorList& global) {
+  const wire::UpdatePrivacy& dp_update = fit.privacy;
+  const uint64_t seed = DeriveSeed(fit.seed, StableHash(client_id_));
+  if (builtin_ && fit.train.dp_sgd) builtin_->set_noise(&noise());
+  const int64_t start_ms = SteadyClock::Get()->NowMs();
+  HUDDLE_ASSIGN_OR_RETURN(FitResult result, CallFit(global, FitConfigOf(fit, msg.round, seed)));
+  const double seconds = static_cast<double>(SteadyClock::Get()->NowMs() - start_ms) / 1000.0;
+  if (result.num_examples < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the trainer reported ", result.num_examples,
+                                                   " examples trained on; at least 1"));
+  }
+  if (fit.train.dp_sgd) HUDDLE_RETURN_IF_ERROR(CheckDpSgdReport(result.dp_sgd, fit, n));
+  const ModelLayout layout = models::Layout(*model_);
+  HUDDLE_ASSIGN_OR_RETURN(TensorList trained, CheckedResult(std::move(result.tensors), layout));
+  // delta = local - global and the clip, for every trainer the same (the update pipeline's CPU
+  // reference); a delta is taken against zeros, which leaves it exactly as it is.
+  TensorList zeros;
+  if (result.is_delta) {
+    zeros = global;
+    for (Tensor& t : zeros) std::fill(t.data.begin(), t.data.end(), 0.0f);
+  }
+  const double clip = dp_update.mode != wire::UpdatePrivacy::Mode::kNone ? clip_norm : 0.0;
+  HUDDLE_ASSIGN_OR_RETURN(
+      models::Update update,
+      models::UpdateFromTrained(trained, result.is_delta ? zeros : global, clip));
+  update.train.examples = result.num_examples;
+  update.train.seconds = seconds;
+  // Metrics the trainer computed; a non-finite one is not sent.
+  for (auto [key, out] :
+       {std::pair{"loss", &update.train.loss}, std::pair{"accuracy", &update.train.accuracy}}) {
+    auto it = result.metrics.find(key);
+    if (it != result.metrics.end() && std::isfinite(it->second)) *out = it->second;
+  }
+  if (fit.train.dp_sgd) {
+    update.dp_sgd.emplace();
+    update.dp_sgd->noise_multiplier = result.dp_sgd->noise_multiplier;
+    update.dp_sgd->sampling_rate = result.dp_sgd->sampling_rate;
+    update.dp_sgd->steps = result.dp_sgd->steps;
+  }
   if (dp_update.mode == wire::UpdatePrivacy::Mode::kLocal) {
     // Local DP: the exact discrete Gaussian, added on the host whatever the device.
-    HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
-                            privacy::NoiseGridFor(dp_update.noise_multiplier, clip_norm,
-                                                  TotalElements(models::Layout(*model_))));
+    HUDDLE_ASSIGN_OR_RETURN(
+        const privacy::NoiseGrid grid,
+        privacy::NoiseGridFor(dp_update.noise_multiplier, clip_norm, TotalElements(layout)));
     for (Tensor& t : update.delta) {
       HUDDLE_RETURN_IF_ERROR(privacy::AddDiscreteGaussianNoise(t.data, grid, noise()));
     }

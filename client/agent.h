@@ -1,20 +1,26 @@
 // The client agent's protocol logic, independent of any transport.
 //
-// A ClientAgent holds a client's identity and its local data (a view, so simulated clients can
-// share one copy of a data set). It turns each coordinator message into its replies:
+// A ClientAgent holds a client's identity and drives its trainer (huddle/client/trainer.h): a
+// user's trainer (the client SDK), or Huddle's built-in trainer on a local data set (a view, so
+// simulated clients can share one copy of a data set). Every trainer's result is processed the
+// same way here. It turns each coordinator message into its replies:
 //
-//   Start()                 -> Join
-//   Welcome                 -> (remember the job's model)
+//   Start()                 -> Join (the trainer's example count, unless a privacy policy hides it)
+//   Welcome                 -> the job's model: its tensors, which every global model and every
+//                              result must match; the built-in trainer gets the model's layers;
+//                              the trainer's Start may refuse the job (a fatal error)
 //   FitInstruction + model  -> the client's privacy guard admits the round or refuses it
 //                              (client/privacy_guard.h: its own policy and ledger)
 //                              -> Error rejected (refused: nothing is trained or sent), or
-//                              train locally from the global model (DP-SGD when the train config
-//                              asks); delta = local - global clipped to the instruction's clip
-//                              norm, all on the training device (models/update.h), or across the
-//                              ranks of a silo (client/silo.h); in local DP mode add the noise on
-//                              the host (privacy/noise.h); a DP release is in the guard's ledger
-//                              before it leaves, and a release asked for again (a coordinator
-//                              restart) is the same tensors, not a new draw
+//                              the trainer's Fit from the global model (DP-SGD when the train
+//                              config asks: the trainer reports the run, which must be within what
+//                              the round allowed); its result checked (names, shapes, finite
+//                              values, example count); delta = local - global (or the trainer's
+//                              delta) clipped to the instruction's clip norm (models/update.h);
+//                              in local DP mode the noise added on the host (privacy/noise.h); a
+//                              DP release is in the guard's ledger before it leaves, and a release
+//                              asked for again (a coordinator restart) is the same tensors, not a
+//                              new draw
 //                              -> UploadRequest (the delta waits for a grant)
 //   UploadGrant             -> FitResult + delta tensors
 //   Heartbeat               -> (nothing; the coordinator is alive)
@@ -23,8 +29,8 @@
 //   Error auth_refused      -> fatal error (key revoked, or the id is not the key's)
 //   Shutdown                -> done()
 //
-// The same agent runs behind a ZeroMQ DEALER in `huddle client` (client/runner.h) and behind the
-// in-process transport in simulations.
+// The same agent runs behind a ZeroMQ DEALER in `huddle client` and the client SDK
+// (client/runner.h) and behind the in-process transport in simulations.
 //
 // Thread-safety: none; the caller serialises calls.
 #pragma once
@@ -36,10 +42,12 @@
 #include <string>
 #include <vector>
 
+#include "client/builtin_trainer.h"
 #include "client/privacy_guard.h"
 #include "client/silo.h"
 #include "common/status.h"
 #include "data/dataset.h"
+#include "huddle/client/trainer.h"
 #include "models/dp_sgd.h"
 #include "models/model.h"
 #include "models/update.h"
@@ -51,20 +59,19 @@ namespace huddle::client {
 
 class ClientAgent {
  public:
-  // `data` must outlive the agent. `routine_logs_at_info`: log joins, rounds and shutdown at info
-  // (a real agent) or at debug (one of a thousand simulated agents).
+  // Drives `trainer` (not owned; must outlive the agent). `routine_logs_at_info`: log joins,
+  // rounds and shutdown at info (a real agent) or at debug (one of a thousand simulated agents).
+  ClientAgent(std::string client_id, Trainer* trainer, bool routine_logs_at_info = true);
+  // Huddle's built-in trainer (owned by the agent) on `data`, which must outlive the agent.
   ClientAgent(std::string client_id, const data::DatasetView* data,
               bool routine_logs_at_info = true);
 
   wire::Message MakeJoin() const;
 
-  // Where local training runs (kernels/backend.h; not owned, must outlive the agent).
-  // nullptr, the default: the CPU.
-  void set_backend(kernels::Backend* backend) { backend_ = backend; }
-  // Trains every round across the ranks of `silo` (client/silo.h; not owned, must outlive the
-  // agent) instead of on the backend: the client is a silo of silo->nproc() devices. nullptr, the
-  // default: no silo.
-  void set_silo(Silo* silo) { silo_ = silo; }
+  // The built-in trainer (nullptr for an agent driving a user's trainer), for its device:
+  // set_backend (kernels/backend.h; not owned, must outlive the agent; nullptr, the default: the
+  // CPU), or set_silo (client/silo.h; every round trains across the silo's ranks).
+  BuiltinTrainer* builtin() { return builtin_.get(); }
 
   // Replies to one coordinator message. An error is fatal for the agent (e.g. the coordinator
   // speaks another protocol version); everything recoverable is logged and answered instead.
@@ -87,25 +94,36 @@ class ClientAgent {
   StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
                                              const wire::FitInstruction& fit);
   std::vector<wire::Message> OnGrant(const wire::Message& msg);
-  // Trains from `global` and returns the update, clipped to clip_norm (the instruction's, or the
-  // client policy's if smaller) and in local mode noised as the instruction says.
-  StatusOr<models::Update> TrainAndPrivatize(const wire::FitInstruction& fit, double clip_norm,
-                                             uint64_t seed, const TensorList& global);
+  // Federated evaluation (client/agent_evaluate.cc): the instruction's model, checked against the
+  // job's layout, evaluated by the trainer on its data -> EvaluateResult; or an Error: kRejected
+  // when the trainer cannot evaluate, the privacy guard reports nothing computed from the data
+  // without noise, or the model is not the job's; kInternal when the evaluation failed.
+  std::vector<wire::Message> OnEvaluate(const wire::Message& msg,
+                                        const wire::EvaluateInstruction& evaluate);
+  // The trainer's Fit from `global`, its result checked, and the update: clipped to clip_norm
+  // (the instruction's, or the client policy's if smaller) and in local mode noised as the
+  // instruction says. `n`: the examples the round was admitted for (DP-SGD's sampling rate).
+  StatusOr<models::Update> TrainAndPrivatize(const wire::Message& msg,
+                                             const wire::FitInstruction& fit, double clip_norm,
+                                             int64_t n, const TensorList& global);
+  // The trainer's Fit, with its exceptions as errors.
+  StatusOr<FitResult> CallFit(const TensorList& global, const FitConfig& config);
   void LogSpend(uint64_t round, bool local, bool dp_sgd);
   privacy::NoiseSource& noise();
+  // The trainer's example count (0 when it throws).
+  int64_t num_examples() const;
   StatusOr<std::vector<wire::Message>> OnError(const wire::Message& msg, const wire::Error& err);
 
   std::string client_id_;
-  const data::DatasetView* data_;
+  std::unique_ptr<BuiltinTrainer> builtin_;  // the built-in trainer, when the agent owns one
+  Trainer* trainer_;                         // builtin_ or the user's
   spdlog::level::level_enum routine_level_;
-  std::optional<models::ModelSpec> model_;
-  std::string job_name_;  // from the Welcome
+  std::optional<models::ModelSpec> model_;  // the job's (its Layout: the tensors)
+  std::string job_name_;                    // from the Welcome
   PrivacyGuard guard_ = PrivacyGuard::Trusting();
   bool done_ = false;
   int64_t rounds_trained_ = 0;
   std::optional<privacy::NoiseSource> noise_;  // created on first use
-  kernels::Backend* backend_ = nullptr;        // not owned; nullptr = the CPU
-  Silo* silo_ = nullptr;                       // not owned; nullptr = no silo
 
   // The update waiting for an upload grant.
   struct Pending {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/rng.h"
+#include "transport/zmq_transport.h"
 
 namespace huddle::client {
 namespace {
@@ -171,6 +172,32 @@ Status RunClient(ClientAgent& agent, transport::ClientTransport& transport,
     worker.Post(std::move(msg));
   }
   return absl::OkStatus();
+}
+
+StatusOr<PrivacyGuard> OpenPrivacyGuard(const ClientConfig& config) {
+  HUDDLE_ASSIGN_OR_RETURN(PrivacyGuard guard, PrivacyGuard::Open(config.privacy));
+  if (config.privacy.any()) {
+    auto local = guard.LocalSpent();
+    auto examples = guard.DpSgdSpent();
+    spdlog::info(
+        "privacy policy: {}{}; ledger {} ({} releases; local DP epsilon {:.4g}, DP-SGD epsilon "
+        "{:.4g} so far)",
+        config.privacy.local ? (config.privacy.local->require ? "local DP required" : "local DP")
+                             : "no local DP policy",
+        config.privacy.dp_sgd ? ", DP-SGD" : "", config.privacy.ledger_path, guard.entries().size(),
+        local.ok() ? local->epsilon : -1.0, examples.ok() ? examples->epsilon : -1.0);
+  } else if (!config.privacy.ledger_path.empty()) {
+    spdlog::info("privacy ledger {} ({} releases)", config.privacy.ledger_path,
+                 guard.entries().size());
+  }
+  return guard;
+}
+
+Status RunConfiguredClient(const ClientConfig& config, const transport::ZmqOptions& zopts,
+                           ClientAgent& agent, const std::atomic<bool>* stop) {
+  HUDDLE_ASSIGN_OR_RETURN(std::unique_ptr<transport::ClientTransport> transport,
+                          transport::ConnectZmqClient(config.coordinator, zopts));
+  return RunClient(agent, *transport, config.runner, *SteadyClock::Get(), stop);
 }
 
 }  // namespace huddle::client

@@ -16,23 +16,24 @@
 #include <cstdint>
 
 #include "client/agent.h"
+#include "client/config.h"
 #include "common/clock.h"
 #include "transport/transport.h"
 
 namespace huddle::client {
-
-struct RunnerOptions {
-  int64_t heartbeat_interval_ms = 1000;    // until the coordinator's Welcome says otherwise
-  int64_t coordinator_timeout_ms = 15000;  // silence after which the connection is renewed
-  int64_t backoff_initial_ms = 250;
-  int64_t backoff_max_ms = 8000;
-  int64_t give_up_after_ms = 0;  // 0: keep trying for ever
-};
 
 // Returns OK after a Shutdown (or *stop), the agent's fatal error, or Unavailable after
 // give_up_after_ms without a coordinator.
 Status RunClient(ClientAgent& agent, transport::ClientTransport& transport,
                  const RunnerOptions& options, const Clock& clock,
                  const std::atomic<bool>* stop = nullptr);
+
+// A configured client, as `huddle client` and the client SDK run it, in two steps:
+// OpenPrivacyGuard opens the client's privacy guard (config.privacy) and logs its policy and
+// ledger; RunConfiguredClient connects to config.coordinator with `zopts` and runs `agent` (its
+// guard set) with config.runner until RunClient returns.
+StatusOr<PrivacyGuard> OpenPrivacyGuard(const ClientConfig& config);
+Status RunConfiguredClient(const ClientConfig& config, const transport::ZmqOptions& zopts,
+                           ClientAgent& agent, const std::atomic<bool>* stop = nullptr);
 
 }  // namespace huddle::client

@@ -91,6 +91,13 @@ Status ConfigMap::Optional(std::string_view key, int64_t* out, int64_t lo, int64
   return absl::OkStatus();
 }
 
+Status ConfigMap::OptionalSeconds(std::string_view key, int64_t* out_ms, double lo, double hi) {
+  double s = static_cast<double>(*out_ms) / 1000.0;
+  HUDDLE_RETURN_IF_ERROR(Optional(key, &s, lo, hi));
+  *out_ms = static_cast<int64_t>(s * 1000.0);
+  return absl::OkStatus();
+}
+
 Status ConfigMap::Optional(std::string_view key, double* out, double lo, double hi) {
   HUDDLE_ASSIGN_OR_RETURN(auto v, Scalar(key));
   if (!v) return absl::OkStatus();

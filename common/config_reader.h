@@ -34,6 +34,8 @@ class ConfigMap {
 
   Status Optional(std::string_view key, int64_t* out, int64_t lo, int64_t hi);
   Status Optional(std::string_view key, double* out, double lo, double hi);
+  // Seconds (a number in [lo, hi]) into milliseconds.
+  Status OptionalSeconds(std::string_view key, int64_t* out_ms, double lo, double hi);
   Status Optional(std::string_view key, bool* out);
   Status Optional(std::string_view key, std::string* out);
   // A file or directory path: a relative one is resolved against the directory of the YAML file

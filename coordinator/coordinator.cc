@@ -50,6 +50,30 @@ Coordinator::Coordinator(CoordinatorOptions options, transport::ServerTransport*
 
 Status Coordinator::Initialise() {
   HUDDLE_RETURN_IF_ERROR(models::ValidateModelSpec(options_.model));
+  if (options_.initial_model) {
+    Status st = models::CheckParams(options_.model, *options_.initial_model);
+    if (st.ok()) st = CheckFinite(*options_.initial_model, "the initial model's");
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("initial model: ", st.message()));
+    }
+  } else if (options_.model.external()) {
+    return absl::InvalidArgumentError(
+        "the model is external (only its tensors are known): Huddle cannot initialise it; give "
+        "its initial values (CoordinatorOptions::initial_model: model.file in the job)");
+  }
+  if (options_.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
+    const FederatedEvalOptions& f = options_.federated_eval;
+    if (options_.privacy.mode != privacy::PrivacyMode::kNone || options_.train.dp_sgd) {
+      return absl::InvalidArgumentError(
+          "federated evaluation reports metrics computed from the clients' data without noise, "
+          "which the job's differential privacy (privacy.mode, train.dp_sgd) does not cover");
+    }
+    if (f.clients < 1 || f.deadline_ms <= 0 || !(f.max_weight_ratio >= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "federated evaluation needs clients >= 1 (", f.clients, "), deadline_ms > 0 (",
+          f.deadline_ms, ") and max_weight_ratio >= 1 (", f.max_weight_ratio, ")"));
+    }
+  }
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   HUDDLE_RETURN_IF_ERROR(CheckOutputDir(options_));
   const std::string ckpt_path = Path(options_.out_dir, kCheckpointFile);
@@ -102,7 +126,9 @@ Status Coordinator::Initialise() {
     spdlog::info("resuming job '{}' after round {} from {}", options_.job_name,
                  ckpt.completed_round, ckpt_path);
   } else {
-    model_ = models::InitModel(options_.model, DeriveSeed(options_.seed, kInitStream));
+    model_ = options_.initial_model
+                 ? *options_.initial_model
+                 : models::InitModel(options_.model, DeriveSeed(options_.seed, kInitStream));
     if (!options_.out_dir.empty()) {
       // A fresh start (CheckOutputDir allowed it): nothing of an earlier job may mix with this one.
       std::error_code ec;
@@ -396,6 +422,11 @@ void Coordinator::Handle(transport::Inbound in) {
     const auto code = absl::IsFailedPrecondition(err) ? wire::ErrorCode::kVersionMismatch
                                                       : wire::ErrorCode::kMalformed;
     Reply(in.peer, wire::MakeError(code, std::string(err.message()), current));
+    if (id_it != peer_to_id_.end() && EvaluationPending(id_it->second)) {
+      // Garbage in answer to an evaluation: the client fails for it now, not at its deadline.
+      eval_->metrics.rejected++;
+      FailEvaluator(id_it->second, "sent a malformed message while evaluating");
+    }
     if (round_ && id_it != peer_to_id_.end()) {
       // A member holding an upload slot that sends garbage gives the slot back now, not at
       // round.upload_timeout_s: it cannot hold up the others.
@@ -440,7 +471,14 @@ void Coordinator::Handle(transport::Inbound in) {
       OnFitResult(id, msg);
       return;
     case wire::MessageType::kError:
-      OnClientError(id, msg);
+      if (EvaluationPending(id) && msg.round == eval_->round) {
+        OnEvaluateError(id, msg);
+      } else {
+        OnClientError(id, msg);
+      }
+      return;
+    case wire::MessageType::kEvaluateResult:
+      OnEvaluateResult(id, msg);
       return;
     default: {
       Warn("messages of a type a client may not send", id, [&] {
@@ -843,8 +881,12 @@ Status Coordinator::FinishRound(Round& round) {
     no_update_reasons_.clear();
   }
   const bool last = round.number == static_cast<uint64_t>(options_.rounds);
-  if (evaluator_ && options_.eval_every > 0 &&
-      (round.number % static_cast<uint64_t>(options_.eval_every) == 0 || last)) {
+  const bool due = options_.eval_every > 0 &&
+                   (round.number % static_cast<uint64_t>(options_.eval_every) == 0 || last);
+  if (due && options_.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
+    // Between this round and the next, bounded by its own deadline (federated_eval.cc).
+    HUDDLE_RETURN_IF_ERROR(FederatedEvaluate(round.number, &m));
+  } else if (due && evaluator_) {
     HUDDLE_RETURN_IF_ERROR(Evaluate(round.number, &m));
   }
   m.elapsed_s = elapsed_before_s_ + (clock_->NowMs() - started_ms_) / 1000.0;
@@ -970,6 +1012,18 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
                      {"elapsed_s", elapsed_s},
                      {"bytes_in", bytes_in},
                      {"bytes_out", bytes_out}};
+  }
+  if (options.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
+    nlohmann::ordered_json e;
+    e["mode"] = "federated";
+    e["evaluations"] = federated_evaluations;
+    e["without_answers"] = evaluations_without_answers;
+    if (final_evaluation_unanswered) {
+      e["final"] =
+          "no answers: no client answered the evaluation of the final model in time, so its "
+          "accuracy is unknown (final_test_accuracy is null)";
+    }
+    j["evaluation"] = std::move(e);
   }
   if (!stop_reason.empty()) j["stopped_early"] = stop_reason;
   if (!failure.empty()) {

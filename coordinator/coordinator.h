@@ -7,6 +7,11 @@
 // metrics and a checkpoint. See RunRound() in coordinator.cc for the round state machine, and
 // docs/protocol.md for the messages.
 //
+// The model may be external (models::ModelSpec::External: only its tensors are known): every step
+// above only sees tensors, so it runs unchanged; its initial values come from
+// CoordinatorOptions::initial_model, and it is evaluated, if at all, by the clients (federated
+// evaluation, FederatedEvaluate() in federated_eval.cc: between rounds, with its own deadline).
+//
 // Nothing a client sends can crash it or stall a round past its deadline: malformed, wrong-round,
 // wrong-shaped, non-finite or unsolicited messages are answered with an Error (or dropped),
 // logged with the peer's identity and counted in the round's metrics; the model never changes
@@ -57,6 +62,12 @@ struct JobSummary {
   bool private_noise = true;  // false (seeded noise): epsilon is nominal, reported as not private
   std::string stop_reason;    // why the job ended before its last round ("" = it did not)
   std::string failure;        // why the job failed (it trained nothing); "" when it did not
+  // Federated evaluation (this run): evaluations run, and how many had no accepted answer. When the
+  // latest one had none, final_test_accuracy and final_test_loss are null (unknown) and
+  // `final_evaluation_unanswered` says so; best_* keep the best answered evaluation.
+  int64_t federated_evaluations = 0;
+  int64_t evaluations_without_answers = 0;
+  bool final_evaluation_unanswered = false;
   std::string ToJson(const CoordinatorOptions& options) const;
 };
 
@@ -167,6 +178,18 @@ class Coordinator {
   Status SaveCheckpoint();
   // The global model after `round`, on the evaluator: into *metrics and the summary.
   Status Evaluate(uint64_t round, RoundMetrics* metrics);
+  // Federated evaluation (coordinator/federated_eval.cc): the global model after `round` sent to
+  // up to federated_eval.clients live clients, their answers validated and averaged (weights
+  // capped) until all answered or the evaluation's deadline: into *metrics and the summary.
+  Status FederatedEvaluate(uint64_t round, RoundMetrics* metrics);
+  std::vector<std::string> SampleEvaluators(uint64_t round) const;
+  void OnEvaluateResult(const std::string& id, const wire::Message& msg);
+  // Whether the open evaluation is waiting for an answer from `id`.
+  bool EvaluationPending(const std::string& id) const;
+  // `id` fails for the open evaluation (its Error, a malformed or refused answer, silence).
+  void FailEvaluator(const std::string& id, const char* why);
+  // Its Error answering the evaluation: declined (kRejected) or failed.
+  void OnEvaluateError(const std::string& id, const wire::Message& msg);
   Status Finish();
 
   CoordinatorOptions options_;
@@ -186,6 +209,23 @@ class Coordinator {
   std::map<std::string, ClientRecord> clients_;  // by client id: sorted, so sampling is stable
   std::unordered_map<transport::PeerId, std::string> peer_to_id_;
   std::optional<Round> round_;
+  // An open federated evaluation (between rounds).
+  enum class EvalState { kPending, kAnswered, kFailed };
+  struct EvalAnswer {
+    uint64_t examples = 0;  // as claimed, in [1, aggregation.max_weight]
+    double loss = 0;
+    double accuracy = 0;
+  };
+  struct EvalRun {
+    uint64_t round = 0;
+    uint64_t model_version = 0;
+    int64_t deadline_ms = 0;
+    std::map<std::string, EvalState> members;
+    std::map<std::string, std::string> nonces;
+    std::map<std::string, EvalAnswer> answers;
+    RoundMetrics::FederatedEval metrics;
+  };
+  std::optional<EvalRun> eval_;
   // Counters for messages that arrive between rounds, added to the next round's metrics.
   int64_t pending_stale_ = 0;
   int64_t pending_malformed_ = 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "aggregation/server_optimizer.h"
@@ -22,11 +23,27 @@ struct CohortOptions {
   double rate = 0.1;
 };
 
+// Federated evaluation (`evaluation: {mode: federated}`): the clients evaluate the global model on
+// their own data, for a model the coordinator cannot evaluate (an external one) or a job without
+// test data on the server. It runs between rounds (coordinator/federated_eval.cc).
+struct FederatedEvalOptions {
+  int64_t clients = 10;         // clients asked each time (fewer when fewer are live)
+  int64_t deadline_ms = 60000;  // answers after this are ignored; the next round then starts
+  // An answer's weight (its example count, at most aggregation.max_weight) is capped at this
+  // multiple of the lower median count of the evaluation's answers, so that one client lying
+  // about its data cannot dominate the mean.
+  double max_weight_ratio = 4;
+};
+
 struct CoordinatorOptions {
   std::string job_name = "huddle";
   uint64_t seed = 1;  // model init, cohort sampling, client seeds
   int64_t rounds = 20;
   models::ModelSpec model;
+  // The initial global model, in Layout(model) order (checked against it, and finite). null: the
+  // seeded models::InitModel, which an external model does not have (it must be given). Shared so
+  // that copies of the options do not copy the model. A checkpoint, when resuming, wins over it.
+  std::shared_ptr<const TensorList> initial_model;
   wire::TrainConfig train;  // sent to clients with every fit instruction
   CohortOptions cohort;
 
@@ -49,7 +66,13 @@ struct CoordinatorOptions {
   double max_weight_ratio = 4;
   privacy::PrivacyOptions privacy;  // client-level DP (docs/privacy.md); mode none by default
 
-  int64_t eval_every = 1;                // evaluate every k rounds (0: never)
+  enum class EvalMode { kServer, kFederated };
+  // kServer: the Evaluator given to the Coordinator (e.g. on the test set); kFederated: the
+  // clients (FederatedEvalOptions). Either writes test_accuracy and test_loss of the round.
+  EvalMode eval_mode = EvalMode::kServer;
+  int64_t eval_every = 1;  // evaluate every k rounds and after the last (0: never)
+  FederatedEvalOptions federated_eval;
+
   int64_t heartbeat_interval_ms = 1000;  // told to clients
   int64_t client_timeout_ms = 10000;     // silent this long -> considered gone (0: never)
   // The job fails (non-zero exit) after this many rounds in a row that accepted no update.

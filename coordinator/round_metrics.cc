@@ -48,6 +48,19 @@ void AddCounts(const RoundMetrics& m, Json* j) {
   (*j)["connections_cut"] = m.connections_cut;
 }
 
+// {"mode": "federated", "clients_asked": ..., ...}: which evaluation the test_* values are.
+Json FederatedJson(const RoundMetrics::FederatedEval& f) {
+  Json j;
+  j["mode"] = "federated";
+  j["clients_asked"] = f.asked;
+  j["clients_answered"] = f.answered;
+  j["rejected"] = f.rejected;
+  j["declined"] = f.declined;
+  j["weight"] = f.weight;
+  j["weight_capped"] = f.weight_capped;
+  return j;
+}
+
 // ... and timings and traffic.
 void AddTimings(const RoundMetrics& m, Json* j) {
   (*j)["duration_s"] = m.duration_s;
@@ -95,6 +108,7 @@ std::string RoundMetrics::ToJson() const {
   j["train_loss"] = Maybe(train_loss);
   j["test_accuracy"] = Maybe(test_accuracy);
   j["test_loss"] = Maybe(test_loss);
+  if (federated_eval) j["evaluation"] = FederatedJson(*federated_eval);
   AddTimings(*this, &j);
   return j.dump();
 }
@@ -117,6 +131,13 @@ std::string RoundMetrics::ProgressLine() const {
   if (!updated) line += " | no quorum, model unchanged";
   if (test_accuracy)
     line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);
+  if (federated_eval && test_accuracy) {
+    line +=
+        fmt::format(" (federated, {}/{} clients)", federated_eval->answered, federated_eval->asked);
+  } else if (federated_eval) {
+    line += fmt::format(" | federated evaluation: no answers ({} clients asked)",
+                        federated_eval->asked);
+  }
   if (privacy && !privacy->is_private) {
     line += fmt::format(" | NOT PRIVATE (seeded noise; nominal eps {:.4g})", privacy->epsilon);
   } else if (privacy) {

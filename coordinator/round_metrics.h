@@ -38,8 +38,20 @@ struct RoundMetrics {
   bool updated = false;              // quorum met and the model changed
   int64_t examples = 0;              // sum of the accepted results' example counts
   std::optional<double> train_loss;  // example-weighted mean over accepted results
-  std::optional<double> test_accuracy;  // server-side evaluation, when due
+  std::optional<double> test_accuracy;  // evaluation of the round's model, when due
   std::optional<double> test_loss;
+  // Federated evaluation (evaluation.mode federated), when one ran after this round: test_accuracy
+  // and test_loss are then the weighted means of the clients' accepted answers (null when none
+  // was accepted).
+  struct FederatedEval {
+    int64_t asked = 0;          // clients sent the EvaluateInstruction
+    int64_t answered = 0;       // answers accepted into the means
+    int64_t rejected = 0;       // answers refused (wrong nonce or round, out of range, duplicate)
+    int64_t declined = 0;       // clients that answered with an Error (cannot evaluate, or policy)
+    int64_t weight = 0;         // sum of the accepted answers' weights (capped example counts)
+    int64_t weight_capped = 0;  // accepted answers whose example count was capped
+  };
+  std::optional<FederatedEval> federated_eval;
   double duration_s = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;

@@ -1,5 +1,6 @@
 #include "coordinator/update_check.h"
 
+#include <cmath>
 #include <variant>
 
 namespace huddle::coordinator {
@@ -50,6 +51,45 @@ StatusOr<std::vector<std::span<const float>>> CheckUpdate(const wire::Message& m
     spans.push_back(msg.tensors[i].floats());
   }
   return spans;
+}
+
+Status CheckEvaluation(const wire::Message& msg, const EvaluationExpectation& want) {
+  const auto* result = std::get_if<wire::EvaluateResult>(&msg.body);
+  if (result == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected an EvaluateResult, got ", wire::MessageTypeName(msg.type())));
+  }
+  if (msg.round != want.round) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation is of round ", msg.round, "'s model; round ", want.round, "'s is evaluated"));
+  }
+  if (result->nonce != want.nonce) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation's nonce does not match the instruction this client was sent after round ",
+        want.round, " (a replayed or forged answer)"));
+  }
+  if (result->model_version != want.model_version) {
+    return absl::InvalidArgumentError(absl::StrCat("evaluation is of model version ",
+                                                   result->model_version, "; version ",
+                                                   want.model_version, " was sent"));
+  }
+  if (result->num_examples < 1 || result->num_examples > static_cast<uint64_t>(want.max_examples)) {
+    return absl::InvalidArgumentError(absl::StrCat("num_examples ", result->num_examples,
+                                                   " is outside [1, ", want.max_examples, "]"));
+  }
+  if (!(std::isfinite(result->loss) && result->loss >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss ", result->loss, " is not a finite value >= 0"));
+  }
+  if (!(result->accuracy >= 0 && result->accuracy <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("accuracy ", result->accuracy, " is outside [0, 1]"));
+  }
+  if (!msg.tensors.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an evaluation carries no tensors; this one has ", msg.tensors.size()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace huddle::coordinator

@@ -33,4 +33,18 @@ struct UpdateExpectation {
 StatusOr<std::vector<std::span<const float>>> CheckUpdate(const wire::Message& msg,
                                                           const UpdateExpectation& want);
 
+// What an EvaluateResult (federated evaluation) must answer.
+struct EvaluationExpectation {
+  uint64_t round = 0;  // whose model was sent
+  uint64_t model_version = 0;
+  std::string nonce;         // of the EvaluateInstruction this client was sent
+  int64_t max_examples = 0;  // num_examples must lie in [1, max_examples]
+};
+
+// OK, or InvalidArgument naming the first field of the EvaluateResult that differs from `want` or
+// lies out of range: round, nonce, model version, num_examples, loss (finite, >= 0), accuracy
+// (in [0, 1]), no tensors. The codec has already checked the nonce's length and that the doubles
+// are finite; this checks again, so that nothing depends on which transport delivered it.
+Status CheckEvaluation(const wire::Message& msg, const EvaluationExpectation& want);
+
 }  // namespace huddle::coordinator

@@ -63,4 +63,28 @@ StatusOr<Dataset> LoadClientData(const DataSpec& spec) {
   return spec.format == "idx" ? LoadIdx(spec) : LoadCsv(spec);
 }
 
+Status ReadDataSpec(ConfigMap& m, DataSpec* spec, bool shard_keys) {
+  HUDDLE_RETURN_IF_ERROR(m.OptionalPath("path", &spec->path));
+  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("format", &spec->format, {"idx", "csv"}));
+  std::string partition =
+      spec->partitioned
+          ? (spec->partition.kind == PartitionOptions::Kind::kIid ? "iid" : "dirichlet")
+          : "none";
+  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("partition", &partition, {"none", "iid", "dirichlet"}));
+  spec->partitioned = partition != "none";
+  spec->partition.kind =
+      partition == "dirichlet" ? PartitionOptions::Kind::kDirichlet : PartitionOptions::Kind::kIid;
+  HUDDLE_RETURN_IF_ERROR(m.Optional("alpha", &spec->partition.alpha, 1e-3, 1e6));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("num_classes", &spec->num_classes, 2, 1 << 16));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("scale_255", &spec->csv_scale_255));
+  int64_t seed = static_cast<int64_t>(spec->partition.seed);
+  HUDDLE_RETURN_IF_ERROR(m.Optional("seed", &seed, 0, INT64_MAX));
+  spec->partition.seed = static_cast<uint64_t>(seed);
+  if (shard_keys) {
+    HUDDLE_RETURN_IF_ERROR(m.Optional("num_shards", &spec->partition.num_shards, 1, 1 << 20));
+    HUDDLE_RETURN_IF_ERROR(m.Optional("shard", &spec->shard, 0, (1 << 20) - 1));
+  }
+  return m.Finish();
+}
+
 }  // namespace huddle::data

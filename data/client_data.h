@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/config_reader.h"
 #include "common/status.h"
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
@@ -37,6 +38,10 @@ struct DataSpec {
 // Loads the rows of `spec` that belong to this client (see above). Errors: InvalidArgument for a
 // bad spec (unknown format, shard outside [0, num_shards), ...) and whatever the loaders and
 // Partition return.
+// A `data:` section of a job or client YAML into *spec (keys path, format, partition, alpha,
+// num_classes, scale_255, seed; num_shards and shard when shard_keys). Errors name the key.
+Status ReadDataSpec(ConfigMap& m, DataSpec* spec, bool shard_keys);
+
 StatusOr<Dataset> LoadClientData(const DataSpec& spec);
 
 }  // namespace huddle::data

@@ -596,6 +596,7 @@ StatusOr<DataParallelStats> TrainDataParallel(Collective& collective, const mode
                                               const data::DatasetView& data, TensorList* params) {
   const auto start = SteadyTime::now();
   if (params == nullptr) return absl::InvalidArgumentError("TrainDataParallel: params is null");
+  HUDDLE_RETURN_IF_ERROR(models::CheckBuiltIn(spec));
   HUDDLE_RETURN_IF_ERROR(ValidateDataParallelOptions(options));
   HUDDLE_RETURN_IF_ERROR(models::CheckParams(spec, *params));  // the data: Trainer::Create
 

@@ -12,9 +12,10 @@
 //      "malformed message: ..." or FailedPrecondition "protocol version mismatch ...".
 //   2. A decoded message keeps the codec's promises: protocol version, every extra frame a chunk of
 //      a tensor (fuzz inputs use kChunkBytes = 32, so small inputs reach multi-chunk tensors and
-//      their reassembly), tensors only on FitInstruction/FitResult, valid and 4-byte aligned
-//      tensors whose bytes equal their frames', string limits, 16-byte nonces, finite doubles, a
-//      known error code.
+//      their reassembly), tensors only on FitInstruction/FitResult/EvaluateInstruction, valid and
+//      4-byte aligned tensors whose bytes equal their frames', string limits (and an external
+//      model's tensor specs within the tensor limits), 16-byte nonces, finite doubles, a known
+//      error code.
 //   3. Round trip: EncodeToFrames then Decode succeeds and gives a message equal in every field
 //      (doubles and tensor bytes bitwise), and encodes to the same header bytes again.
 //   4. For a FitResult: CheckUpdate against TheFuzzRound() never crashes; if it passes, the spans
@@ -92,6 +93,15 @@ struct SameFields {
   bool operator()(const wire::Shutdown& a, const wire::Shutdown& b) const {
     return a.reason == b.reason;
   }
+  bool operator()(const wire::EvaluateInstruction& a, const wire::EvaluateInstruction& b) const {
+    return a.model_version == b.model_version && a.nonce == b.nonce &&
+           a.deadline_ms == b.deadline_ms;
+  }
+  bool operator()(const wire::EvaluateResult& a, const wire::EvaluateResult& b) const {
+    return a.num_examples == b.num_examples && SameDouble(a.loss, b.loss) &&
+           SameDouble(a.accuracy, b.accuracy) && a.model_version == b.model_version &&
+           a.nonce == b.nonce;
+  }
   template <typename A, typename B>
   bool operator()(const A&, const B&) const {
     return false;  // different alternatives
@@ -142,8 +152,9 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
   }
   Require(tensor_frames + 1 == frames.size(), "tensor chunks != frames - 1");
   Require(m.sender.size() <= limits.max_string_bytes, "sender over the limit");
-  const bool carries =
-      m.type() == wire::MessageType::kFitInstruction || m.type() == wire::MessageType::kFitResult;
+  const bool carries = m.type() == wire::MessageType::kFitInstruction ||
+                       m.type() == wire::MessageType::kFitResult ||
+                       m.type() == wire::MessageType::kEvaluateInstruction;
   Require(carries || m.tensors.empty(), "tensors on a message type that carries none");
   size_t next_frame = 1;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
@@ -180,6 +191,14 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
       Require(b.model.kind.size() <= limits.max_string_bytes, "welcome.model.kind over the limit");
       Require(b.model.hidden.size() <= 64, "welcome.model.hidden over 64 layers");
       Require(b.model.layers.size() <= 256, "welcome.model.layers over 256 layers");
+      Require(b.model.tensors.size() <= limits.max_tensors, "welcome.model.tensors over the limit");
+      for (const TensorSpec& t : b.model.tensors) {
+        Require(!t.name.empty() && t.name.size() <= limits.max_string_bytes,
+                "welcome.model.tensors name empty or over the limit");
+        Require(t.dtype == DType::kFloat32, "welcome.model.tensors dtype is not float32");
+        Require(ValidateShape(t.shape, limits.max_tensor_elements, "tensor").ok(),
+                "welcome.model.tensors shape invalid");
+      }
     }
     void operator()(const wire::FitInstruction& b) const {
       Require(b.nonce.size() == wire::kNonceBytes, "fit_instruction.nonce size");
@@ -204,6 +223,14 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
     }
     void operator()(const wire::Shutdown& b) const {
       Require(b.reason.size() <= limits.max_text_bytes, "shutdown.reason over the limit");
+    }
+    void operator()(const wire::EvaluateInstruction& b) const {
+      Require(b.nonce.size() == wire::kNonceBytes, "evaluate_instruction.nonce size");
+    }
+    void operator()(const wire::EvaluateResult& b) const {
+      Require(b.nonce.size() == wire::kNonceBytes, "evaluate_result.nonce size");
+      Require(std::isfinite(b.loss) && std::isfinite(b.accuracy),
+              "evaluate_result has a non-finite double");
     }
     void operator()(const wire::UploadGrant&) const {}
     void operator()(const wire::Heartbeat&) const {}

@@ -1,6 +1,7 @@
 // make_seed_corpus OUT_DIR: writes the seed corpus of codec_fuzzer into OUT_DIR (created if
 // missing; existing seeds are overwritten): one valid message of every type in the fuzzer's input
-// format (fuzz/fuzz_input.h), FitResults that pass CheckUpdate and Fold against TheFuzzRound()
+// format (fuzz/fuzz_input.h; including a Welcome of an external model and the federated
+// evaluation messages, with near misses: a NaN loss, tensors on an EvaluateResult), FitResults that pass CheckUpdate and Fold against TheFuzzRound()
 // (aligned and misaligned frames, the largest weight and values), and near misses that fail one
 // check each (shape, NaN, inf, bound, nonce, round, model version, examples, tensor count, frame
 // size, protocol version, tensors on a Heartbeat).
@@ -113,6 +114,30 @@ void WriteOtherTypes(SeedWriter& w) {
   w.Write("error", MakeError(ErrorCode::kWrongRound,
                              "round 6 is over; the coordinator is in round 7", kRound));
   w.Write("shutdown", MakeMessage(Shutdown{"job finished after 40 rounds"}, 40, "coordinator"));
+  // An external model (tensors only), and federated evaluation's two messages.
+  ModelSpec external;
+  external.kind = "external";
+  external.tensors = {TensorSpec{"conv1.weight", DType::kFloat32, {8, 1, 3, 3}},
+                      TensorSpec{"conv1.bias", DType::kFloat32, {8}},
+                      TensorSpec{"head/kernel:0", DType::kFloat32, {10, 8}},
+                      TensorSpec{"scale", DType::kFloat32, {}}};
+  w.Write("welcome_external", MakeMessage(Welcome{"fuzz-job", external, 1500}, 0, "coordinator"));
+  Message evaluate = MakeMessage(EvaluateInstruction{kModelVersion, FuzzNonce(), 30000}, kRound,
+                                 "coordinator");
+  evaluate.tensors = Payloads(UpdateTensors());
+  w.Write("evaluate_instruction", evaluate);
+  w.Write("evaluate_result",
+          MakeMessage(EvaluateResult{500, 0.4375, 0.875, kModelVersion, FuzzNonce()}, kRound,
+                      "client-17"));
+  w.Write("evaluate_result_nan_loss",
+          MakeMessage(EvaluateResult{500, std::numeric_limits<double>::quiet_NaN(), 0.875,
+                                     kModelVersion, FuzzNonce()},
+                      kRound, "client-17"));
+  Message result_with_tensors =
+      MakeMessage(EvaluateResult{500, 0.4375, 0.875, kModelVersion, FuzzNonce()}, kRound,
+                  "client-17");
+  result_with_tensors.tensors = Payloads(UpdateTensors());
+  w.Write("evaluate_result_with_tensors", result_with_tensors);
 
   Message old_version = MakeMessage(Heartbeat{}, kRound, "client-17");
   old_version.protocol_version = 1;

@@ -124,6 +124,7 @@ StatusOr<int64_t> DpSgdSteps(int64_t epochs, int64_t n, int64_t expected_batch_s
 }
 
 Status CheckDpSgdModel(const ModelSpec& spec) {
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   if (!spec.has_batch_norm()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       "DP-SGD cannot train a model with a batch_norm layer: batch normalization mixes the examples "
@@ -381,6 +382,7 @@ StatusOr<DpSgdStats> TrainDpSgd(const ModelSpec& spec, const TrainOptions& optio
   const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
   if (params == nullptr) return absl::InvalidArgumentError("TrainDpSgd: params is null");
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   HUDDLE_RETURN_IF_ERROR(CheckParams(spec, *params));  // the data: Trainer::Create
 
   kernels::FlushDenormalsScope flush_denormals;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "common/rng.h"
 #include "kernels/scattering.h"
@@ -188,6 +189,78 @@ bool FeedsRelu(const ModelSpec& spec, size_t i) {
   return false;
 }
 
+constexpr char kExternalRefusal[] =
+    "the model is external (only its tensors are known): Huddle's built-in trainers cannot train "
+    "or evaluate it; clients bring their own trainer (client SDK)";
+
+// Tensor names: printable, safe in logs, file names and metrics, and PyTorch's state_dict keys
+// ("layer1.0.conv1.weight", "module.fc.bias") and TensorFlow-style ones ("dense/kernel:0").
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == ':' || c == '/' || c == '-';
+}
+
+Status ValidateExternal(const ModelSpec& spec) {
+  if (!spec.input.empty() || !spec.layers.empty()) {
+    return absl::InvalidArgumentError(
+        "an external model is its tensors only: its input and layers must be empty");
+  }
+  if (spec.tensors.size() > kMaxExternalTensors) {
+    return absl::InvalidArgumentError(absl::StrCat("the external model has ", spec.tensors.size(),
+                                                   " tensors; the maximum is ",
+                                                   kMaxExternalTensors));
+  }
+  std::set<std::string_view> names;
+  int64_t params = 0;
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    const TensorSpec& t = spec.tensors[i];
+    const std::string shown = t.name.substr(0, 64) + (t.name.size() > 64 ? "..." : "");
+    const std::string where = absl::StrCat("model tensor ", i, " ('", shown, "')");
+    if (t.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("model tensor ", i, " has an empty name"));
+    }
+    if (t.name.size() > kMaxTensorNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the name is ", t.name.size(),
+                                                     " bytes; the maximum is ",
+                                                     kMaxTensorNameBytes));
+    }
+    for (char c : t.name) {
+      if (!IsNameChar(c)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model tensor ", i, ": its name has the byte ",
+                         static_cast<int>(static_cast<unsigned char>(c)),
+                         "; names are characters of [A-Za-z0-9_.:/-]"));
+      }
+    }
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": another tensor has the same name; names must be unique"));
+    }
+    if (t.dtype != DType::kFloat32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": dtype ", DTypeName(t.dtype), "; only float32 is supported"));
+    }
+    HUDDLE_RETURN_IF_ERROR(ValidateShape(t.shape, kMaxExternalTensorElements, where));
+    params += t.NumElements();
+    if (params > kMaxParams) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the model reaches ", params,
+                                                     " parameters; the maximum is ", kMaxParams));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// 215370 -> "215,370".
+std::string WithThousands(int64_t n) {
+  std::string digits = absl::StrCat(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace
 
 bool HasParameters(LayerKind kind) {
@@ -221,9 +294,17 @@ ModelSpec::ModelSpec(const MlpSpec& mlp) : input{mlp.input_dim} {
   layers.push_back({.kind = LayerKind::kDense, .out = mlp.num_classes});
 }
 
-int64_t ModelSpec::input_dim() const { return Product(input); }
+ModelSpec ModelSpec::External(ModelLayout tensors) {
+  ModelSpec spec;
+  spec.input.clear();
+  spec.tensors = std::move(tensors);
+  return spec;
+}
+
+int64_t ModelSpec::input_dim() const { return external() ? 0 : Product(input); }
 
 int64_t ModelSpec::num_classes() const {
+  if (external()) return 0;
   auto shapes = LayerShapes(*this);
   if (!shapes.ok() || shapes->empty()) return 0;
   return shapes->back()[0];
@@ -234,7 +315,13 @@ bool ModelSpec::has_batch_norm() const {
                      [](const LayerSpec& l) { return l.kind == LayerKind::kBatchNorm; });
 }
 
+Status CheckBuiltIn(const ModelSpec& spec) {
+  if (spec.external()) return absl::FailedPreconditionError(kExternalRefusal);
+  return absl::OkStatus();
+}
+
 StatusOr<std::vector<std::vector<int64_t>>> LayerShapes(const ModelSpec& spec) {
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   if (spec.input.size() != 1 && spec.input.size() != 3) {
     return absl::InvalidArgumentError(absl::StrCat("model input is ", ShapeString(spec.input),
                                                    "; it must be [features] or [channels, "
@@ -275,10 +362,13 @@ StatusOr<std::vector<std::vector<int64_t>>> LayerShapes(const ModelSpec& spec) {
   return shapes;
 }
 
-Status ValidateModelSpec(const ModelSpec& spec) { return LayerShapes(spec).status(); }
+Status ValidateModelSpec(const ModelSpec& spec) {
+  if (spec.external()) return ValidateExternal(spec);
+  return LayerShapes(spec).status();
+}
 
 std::optional<MlpSpec> AsMlp(const ModelSpec& spec) {
-  if (spec.input.size() != 1 || spec.layers.empty()) return std::nullopt;
+  if (spec.external() || spec.input.size() != 1 || spec.layers.empty()) return std::nullopt;
   MlpSpec mlp;
   mlp.input_dim = spec.input[0];
   mlp.hidden.clear();
@@ -297,6 +387,11 @@ std::string DescribeModel(const ModelSpec& spec) {
     for (int64_t w : mlp->hidden) absl::StrAppend(&s, "-", w);
     absl::StrAppend(&s, "-", mlp->num_classes, mlp->batch_norm ? " (batch norm)" : "");
     return s;
+  }
+  if (spec.external()) {
+    return absl::StrCat("external model: ", spec.tensors.size(),
+                        spec.tensors.size() == 1 ? " tensor, " : " tensors, ",
+                        WithThousands(TotalElements(spec.tensors)), " parameters");
   }
   std::string s;
   for (size_t d = 0; d < spec.input.size(); ++d) absl::StrAppend(&s, d ? "x" : "", spec.input[d]);
@@ -317,6 +412,7 @@ std::string DescribeModel(const ModelSpec& spec) {
 }
 
 ModelLayout Layout(const ModelSpec& spec) {
+  if (spec.external()) return spec.tensors;
   ModelLayout layout, running;
   std::vector<int64_t> counters(std::size(kKindNames), 0);
   Shape in = spec.input;
@@ -355,13 +451,14 @@ ModelLayout Layout(const ModelSpec& spec) {
 }
 
 size_t NumTrainable(const ModelSpec& spec) {
+  if (spec.external()) return spec.tensors.size();
   size_t n = 0;
   for (const LayerSpec& l : spec.layers) n += HasParameters(l.kind) ? 2 : 0;
   return n;
 }
 
 TensorList InitModel(const ModelSpec& spec, uint64_t seed) {
-  if (!ValidateModelSpec(spec).ok()) return {};
+  if (spec.external() || !ValidateModelSpec(spec).ok()) return {};
   const ModelLayout layout = Layout(spec);
   TensorList params;
   params.reserve(layout.size());

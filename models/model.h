@@ -28,6 +28,17 @@
 // output layer. A ModelSpec converts from it implicitly, with the MLP's parameter names and order
 // of earlier releases, so MLP model files and checkpoints keep loading.
 //
+// An external model (ModelSpec::External) is one whose architecture is not in this layer set: a
+// user's own PyTorch or C++ network, trained by the clients' own trainers (client SDK). Huddle
+// knows only its tensors, a ModelLayout (names, shapes, float32) held in `tensors`; `input` and
+// `layers` are empty. A non-empty `tensors` is what makes a spec external. The coordinator
+// aggregates, clips, noises, checkpoints and writes such a model like any other (all of that only
+// sees tensors), but nothing here can run it: InitModel gives no values (the initial model comes
+// from the job's model file), input_dim() and num_classes() are 0, and every built-in training and
+// evaluation entry point (Trainer::Create, TrainModel, TrainDpSgd, TrainUpdate, EvaluateModel,
+// Evaluator::Create, CheckDpSgdModel, the datacenter trainer) refuses it with CheckBuiltIn's
+// FailedPrecondition.
+//
 // Parameters live in a TensorList the caller owns, in Layout(spec) order: every layer's trainable
 // tensors in layer order, named by kind and a per-kind counter (fc<k>.weight, fc<k>.bias for dense;
 // conv<k>.*, bn<k>.weight/bias, gn<k>.weight/bias), then the running statistics
@@ -114,15 +125,21 @@ struct LayerSpec {
 struct ModelSpec {
   std::vector<int64_t> input = {784};  // one example's shape: [features] or [c, h, w]
   std::vector<LayerSpec> layers;
+  // External models only (see above): the model's tensors, in order. Empty for a layer list.
+  ModelLayout tensors;
   bool operator==(const ModelSpec&) const = default;
 
   ModelSpec() = default;
   // The MLP shorthand (implicit: wherever a model is expected, an MlpSpec will do).
   ModelSpec(const MlpSpec& mlp);  // NOLINT(google-explicit-constructor)
+  // An external model of these tensors (`input` and `layers` empty). ValidateModelSpec checks it.
+  static ModelSpec External(ModelLayout tensors);
 
-  // Product of `input`: the features per example the data must have.
+  // Whether only the model's tensors are known (Huddle's built-in trainers cannot run it).
+  bool external() const { return !tensors.empty(); }
+  // Product of `input`: the features per example the data must have (0 for an external model).
   int64_t input_dim() const;
-  // Width of the last layer's output (0 when the spec does not validate).
+  // Width of the last layer's output (0 when the spec does not validate, or is external).
   int64_t num_classes() const;
   // Whether some layer is a batch norm (DP-SGD refuses those).
   bool has_batch_norm() const;
@@ -133,27 +150,48 @@ inline constexpr double kBatchNormEps = 1e-5;
 inline constexpr double kBatchNormMomentum = 0.1;
 inline constexpr double kGroupNormEps = 1e-5;
 
+// An external model's limits, set by what one wire message can carry (proto/codec.h: at most 256
+// tensors of at most 2^28 elements each), with names short enough that the Welcome describing
+// them always fits the codec's 64 KiB header.
+inline constexpr size_t kMaxExternalTensors = 256;
+inline constexpr size_t kMaxTensorNameBytes = 128;
+inline constexpr int64_t kMaxExternalTensorElements = int64_t{1} << 28;
+
 // Limits that keep layouts sane: input and every dimension in [1, 2^24], at most 256 layers, at
 // most 2^31 parameters and 2^26 activations per example in total, a flat output of >= 2 values.
 // The error names the layer (index and kind) and the dimension that does not fit, e.g.
 // "model layer 6 (dense) needs a flat input; it gets [64, 7, 7]: add a flatten layer before it".
+// An external spec: 1 to kMaxExternalTensors tensors with unique names of 1 to
+// kMaxTensorNameBytes characters of [A-Za-z0-9_.:/-], dtype float32, shapes valid for ValidateShape
+// (rank <= 8, every dimension >= 1, at most kMaxExternalTensorElements elements; a scalar's shape
+// is []), at most 2^31 parameters in total, and no `input` or `layers`. The error names the tensor,
+// e.g. "model tensor 3 ('layer1.0.conv1.weight'): shape [64,0,3,3] has a dimension < 1".
 Status ValidateModelSpec(const ModelSpec& spec);
 
-// Each layer's output shape for one example (layer i -> shapes[i]). Errors as ValidateModelSpec.
+// OK for a model of Huddle's layer set; for an external spec the FailedPrecondition every built-in
+// trainer and evaluator returns: "the model is external (only its tensors are known): Huddle's
+// built-in trainers cannot train or evaluate it; clients bring their own trainer (client SDK)".
+Status CheckBuiltIn(const ModelSpec& spec);
+
+// Each layer's output shape for one example (layer i -> shapes[i]). Errors as ValidateModelSpec;
+// CheckBuiltIn's error for an external spec (it has no layers).
 StatusOr<std::vector<std::vector<int64_t>>> LayerShapes(const ModelSpec& spec);
 
 // The MLP the spec is, when it is one (a spec that MlpSpec produces); for compact descriptions
 // and the wire format older agents understand.
 std::optional<MlpSpec> AsMlp(const ModelSpec& spec);
 
-// For logs: "mlp 784-128-10" (with " (batch norm)") for an MLP, otherwise e.g.
+// For logs: "mlp 784-128-10" (with " (batch norm)") for an MLP, "external model: 8 tensors,
+// 215,370 parameters" for an external one, otherwise e.g.
 // "1x28x28 conv2d 32 k5 p2 > relu > max_pool2d k2 > flatten > dense 10 (1,234,567 parameters)".
 std::string DescribeModel(const ModelSpec& spec);
 
-// Names and shapes of the parameters (see above). Precondition: ValidateModelSpec(spec).ok().
+// Names and shapes of the parameters (see above; an external spec's `tensors`). Precondition:
+// ValidateModelSpec(spec).ok().
 ModelLayout Layout(const ModelSpec& spec);
 
-// The number of leading Layout tensors that gradients train (all but the running statistics).
+// The number of leading Layout tensors that gradients train (all but the running statistics; all
+// of an external model's tensors, as far as Huddle can tell).
 size_t NumTrainable(const ModelSpec& spec);
 
 // Fresh parameters: the weights of a dense or conv2d layer uniform in [-b, b] with
@@ -161,7 +199,8 @@ size_t NumTrainable(const ModelSpec& spec);
 // dropout) is a ReLU (He/Kaiming uniform) and b = sqrt(3 / fan_in) otherwise (LeCun uniform: the
 // output layer, tanh); biases zero; normalisation weights and running variances 1, their biases
 // and running means 0. Tensor i draws from Rng(DeriveSeed(seed, i)). Returns an empty list for an
-// invalid spec.
+// invalid spec, and for an external one (there is no initialisation rule for an unknown network:
+// its initial values come from a model file).
 TensorList InitModel(const ModelSpec& spec, uint64_t seed);
 
 // OK iff `params` matches Layout(spec) exactly (count, names, shapes, data sizes); otherwise an

@@ -40,6 +40,7 @@ StatusOr<TrainStats> TrainModel(const ModelSpec& spec, const TrainOptions& optio
   const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
   if (params == nullptr) return absl::InvalidArgumentError("TrainModel: params is null");
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   HUDDLE_RETURN_IF_ERROR(CheckTrainOptions(options));
   HUDDLE_RETURN_IF_ERROR(CheckParams(spec, *params));  // the data: Trainer::Create
 
@@ -73,6 +74,7 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const ModelSpec& spec,
                                                        const data::DatasetView& data,
                                                        int64_t batch_size,
                                                        kernels::Backend* backend) {
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   if (batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));
@@ -118,6 +120,7 @@ StatusOr<EvalStats> Evaluator::Evaluate(const TensorList& params) {
 StatusOr<EvalStats> EvaluateModel(const ModelSpec& spec, const TensorList& params,
                                   const data::DatasetView& data, int64_t batch_size,
                                   kernels::Backend* backend) {
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   if (batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size is ", batch_size, "; it must be >= 1"));

@@ -46,6 +46,7 @@ Trainer::~Trainer() = default;
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const ModelSpec& spec, const TrainOptions& train,
                                                    const data::DatasetView& data, Loop loop) {
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   if (loop.world < 1 || loop.rank < 0 || loop.rank >= loop.world) {
     return absl::InvalidArgumentError(
         absl::StrCat("trainer rank ", loop.rank, " of a world of ", loop.world));

@@ -78,6 +78,7 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
                              const data::DatasetView& data, const TensorList& global) {
   const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
   const int64_t start_ms = clock->NowMs();
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   HUDDLE_RETURN_IF_ERROR(CheckUpdateOptions(options));
   HUDDLE_RETURN_IF_ERROR(CheckParams(spec, global));  // the data: Trainer::Create
   const int64_t n = data.size();

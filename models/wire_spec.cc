@@ -4,7 +4,22 @@ namespace huddle::models {
 
 StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec) {
   ModelSpec m;
-  if (spec.kind == "mlp") {
+  if (spec.kind != "external" && !spec.tensors.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("coordinator's model of kind '", spec.kind,
+                                                   "' lists tensors; only kind 'external' may"));
+  }
+  if (spec.kind == "external") {
+    if (spec.tensors.empty()) {
+      return absl::InvalidArgumentError(
+          "coordinator's external model lists no tensors; it needs at least one");
+    }
+    if (!spec.input_shape.empty() || !spec.layers.empty() || !spec.hidden.empty()) {
+      return absl::InvalidArgumentError(
+          "coordinator's external model also gives an input shape, layers or hidden widths; an "
+          "external model is its tensors only");
+    }
+    m = ModelSpec::External(spec.tensors);
+  } else if (spec.kind == "mlp") {
     MlpSpec mlp;
     mlp.input_dim = spec.input_dim;
     mlp.hidden = spec.hidden;
@@ -20,7 +35,7 @@ StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec) {
     }
   } else {
     return absl::InvalidArgumentError(absl::StrCat("coordinator asks for model kind '", spec.kind,
-                                                   "'; this agent supports: mlp, layers"));
+                                                   "'; this agent supports: mlp, layers, external"));
   }
   HUDDLE_RETURN_IF_ERROR(ValidateModelSpec(m));
   return m;
@@ -28,6 +43,11 @@ StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec) {
 
 wire::ModelSpec ModelSpecToWire(const ModelSpec& spec) {
   wire::ModelSpec w;
+  if (spec.external()) {
+    w.kind = "external";
+    w.tensors = spec.tensors;
+    return w;
+  }
   // An MLP travels as one, which agents of every release understand.
   if (std::optional<MlpSpec> mlp = AsMlp(spec)) {
     w.kind = "mlp";

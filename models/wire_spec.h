@@ -8,8 +8,9 @@
 
 namespace huddle::models {
 
-// InvalidArgument for a model kind other than "mlp" or "layers", an unknown layer kind, or an
-// invalid spec.
+// InvalidArgument for a model kind other than "mlp", "layers" or "external", an unknown layer
+// kind, tensors on a kind other than "external", an external model without tensors, or an invalid
+// spec (for an external one, ValidateModelSpec's error naming the tensor).
 StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec);
 wire::ModelSpec ModelSpecToWire(const ModelSpec& spec);
 TrainOptions TrainOptionsFromWire(const wire::TrainConfig& train);

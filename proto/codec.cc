@@ -53,6 +53,12 @@ void ToProto(const ModelSpec& m, pb::ModelSpec* p) {
     q->set_scales(l.scales);
     q->set_angles(l.angles);
   }
+  for (const TensorSpec& t : m.tensors) {
+    pb::TensorSpec* q = p->add_tensors();
+    q->set_name(t.name);
+    q->set_dtype(pb::DTYPE_FLOAT32);
+    for (int64_t d : t.shape) q->add_shape(d);
+  }
 }
 
 void ToProto(const TrainConfig& t, pb::TrainConfig* p) {
@@ -119,6 +125,20 @@ struct BodyToProto {
     p->set_message(b.message);
   }
   void operator()(const Shutdown& b) { h->mutable_shutdown()->set_reason(b.reason); }
+  void operator()(const EvaluateInstruction& b) {
+    auto* p = h->mutable_evaluate_instruction();
+    p->set_model_version(b.model_version);
+    p->set_nonce(b.nonce);
+    p->set_deadline_ms(b.deadline_ms);
+  }
+  void operator()(const EvaluateResult& b) {
+    auto* p = h->mutable_evaluate_result();
+    p->set_num_examples(b.num_examples);
+    p->set_loss(b.loss);
+    p->set_accuracy(b.accuracy);
+    p->set_model_version(b.model_version);
+    p->set_nonce(b.nonce);
+  }
 };
 
 StatusOr<ModelSpec> FromProto(const pb::ModelSpec& p, const CodecLimits& limits) {
@@ -139,6 +159,30 @@ StatusOr<ModelSpec> FromProto(const pb::ModelSpec& p, const CodecLimits& limits)
     HUDDLE_RETURN_IF_ERROR(CheckFinite(q.rate(), "welcome.model.layers.rate"));
     m.layers.push_back({q.kind(), q.out(), q.kernel(), q.stride(), q.padding(), q.groups(),
                         q.rate(), q.scales(), q.angles()});
+  }
+  // An external model's tensors: the bounds of the message's own tensor specs (count, name
+  // length, dtype, rank, dimensions and element count), so that a hostile spec is refused here.
+  if (static_cast<size_t>(p.tensors_size()) > limits.max_tensors) {
+    return Malformed(absl::StrCat("welcome.model.tensors lists ", p.tensors_size(),
+                                  " tensors, limit ", limits.max_tensors));
+  }
+  m.tensors.reserve(static_cast<size_t>(p.tensors_size()));
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    const pb::TensorSpec& q = p.tensors(i);
+    const std::string what =
+        absl::StrCat("welcome.model.tensors ", i, " ('", q.name().substr(0, 64), "')");
+    HUDDLE_RETURN_IF_ERROR(CheckString(q.name(), limits.max_string_bytes, what + " name"));
+    if (q.name().empty()) {
+      return Malformed(absl::StrCat("welcome.model.tensors ", i, " has an empty name"));
+    }
+    if (q.dtype() != pb::DTYPE_FLOAT32) {
+      return Malformed(
+          absl::StrCat(what, " has dtype ", static_cast<int>(q.dtype()), ", expected float32 (1)"));
+    }
+    std::vector<int64_t> shape(q.shape().begin(), q.shape().end());
+    Status shape_ok = ValidateShape(shape, limits.max_tensor_elements, what);
+    if (!shape_ok.ok()) return Malformed(std::string(shape_ok.message()));
+    m.tensors.push_back(TensorSpec{q.name(), DType::kFloat32, std::move(shape)});
   }
   return m;
 }
@@ -250,6 +294,19 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       HUDDLE_RETURN_IF_ERROR(
           CheckString(h.shutdown().reason(), limits.max_text_bytes, "shutdown.reason"));
       return Body(Shutdown{h.shutdown().reason()});
+    case pb::Header::kEvaluateInstruction: {
+      const auto& p = h.evaluate_instruction();
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "evaluate_instruction.nonce"));
+      return Body(EvaluateInstruction{p.model_version(), p.nonce(), p.deadline_ms()});
+    }
+    case pb::Header::kEvaluateResult: {
+      const auto& p = h.evaluate_result();
+      HUDDLE_RETURN_IF_ERROR(CheckFinite(p.loss(), "evaluate_result.loss"));
+      HUDDLE_RETURN_IF_ERROR(CheckFinite(p.accuracy(), "evaluate_result.accuracy"));
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "evaluate_result.nonce"));
+      return Body(EvaluateResult{p.num_examples(), p.loss(), p.accuracy(), p.model_version(),
+                                 p.nonce()});
+    }
     case pb::Header::BODY_NOT_SET:
       break;
   }
@@ -307,7 +364,8 @@ class ReassemblyPool {
 };
 
 bool CarriesTensors(MessageType t) {
-  return t == MessageType::kFitInstruction || t == MessageType::kFitResult;
+  return t == MessageType::kFitInstruction || t == MessageType::kFitResult ||
+         t == MessageType::kEvaluateInstruction;
 }
 
 }  // namespace

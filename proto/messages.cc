@@ -97,6 +97,10 @@ const char* MessageTypeName(MessageType type) {
       return "Error";
     case MessageType::kShutdown:
       return "Shutdown";
+    case MessageType::kEvaluateInstruction:
+      return "EvaluateInstruction";
+    case MessageType::kEvaluateResult:
+      return "EvaluateResult";
   }
   return "Unknown";
 }
@@ -116,6 +120,13 @@ Message MakeMessage(Body body, uint64_t round, std::string sender) {
 }
 
 Message MakeError(ErrorCode code, std::string text, uint64_t round) {
+  if (text.size() > kMaxErrorTextBytes) {
+    size_t cut = kMaxErrorTextBytes;
+    // Back to the start of a character: UTF-8 continuation bytes are 10xxxxxx.
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text.resize(cut);
+    text += "...";
+  }
   return MakeMessage(Error{code, std::move(text)}, round);
 }
 

@@ -23,8 +23,9 @@ namespace huddle::wire {
 // Bumped on any incompatible change; peers with a different version are refused with an Error.
 inline constexpr uint32_t kProtocolVersion = 3;
 
-// Size of the per-round, per-client nonce the coordinator puts in each FitInstruction and expects
-// back in the UploadRequest and FitResult that answer it (binds a result to one instruction).
+// Size of the per-round, per-client nonce the coordinator puts in each FitInstruction (and
+// EvaluateInstruction) and expects back in the UploadRequest and FitResult (EvaluateResult) that
+// answer it (binds a result to one instruction).
 inline constexpr size_t kNonceBytes = 16;
 
 // One tensor frame: its spec and its bytes (little-endian float32, row-major), kept alive by
@@ -48,7 +49,8 @@ std::vector<TensorPayload> ShareAll(std::shared_ptr<const TensorList> list);
 // Copies payloads into owned tensors (e.g. to keep a received model).
 TensorList ToTensors(const std::vector<TensorPayload>& payloads);
 
-// kind "mlp": input_dim, hidden, num_classes, batch_norm; kind "layers": input_shape, layers.
+// kind "mlp": input_dim, hidden, num_classes, batch_norm; kind "layers": input_shape, layers;
+// kind "external": tensors (names and shapes only: a model Huddle's layers cannot describe).
 struct Layer {
   std::string kind;
   int64_t out = 0, kernel = 0, stride = 0, padding = 0, groups = 0;
@@ -65,6 +67,7 @@ struct ModelSpec {
   bool batch_norm = false;
   std::vector<int64_t> input_shape;
   std::vector<Layer> layers;
+  std::vector<TensorSpec> tensors;  // kind "external"
   bool operator==(const ModelSpec&) const = default;
 };
 
@@ -147,6 +150,21 @@ struct FitResult {
   std::string nonce;         // the FitInstruction's
   bool within_clip = false;  // the update's norm before clipping was <= the clip norm
 };
+// Coordinator -> client: evaluate the global model in the tensor payloads on local data
+// (federated evaluation, between rounds; the message's round is the round whose model it is).
+struct EvaluateInstruction {
+  uint64_t model_version = 0;
+  std::string nonce;  // kNonceBytes random bytes, echoed by the EvaluateResult
+  uint32_t deadline_ms = 0;
+};
+// Client -> coordinator: the evaluation's example count and mean loss and accuracy (no tensors).
+struct EvaluateResult {
+  uint64_t num_examples = 0;
+  double loss = 0;      // finite (the codec checks); >= 0 (the coordinator checks)
+  double accuracy = 0;  // finite (the codec checks); in [0, 1] (the coordinator checks)
+  uint64_t model_version = 0;
+  std::string nonce;  // the EvaluateInstruction's
+};
 struct Heartbeat {};
 struct Error {
   ErrorCode code = ErrorCode::kUnspecified;
@@ -157,7 +175,7 @@ struct Shutdown {
 };
 
 using Body = std::variant<Join, Welcome, FitInstruction, UploadRequest, UploadGrant, FitResult,
-                          Heartbeat, Error, Shutdown>;
+                          Heartbeat, Error, Shutdown, EvaluateInstruction, EvaluateResult>;
 
 // The order of Body's alternatives.
 enum class MessageType {
@@ -170,6 +188,8 @@ enum class MessageType {
   kHeartbeat,
   kError,
   kShutdown,
+  kEvaluateInstruction,
+  kEvaluateResult,
 };
 const char* MessageTypeName(MessageType type);
 
@@ -190,6 +210,9 @@ bool IsValidClientId(const std::string& id);
 
 // Convenience constructors.
 Message MakeMessage(Body body, uint64_t round = 0, std::string sender = {});
+// An Error's text is cut to kMaxErrorTextBytes (at a UTF-8 character boundary, "..." appended):
+// a trainer's exception or a traceback can be longer than the codec accepts (max_text_bytes).
+inline constexpr size_t kMaxErrorTextBytes = 1024;
 Message MakeError(ErrorCode code, std::string text, uint64_t round = 0);
 
 }  // namespace huddle::wire

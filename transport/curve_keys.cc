@@ -261,4 +261,17 @@ std::string AllowList::Signature(const std::string& path) {
   return out;
 }
 
+StatusOr<CurveKeyPair> ReadRoleKey(const std::string& path, const char* role, bool need_secret,
+                                   const char* what) {
+  auto keys = ReadKeyFile(path, need_secret);
+  if (!keys.ok()) {
+    return Status(keys.status().code(), absl::StrCat(what, ": ", keys.status().message()));
+  }
+  if (keys->role != role) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", path, " is a ", keys->role, " key; expected a ", role, " key"));
+  }
+  return keys;
+}
+
 }  // namespace huddle::transport

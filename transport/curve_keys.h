@@ -54,6 +54,10 @@ Status WriteKeyFiles(const CurveKeyPair& keys, const std::string& dir, const std
 
 // Reads a .key file (public and secret; permissions and consistency checked) or a .pub file.
 StatusOr<CurveKeyPair> ReadKeyFile(const std::string& path, bool need_secret);
+// ReadKeyFile, and the key must be of `role` ("server" or "client"). Errors start with `what`
+// (the config key that named the file).
+StatusOr<CurveKeyPair> ReadRoleKey(const std::string& path, const char* role, bool need_secret,
+                                   const char* what);
 
 // Enrolled clients: public key -> client id.
 class AllowList {

@@ -102,6 +102,9 @@ NetWorkspace::NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, boo
 StatusOr<std::unique_ptr<NetWorkspace>> NetWorkspace::Create(kernels::Backend& backend,
                                                              const ModelSpec& spec,
                                                              int64_t max_batch, bool training) {
+  // The constructor reads the layer shapes as valid: an external or invalid spec stops here.
+  HUDDLE_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
   std::unique_ptr<NetWorkspace> ws;
   if (spec.layers[0].kind == LayerKind::kScattering2d) {
     // The layers after it, on its output.

@@ -214,7 +214,7 @@ TEST_F(SiloTest, DpSgdSpendsTheSingleClientsEventAndTheAgentAccountsIt) {
 
   // Through the agent: a fit instruction with DP-SGD trains in the silo and is accounted.
   ClientAgent agent("silo-1", &view_);
-  agent.set_silo(silo->get());
+  agent.builtin()->set_silo(silo->get());
   agent.set_noise_source(privacy::NoiseSource::SeededForTesting(5));
   ASSERT_TRUE(
       agent.Handle(wire::MakeMessage(wire::Welcome{"job", models::ModelSpecToWire(kSpec), 500}))

@@ -57,6 +57,11 @@ void FakeFederation::InjectDecodeError(const std::string& peer, Status error) {
   pending_.push_back(std::move(in));
 }
 
+std::string FakeFederation::LastErrorText(const std::string& peer) const {
+  auto it = last_error_text_.find(peer);
+  return it == last_error_text_.end() ? "" : it->second;
+}
+
 int FakeFederation::ErrorsSent(const std::string& peer, wire::ErrorCode code) const {
   auto it = errors_.find({peer, static_cast<int>(code)});
   return it == errors_.end() ? 0 : it->second;
@@ -66,6 +71,7 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
   bytes_out_ += msg.PayloadBytes() + 32;
   if (msg.type() == wire::MessageType::kError) {
     errors_[{peer, static_cast<int>(std::get<wire::Error>(msg.body).code)}]++;
+    last_error_text_[peer] = std::get<wire::Error>(msg.body).message;
     return absl::OkStatus();
   }
   if (msg.type() == wire::MessageType::kShutdown) {
@@ -77,6 +83,13 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
   const SyntheticClient& c = it->second;
   const uint64_t round = msg.round;
   switch (msg.type()) {
+    case wire::MessageType::kEvaluateInstruction: {
+      const auto& e = std::get<wire::EvaluateInstruction>(msg.body);
+      evaluations_.push_back({round, peer, e.model_version, e.nonce, wire::ToTensors(msg.tensors)});
+      if (gone_.contains(peer) || !evaluate_answer_) return absl::OkStatus();
+      for (wire::Message& reply : evaluate_answer_(peer, msg)) Queue(peer, std::move(reply));
+      return absl::OkStatus();
+    }
     case wire::MessageType::kFitInstruction: {
       fits_.push_back({round, peer, std::get<wire::FitInstruction>(msg.body).seed});
       versions_[peer] = std::get<wire::FitInstruction>(msg.body).model_version;

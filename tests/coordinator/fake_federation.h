@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -82,6 +83,25 @@ class FakeFederation final : public transport::ServerTransport {
   void InjectDecodeError(const std::string& peer, Status error);
   // Number of Error messages each peer received, by code name.
   int ErrorsSent(const std::string& peer, wire::ErrorCode code) const;
+  // The text of the last Error message `peer` received ("" if none).
+  std::string LastErrorText(const std::string& peer) const;
+
+  // Federated evaluation: how a client answers an EvaluateInstruction (the instruction message,
+  // with the global model as its tensors). The messages returned are queued as the peer's; none:
+  // it stays silent. Unset (the default): every client ignores evaluations, as an agent of an
+  // earlier release would.
+  using EvaluateAnswer =
+      std::function<std::vector<wire::Message>(const std::string& peer, const wire::Message&)>;
+  void set_evaluate_answer(EvaluateAnswer answer) { evaluate_answer_ = std::move(answer); }
+  // Every evaluate instruction sent, in order.
+  struct SeenEvaluate {
+    uint64_t round = 0;
+    std::string peer;
+    uint64_t model_version = 0;
+    std::string nonce;
+    TensorList model;
+  };
+  const std::vector<SeenEvaluate>& evaluations() const { return evaluations_; }
   int shutdowns() const { return shutdowns_; }
   // Every fit instruction sent, in order: what each client saw of its round.
   struct SeenFit {
@@ -105,6 +125,9 @@ class FakeFederation final : public transport::ServerTransport {
   Rng delivery_;
   std::vector<transport::Inbound> pending_;
   std::map<std::pair<std::string, int>, int> errors_;
+  std::map<std::string, std::string> last_error_text_;
+  EvaluateAnswer evaluate_answer_;
+  std::vector<SeenEvaluate> evaluations_;
   std::map<std::string, uint64_t> versions_;   // model version of each peer's last instruction
   std::map<std::string, std::string> nonces_;  // nonce of each peer's last instruction
   std::map<std::string, std::string> previous_nonces_;

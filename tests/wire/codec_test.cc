@@ -110,6 +110,22 @@ TEST_F(CodecTest, EveryErrorCodeRoundTrips) {
   }
 }
 
+TEST_F(CodecTest, ALongErrorTextIsCutAtACharacterSoThatItStillDecodes) {
+  // 5000 two-byte characters (a trainer's traceback can be longer than the codec accepts).
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text += "\xc3\xa9";
+  const Message msg = MakeError(ErrorCode::kInternal, text);
+  StatusOr<Message> got = Decode(EncodeToFrames(msg));
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::string& cut = std::get<Error>(got->body).message;
+  EXPECT_EQ(cut.size(), kMaxErrorTextBytes + 3);
+  EXPECT_EQ(cut.substr(0, kMaxErrorTextBytes), text.substr(0, kMaxErrorTextBytes));
+  EXPECT_EQ(cut.substr(kMaxErrorTextBytes), "...");
+  const std::string odd = "a" + text;  // the cut would split a character: it moves back one byte
+  EXPECT_EQ(std::get<Error>(MakeError(ErrorCode::kInternal, odd).body).message.size(),
+            kMaxErrorTextBytes - 1 + 3);
+}
+
 TEST_F(CodecTest, AlignedPayloadsAreDecodedWithoutCopying) {
   std::vector<Frame> frames = EncodeToFrames(testutil::SampleFitResult());
   StatusOr<Message> got = Decode(frames);
@@ -205,7 +221,8 @@ TEST_F(CodecTest, RejectsATensorCountThatDisagreesWithTheFrames) {
 
 TEST_F(CodecTest, RejectsTensorsOnMessagesThatMustNotCarryThem) {
   for (Message msg : testutil::SampleMessages()) {
-    if (msg.type() == MessageType::kFitInstruction || msg.type() == MessageType::kFitResult) {
+    if (msg.type() == MessageType::kFitInstruction || msg.type() == MessageType::kFitResult ||
+        msg.type() == MessageType::kEvaluateInstruction) {
       continue;
     }
     msg.tensors.push_back(Payload("w", {2}));

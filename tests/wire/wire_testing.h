@@ -74,12 +74,31 @@ inline Message SampleError() {
 inline Message SampleShutdown() {
   return MakeMessage(Shutdown{"job finished after 40 rounds"}, 40, "coordinator");
 }
+inline Message SampleEvaluateInstruction() {
+  Message m = MakeMessage(EvaluateInstruction{12, SampleNonce(), 25000}, 12, "coordinator");
+  m.tensors = SmallModel();
+  return m;
+}
+inline Message SampleEvaluateResult() {
+  return MakeMessage(EvaluateResult{480, 0.3125, 0.9375, 12, SampleNonce()}, 12, "client-17");
+}
+// A Welcome of an external model: tensors only.
+inline Message SampleExternalWelcome() {
+  ModelSpec model;
+  model.kind = "external";
+  model.tensors = {TensorSpec{"conv1.weight", DType::kFloat32, {8, 1, 3, 3}},
+                   TensorSpec{"conv1.bias", DType::kFloat32, {8}},
+                   TensorSpec{"head/kernel:0", DType::kFloat32, {10, 8}},
+                   TensorSpec{"temperature", DType::kFloat32, {}}};
+  return MakeMessage(Welcome{"torch-job", std::move(model), 1000}, 0, "coordinator");
+}
 
 // One message of every type, in Body's order.
 inline std::vector<Message> SampleMessages() {
   return {SampleJoin(),          SampleWelcome(),     SampleFitInstruction(),
           SampleUploadRequest(), SampleUploadGrant(), SampleFitResult(),
-          SampleHeartbeat(),     SampleError(),       SampleShutdown()};
+          SampleHeartbeat(),     SampleError(),       SampleShutdown(),
+          SampleEvaluateInstruction(), SampleEvaluateResult()};
 }
 
 inline std::string Hex(const std::string& bytes) {
@@ -97,12 +116,16 @@ inline std::string Describe(const Message& m) {
                          b.num_examples, b.agent_version);
     }
     std::string operator()(const Welcome& b) const {
+      std::string tensors;
+      for (const TensorSpec& t : b.model.tensors) {
+        tensors += fmt::format(" {}:{}:{}", t.name, DTypeName(t.dtype), ShapeString(t.shape));
+      }
       return fmt::format(
           "Welcome{{job_name={} model={{kind={} input_dim={} hidden=[{}] num_classes={} "
-          "batch_norm={}}} "
+          "batch_norm={} tensors=[{} ]}} "
           "heartbeat_interval_ms={}}}",
           b.job_name, b.model.kind, b.model.input_dim, fmt::join(b.model.hidden, ","),
-          b.model.num_classes, b.model.batch_norm, b.heartbeat_interval_ms);
+          b.model.num_classes, b.model.batch_norm, tensors, b.heartbeat_interval_ms);
     }
     std::string operator()(const FitInstruction& b) const {
       const std::string dp =
@@ -135,6 +158,15 @@ inline std::string Describe(const Message& m) {
     }
     std::string operator()(const Shutdown& b) const {
       return fmt::format("Shutdown{{reason={}}}", b.reason);
+    }
+    std::string operator()(const EvaluateInstruction& b) const {
+      return fmt::format("EvaluateInstruction{{model_version={} nonce={} deadline_ms={}}}",
+                         b.model_version, Hex(b.nonce), b.deadline_ms);
+    }
+    std::string operator()(const EvaluateResult& b) const {
+      return fmt::format(
+          "EvaluateResult{{num_examples={} loss={} accuracy={} model_version={} nonce={}}}",
+          b.num_examples, b.loss, b.accuracy, b.model_version, Hex(b.nonce));
     }
   };
   std::string out = fmt::format("v{} round={} sender={} {} tensors=[", m.protocol_version, m.round,

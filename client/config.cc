@@ -1,0 +1,153 @@
+#include "client/config.h"
+
+#include "client/silo.h"
+#include "kernels/backend.h"
+#include "transport/curve_keys.h"
+
+namespace huddle::client {
+namespace {
+
+// The client's `privacy` section (ClientPrivacyPolicy).
+Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
+  HUDDLE_RETURN_IF_ERROR(m.OptionalPath("ledger", &p->ledger_path));
+  if (m.Has("local")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap l, m.Child("local"));
+    LocalDpPolicy local;
+    HUDDLE_RETURN_IF_ERROR(l.Optional("require", &local.require));
+    HUDDLE_RETURN_IF_ERROR(
+        l.Optional("min_noise_multiplier", &local.min_noise_multiplier, 0.0, 1e6));
+    if (l.Has("max_epsilon")) {
+      double eps = 0;
+      HUDDLE_RETURN_IF_ERROR(l.Optional("max_epsilon", &eps, 1e-6, 1e6));
+      local.max_epsilon = eps;
+    }
+    HUDDLE_RETURN_IF_ERROR(l.Optional("delta", &local.delta, 1e-300, 0.5));
+    if (l.Has("clip_norm")) {
+      double c = 0;
+      HUDDLE_RETURN_IF_ERROR(l.Optional("clip_norm", &c, 1e-9, 1e9));
+      local.clip_norm = c;
+    }
+    HUDDLE_RETURN_IF_ERROR(
+        l.OptionalChoice("adjacency", &local.adjacency, {"replace_one", "add_remove"}));
+    HUDDLE_RETURN_IF_ERROR(l.Finish());
+    p->local = local;
+  }
+  if (m.Has("dp_sgd")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap d, m.Child("dp_sgd"));
+    DpSgdPolicy dp;
+    HUDDLE_RETURN_IF_ERROR(d.Optional("require", &dp.require));
+    HUDDLE_RETURN_IF_ERROR(d.Optional("min_noise_multiplier", &dp.min_noise_multiplier, 0.0, 1e6));
+    if (d.Has("max_epsilon")) {
+      double eps = 0;
+      HUDDLE_RETURN_IF_ERROR(d.Optional("max_epsilon", &eps, 1e-6, 1e6));
+      dp.max_epsilon = eps;
+    }
+    HUDDLE_RETURN_IF_ERROR(d.Optional("delta", &dp.delta, 1e-300, 0.5));
+    std::string accountant = privacy::AccountantName(dp.accountant);
+    HUDDLE_RETURN_IF_ERROR(d.OptionalChoice("accountant", &accountant, {"rdp", "pld"}));
+    dp.accountant =
+        accountant == "pld" ? privacy::AccountantKind::kPld : privacy::AccountantKind::kRdp;
+    HUDDLE_RETURN_IF_ERROR(d.Finish());
+    p->dp_sgd = dp;
+  }
+  if (p->any() && p->ledger_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        m.Where("ledger"),
+        ": required with privacy.local or privacy.dp_sgd (the client's own durable record of "
+        "what it released; keep it with the client's data, and never delete it)"));
+  }
+  return m.Finish();
+}
+
+}  // namespace
+
+// `device: auto | cpu | cuda[:N]`, checked here so a typo fails before anything starts.
+Status ReadDevice(ConfigMap& map, std::string* device) {
+  HUDDLE_RETURN_IF_ERROR(map.Optional("device", device));
+  if (Status st = kernels::ParseDeviceRequest(*device).status(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(map.Where("device"), ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+// `silo: {nproc: N}` in a client's settings: N ranks train as that one client (client/silo.h).
+Status ReadSilo(ConfigMap& parent, int64_t* nproc) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap silo, parent.Child("silo"));
+  HUDDLE_RETURN_IF_ERROR(silo.Optional("nproc", nproc, 1, kMaxSiloRanks));
+  return silo.Finish();
+}
+
+StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
+  ClientConfig c;
+  HUDDLE_RETURN_IF_ERROR(top.Optional("coordinator", &c.coordinator));
+  HUDDLE_RETURN_IF_ERROR(top.Optional("client_id", &c.client_id));
+  HUDDLE_RETURN_IF_ERROR(ReadDevice(top, &c.device));
+  HUDDLE_RETURN_IF_ERROR(ReadSilo(top, &c.silo_nproc));
+  HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
+                                            {"trace", "debug", "info", "warn", "error", "off"}));
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
+  HUDDLE_RETURN_IF_ERROR(data::ReadDataSpec(data, &c.data, /*shard_keys=*/true));
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
+  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("server_public_key", &c.security.server_public_key));
+  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("secret_key", &c.security.secret_key));
+  HUDDLE_RETURN_IF_ERROR(sec.Finish());
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap conn, top.Child("connection"));
+  HUDDLE_RETURN_IF_ERROR(
+      conn.OptionalSeconds("coordinator_timeout_s", &c.runner.coordinator_timeout_ms, 0.1, 86400));
+  HUDDLE_RETURN_IF_ERROR(
+      conn.OptionalSeconds("backoff_initial_s", &c.runner.backoff_initial_ms, 0.01, 3600));
+  HUDDLE_RETURN_IF_ERROR(
+      conn.OptionalSeconds("backoff_max_s", &c.runner.backoff_max_ms, 0.01, 3600));
+  HUDDLE_RETURN_IF_ERROR(
+      conn.OptionalSeconds("give_up_after_s", &c.runner.give_up_after_ms, 0, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(conn.Finish());
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap priv, top.Child("privacy"));
+  HUDDLE_RETURN_IF_ERROR(ReadClientPrivacy(priv, &c.privacy));
+  HUDDLE_RETURN_IF_ERROR(top.Finish());
+  return c;
+}
+
+Status ValidateClientConfig(const ClientConfig& c) {
+  if (c.coordinator.empty()) {
+    return absl::InvalidArgumentError("no coordinator given (--coordinator tcp://HOST:PORT)");
+  }
+  if (c.client_id.empty()) {
+    return absl::InvalidArgumentError("no client id given (--client-id, or a key file --key)");
+  }
+  if (c.data.partitioned && c.data.shard >= c.data.partition.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", c.data.shard, " is out of range for ",
+                                                   c.data.partition.num_shards, " shards"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, bool insecure) {
+  transport::ZmqOptions zopts;
+  if (insecure) return zopts;
+  const ClientSecurity& s = config->security;
+  if (s.server_public_key.empty() || s.secret_key.empty()) {
+    return absl::FailedPreconditionError(
+        "no transport security configured: pass the coordinator's public key (--server-key "
+        "server.pub, or security.server_public_key) and this client's key pair (--key NAME.key, "
+        "or security.secret_key; create it with `huddle keygen client --id NAME`), or "
+        "--insecure for plaintext");
+  }
+  HUDDLE_ASSIGN_OR_RETURN(
+      transport::CurveKeyPair server,
+      transport::ReadRoleKey(s.server_public_key, "server", false, "security.server_public_key"));
+  HUDDLE_ASSIGN_OR_RETURN(
+      transport::CurveKeyPair mine,
+      transport::ReadRoleKey(s.secret_key, "client", true, "security.secret_key"));
+  if (config->client_id.empty()) {
+    config->client_id = mine.id;
+  } else if (config->client_id != mine.id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client id '", config->client_id, "' differs from the id '", mine.id, "' in key file ",
+        s.secret_key, ": the coordinator knows this key as '", mine.id, "'"));
+  }
+  zopts.curve_client = transport::CurveClientOptions{server.public_z85, std::move(mine)};
+  return zopts;
+}
+
+}  // namespace huddle::client

@@ -1,0 +1,61 @@
+// A client's settings: the client YAML (`huddle client --config`, README "Client
+// configuration"), and the transport options they make. Used by `huddle client` and the client SDK
+// (huddle/client/client.h).
+#pragma once
+
+#include <string>
+
+#include "client/privacy_guard.h"
+#include "common/config_reader.h"
+#include "common/status.h"
+#include "data/client_data.h"
+#include "transport/zmq_transport.h"
+
+namespace huddle::client {
+
+// The connection life cycle (client/runner.h).
+struct RunnerOptions {
+  int64_t heartbeat_interval_ms = 1000;    // until the coordinator's Welcome says otherwise
+  int64_t coordinator_timeout_ms = 15000;  // silence after which the connection is renewed
+  int64_t backoff_initial_ms = 250;
+  int64_t backoff_max_ms = 8000;
+  int64_t give_up_after_ms = 0;  // 0: keep trying for ever
+};
+
+struct ClientSecurity {
+  std::string server_public_key;  // the coordinator's .pub file, pinned
+  std::string secret_key;         // this client's .key file (huddle keygen client)
+};
+
+struct ClientConfig {
+  std::string coordinator;  // tcp://HOST:PORT
+  std::string client_id;    // defaults to the id in the client's key file
+  ClientSecurity security;
+  data::DataSpec data;
+  RunnerOptions runner;
+  std::string log_level = "info";
+  std::string device = "auto";  // auto | cpu | cuda[:N] (kernels::ParseDeviceRequest)
+  // `silo: {nproc: N}`: N ranks (CPU ranks, or GPUs from `device`'s ordinal on) train as this
+  // one client, synchronous data-parallel (client/silo.h). 1: one device, no silo.
+  int64_t silo_nproc = 1;
+  // `privacy:` the client's own policy and ledger (client/privacy_guard.h). Empty: the
+  // coordinator's settings are trusted and releases are accounted in memory only.
+  ClientPrivacyPolicy privacy;
+};
+
+// Reads a client YAML. Errors name the key, the value and what is allowed.
+StatusOr<ClientConfig> LoadClientConfig(const std::string& path);
+// A loaded config's cross-key checks (a coordinator and a client id given, the shard in range).
+Status ValidateClientConfig(const ClientConfig& config);
+
+// The transport options of a client: CurveZMQ with the coordinator's pinned public key and the
+// client's key pair (security.*), the client id taken from the key file when none is given (and
+// refused when it differs), or plaintext when `insecure` (the caller warns).
+StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, bool insecure);
+
+// `device: auto | cpu | cuda[:N]` of *map, checked so that a typo fails before anything starts.
+Status ReadDevice(ConfigMap& map, std::string* device);
+// `silo: {nproc: N}` of *parent: N ranks train as one client (client/silo.h).
+Status ReadSilo(ConfigMap& parent, int64_t* nproc);
+
+}  // namespace huddle::client
