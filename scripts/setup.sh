@@ -13,6 +13,7 @@ PACKAGES=(
   zlib1g-dev
   libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  pybind11-dev python3-dev python3-numpy python3-torch
   dataset-fashion-mnist
 )
 
