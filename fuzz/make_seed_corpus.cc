@@ -1,10 +1,11 @@
 // make_seed_corpus OUT_DIR: writes the seed corpus of codec_fuzzer into OUT_DIR (created if
 // missing; existing seeds are overwritten): one valid message of every type in the fuzzer's input
 // format (fuzz/fuzz_input.h; including a Welcome of an external model and the federated
-// evaluation messages, with near misses: a NaN loss, tensors on an EvaluateResult), FitResults that pass CheckUpdate and Fold against TheFuzzRound()
-// (aligned and misaligned frames, the largest weight and values), and near misses that fail one
-// check each (shape, NaN, inf, bound, nonce, round, model version, examples, tensor count, frame
-// size, protocol version, tensors on a Heartbeat).
+// evaluation messages, with near misses: a NaN loss, tensors on an EvaluateResult), FitResults that
+// pass CheckUpdate and Fold against TheFuzzRound() (aligned and misaligned frames, the largest
+// weight and values), and near misses that fail one check each (shape, NaN, inf, bound, nonce,
+// round, model version, examples, tensor count, frame size, protocol version, tensors on a
+// Heartbeat).
 //
 // It checks its own valid FitResults with CheckUpdate and Fold, so the corpus cannot silently drift
 // away from the round the fuzzer expects. Exit status 0 on success, 1 on any error.
@@ -122,8 +123,8 @@ void WriteOtherTypes(SeedWriter& w) {
                       TensorSpec{"head/kernel:0", DType::kFloat32, {10, 8}},
                       TensorSpec{"scale", DType::kFloat32, {}}};
   w.Write("welcome_external", MakeMessage(Welcome{"fuzz-job", external, 1500}, 0, "coordinator"));
-  Message evaluate = MakeMessage(EvaluateInstruction{kModelVersion, FuzzNonce(), 30000}, kRound,
-                                 "coordinator");
+  Message evaluate =
+      MakeMessage(EvaluateInstruction{kModelVersion, FuzzNonce(), 30000}, kRound, "coordinator");
   evaluate.tensors = Payloads(UpdateTensors());
   w.Write("evaluate_instruction", evaluate);
   w.Write("evaluate_result",
@@ -133,9 +134,8 @@ void WriteOtherTypes(SeedWriter& w) {
           MakeMessage(EvaluateResult{500, std::numeric_limits<double>::quiet_NaN(), 0.875,
                                      kModelVersion, FuzzNonce()},
                       kRound, "client-17"));
-  Message result_with_tensors =
-      MakeMessage(EvaluateResult{500, 0.4375, 0.875, kModelVersion, FuzzNonce()}, kRound,
-                  "client-17");
+  Message result_with_tensors = MakeMessage(
+      EvaluateResult{500, 0.4375, 0.875, kModelVersion, FuzzNonce()}, kRound, "client-17");
   result_with_tensors.tensors = Payloads(UpdateTensors());
   w.Write("evaluate_result_with_tensors", result_with_tensors);
 

@@ -220,9 +220,8 @@ Status ValidateExternal(const ModelSpec& spec) {
       return absl::InvalidArgumentError(absl::StrCat("model tensor ", i, " has an empty name"));
     }
     if (t.name.size() > kMaxTensorNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": the name is ", t.name.size(),
-                                                     " bytes; the maximum is ",
-                                                     kMaxTensorNameBytes));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the name is ", t.name.size(), " bytes; the maximum is ", kMaxTensorNameBytes));
     }
     for (char c : t.name) {
       if (!IsNameChar(c)) {

@@ -34,8 +34,9 @@ StatusOr<ModelSpec> ModelSpecFromWire(const wire::ModelSpec& spec) {
           {kind, w.out, w.kernel, w.stride, w.padding, w.groups, w.rate, w.scales, w.angles});
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("coordinator asks for model kind '", spec.kind,
-                                                   "'; this agent supports: mlp, layers, external"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator asks for model kind '", spec.kind,
+                     "'; this agent supports: mlp, layers, external"));
   }
   HUDDLE_RETURN_IF_ERROR(ValidateModelSpec(m));
   return m;

@@ -304,8 +304,8 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       HUDDLE_RETURN_IF_ERROR(CheckFinite(p.loss(), "evaluate_result.loss"));
       HUDDLE_RETURN_IF_ERROR(CheckFinite(p.accuracy(), "evaluate_result.accuracy"));
       HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "evaluate_result.nonce"));
-      return Body(EvaluateResult{p.num_examples(), p.loss(), p.accuracy(), p.model_version(),
-                                 p.nonce()});
+      return Body(
+          EvaluateResult{p.num_examples(), p.loss(), p.accuracy(), p.model_version(), p.nonce()});
     }
     case pb::Header::BODY_NOT_SET:
       break;

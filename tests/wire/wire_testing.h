@@ -95,10 +95,12 @@ inline Message SampleExternalWelcome() {
 
 // One message of every type, in Body's order.
 inline std::vector<Message> SampleMessages() {
-  return {SampleJoin(),          SampleWelcome(),     SampleFitInstruction(),
-          SampleUploadRequest(), SampleUploadGrant(), SampleFitResult(),
-          SampleHeartbeat(),     SampleError(),       SampleShutdown(),
-          SampleEvaluateInstruction(), SampleEvaluateResult()};
+  return {SampleJoin(),           SampleWelcome(),
+          SampleFitInstruction(), SampleUploadRequest(),
+          SampleUploadGrant(),    SampleFitResult(),
+          SampleHeartbeat(),      SampleError(),
+          SampleShutdown(),       SampleEvaluateInstruction(),
+          SampleEvaluateResult()};
 }
 
 inline std::string Hex(const std::string& bytes) {
