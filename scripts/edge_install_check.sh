@@ -80,18 +80,8 @@ echo "libhuddle_client.so on the edge: $(du -h "$ROOT"/opt/huddle/lib/libhuddle_
 
 # 3. A federation: the coordinator here, two clients in the edge root.
 port=$((20000 + RANDOM % 40000))
-cat >"$SCRATCH/job.yaml" <<JOB
-name: edge-check
-seed: 1
-rounds: 2
-model: {kind: mlp, input_dim: 784, hidden: [32], num_classes: 10}
-train: {epochs: 1, batch_size: 32, learning_rate: 0.05, momentum: 0.9}
-cohort: {sampling: fixed, size: 2}
-round: {deadline_s: 120, quorum: 2}
-evaluation: {every: 1, data: $DATA}
-coordinator: {min_clients: 2, wait_for_clients_s: 120}
-JOB
-timeout -k 10 300 "$BUILD_DIR/cli/huddle" coordinator --config "$SCRATCH/job.yaml" \
+timeout -k 10 300 "$BUILD_DIR/cli/huddle" coordinator \
+  --config "$SOURCE_DIR/examples/embed_client/job.yaml" \
   --bind "tcp://127.0.0.1:$port" --out "$SCRATCH/out" --insecure >"$SCRATCH/coordinator.log" 2>&1 &
 coordinator=$!
 pids+=("$coordinator")

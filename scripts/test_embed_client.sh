@@ -129,20 +129,10 @@ for _ in $(seq 1 50); do
 done
 [ -n "$port" ] || fail "no free loopback port found"
 endpoint="tcp://127.0.0.1:$port"
-cat >"$SCRATCH/job.yaml" <<EOF
-name: embed-client-test
-seed: 1
-rounds: 2
-model: {kind: mlp, input_dim: 784, hidden: [32], num_classes: 10}
-train: {epochs: 1, batch_size: 32, learning_rate: 0.05, momentum: 0.9}
-cohort: {sampling: fixed, size: 2}
-round: {deadline_s: 120, quorum: 2}
-evaluation: {every: 1, data: $DATA}
-coordinator: {min_clients: 2, wait_for_clients_s: 120}
-EOF
 echo "== federation on $endpoint"
 out="$SCRATCH/out"
-timeout -k 10 300 "$PREFIX/bin/huddle" coordinator --config "$SCRATCH/job.yaml" --bind "$endpoint" \
+timeout -k 10 300 "$PREFIX/bin/huddle" coordinator \
+  --config "$SOURCE_DIR/examples/embed_client/job.yaml" --bind "$endpoint" \
   --out "$out" --insecure >"$SCRATCH/coordinator.log" 2>&1 &
 coordinator=$!
 pids+=("$coordinator")
