@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""A PyTorch client of a Huddle federation: the CNN of examples/fashion_mnist_cnn.yaml trained on
-this client's IID shard of Fashion-MNIST, through the huddle_client binding (client/python/).
+"""A PyTorch client of a Huddle federation: the CNN of examples/fashion_mnist_cnn.yaml (or the MLP
+of the quickstart, examples/fashion_mnist.yaml: whichever the job has) trained on this client's
+IID shard of Fashion-MNIST, through the huddle_client binding (client/python/). The network, the
+training loop and the evaluation are torch_model.py's; this file is the binding's side.
 
 It joins the same job the built-in clients train (job.yaml here), so a federation may mix both:
 
@@ -13,17 +15,15 @@ run.sh starts a coordinator and ten of these; README.md has the details.
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 import fmnist_data
+import torch_model
 
 try:
     import huddle_client
@@ -34,55 +34,32 @@ except ImportError as e:
 log = logging.getLogger("torch-client")
 
 
-class Cnn(nn.Module):
-    """The job's model, layer for layer: conv2d 16 k5 p2 > relu > max_pool2d 2 > conv2d 32 k5 p2 >
-    relu > max_pool2d 2 > flatten > dense 128 > relu > dense 10. Huddle's tensors have PyTorch's
-    layouts (conv weight [out, in, k, k], dense weight [out, in], bias [out]; flatten in C order)
-    and its order: each layer's weight, then its bias, layer by layer, as state_dict() lists
-    them."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv0 = nn.Conv2d(1, 16, kernel_size=5, padding=2)
-        self.conv1 = nn.Conv2d(16, 32, kernel_size=5, padding=2)
-        self.fc0 = nn.Linear(32 * 7 * 7, 128)
-        self.fc1 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv0(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = torch.flatten(x, 1)
-        return self.fc1(F.relu(self.fc0(x)))
-
-
 class TorchTrainer(huddle_client.Trainer):
-    """Trains Cnn on (x, y); evaluates on (test_x, test_y) when given."""
+    """Trains the job's network (torch_model.network_for) on (x, y); evaluates on (test_x,
+    test_y) when given."""
 
     def __init__(self, x, y, test_x=None, test_y=None):
         super().__init__()
-        self.model = Cnn()
+        self.model = None  # chosen by start() from the job's tensors
         self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
         self.test = None
         if test_x is not None:
             self.test = (torch.from_numpy(test_x), torch.from_numpy(test_y))
-        self.params = list(self.model.state_dict().keys())
 
     def num_examples(self):
         return len(self.y)
 
     def start(self, job):
-        """Maps the model's tensors to the job's, by order, and checks every shape."""
-        ours = [(name, tuple(t.shape)) for name, t in self.model.state_dict().items()]
+        """Builds the network whose tensors the job has (by order and shape), or refuses."""
         theirs = [(t.name, t.shape) for t in job.tensors]
-        if len(ours) != len(theirs):
-            raise ValueError(f"job '{job.name}' has {len(theirs)} tensors "
-                             f"({', '.join(n for n, _ in theirs)}); this CNN has {len(ours)}")
-        for (name, shape), (job_name, job_shape) in zip(ours, theirs):
-            if shape != job_shape:
-                raise ValueError(f"job '{job.name}': tensor '{job_name}' has shape {job_shape}; "
-                                 f"this CNN's '{name}' has {shape}: not this network")
-        log.info("job '%s': %d tensors, %s mapped by order to this CNN", job.name, len(theirs),
-                 ", ".join(f"{j}->{o}" for (o, _), (j, _) in zip(ours, theirs)))
+        try:
+            self.model = torch_model.network_for(theirs)
+        except ValueError as e:
+            raise ValueError(f"job '{job.name}': {e}") from None
+        ours = list(self.model.state_dict().keys())
+        log.info("job '%s': %d tensors, %s; %s mapped by order", job.name, len(theirs),
+                 torch_model.describe(self.model),
+                 ", ".join(f"{j}->{o}" for o, (j, _) in zip(ours, theirs)))
 
     def _load(self, weights):
         # The binding's arrays are our own copies: the parameters become views of them.
@@ -109,44 +86,19 @@ class TorchTrainer(huddle_client.Trainer):
         return result
 
     def _train(self, config):
-        """config.epochs of SGD over shuffled minibatches (the last one may be short)."""
-        torch.manual_seed(config.seed)
-        shuffle = torch.Generator().manual_seed(config.seed)
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=config.learning_rate,
-                                    momentum=config.momentum, weight_decay=config.weight_decay)
-        self.model.train()
-        n = len(self.y)
-        total_loss, correct, seen = 0.0, 0, 0
-        for _ in range(config.epochs):
-            order = torch.randperm(n, generator=shuffle)
-            for start in range(0, n, config.batch_size):
-                rows = order[start:start + config.batch_size]
-                x, y = self.x[rows], self.y[rows]
-                optimizer.zero_grad(set_to_none=True)
-                logits = self.model(x)
-                loss = F.cross_entropy(logits, y)
-                loss.backward()
-                optimizer.step()
-                total_loss += loss.item() * len(rows)
-                correct += (logits.argmax(1) == y).sum().item()
-                seen += len(rows)
-        return total_loss / seen, correct / seen
+        return torch_model.train(self.model, self.x, self.y, epochs=config.epochs,
+                                 batch_size=config.batch_size,
+                                 learning_rate=config.learning_rate, momentum=config.momentum,
+                                 weight_decay=config.weight_decay, seed=config.seed)
 
     def can_evaluate(self):
         return self.test is not None
 
     def evaluate(self, weights):
         self._load(weights)
-        self.model.eval()
-        x, y = self.test
-        total_loss, correct = 0.0, 0
-        with torch.no_grad():
-            for start in range(0, len(y), 1000):
-                logits = self.model(x[start:start + 1000])
-                total_loss += F.cross_entropy(logits, y[start:start + 1000], reduction="sum").item()
-                correct += (logits.argmax(1) == y[start:start + 1000]).sum().item()
-        return huddle_client.EvaluateResult(num_examples=len(y), loss=total_loss / len(y),
-                                            accuracy=correct / len(y))
+        loss, accuracy = torch_model.evaluate(self.model, *self.test)
+        return huddle_client.EvaluateResult(num_examples=len(self.test[1]), loss=loss,
+                                            accuracy=accuracy)
 
 
 def main():

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# A federation of PyTorch clients on 127.0.0.1: `huddle coordinator` with job.yaml and CLIENTS
-# client.py processes, each on its IID shard of Fashion-MNIST, over CurveZMQ with keys generated
-# into OUT/keys (INSECURE=1: plaintext). Waits for the coordinator and exits with its status.
+# A federation of PyTorch clients on 127.0.0.1: `huddle coordinator` with JOB and CLIENTS client.py
+# processes, each on its IID shard of Fashion-MNIST, over CurveZMQ with keys generated into
+# OUT/keys (INSECURE=1: plaintext). Waits for the coordinator and exits with its status.
 #
 #   examples/pytorch_client/run.sh [OUT]          # OUT defaults to runs/pytorch_client
+#   JOB=examples/fashion_mnist.yaml examples/pytorch_client/run.sh   # the quickstart's MLP
 #
-# Environment: HUDDLE (default build/cli/huddle), PYTHON (/usr/bin/python3), PYTHONPATH (default
-# build/client/python, where the huddle_client module is built), CLIENTS (10), ROUNDS (the job's
-# 30), LIMIT (0: whole shards), THREADS (torch threads per client, 1), INSECURE (0).
-# Outputs: OUT/{metrics.jsonl,summary.json,model.bin}; logs in OUT/logs/.
+# Environment: JOB (default job.yaml here: the CNN), HUDDLE (default build/cli/huddle), PYTHON
+# (/usr/bin/python3), PYTHONPATH (default build/client/python, where the huddle_client module is
+# built), CLIENTS (10), ROUNDS (the job's rounds), LIMIT (0: whole shards), THREADS (torch
+# threads per client, 1), INSECURE (0). The job's cohort, quorum and minimum are resized to
+# CLIENTS (it must say `clients: 10`, `size: 10}`, `quorum: 8,` and `min_clients: 10`, as both
+# jobs do). Outputs: OUT/{metrics.jsonl,summary.json,model.bin}; logs in OUT/logs/.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+JOB="${JOB:-$here/job.yaml}"
 HUDDLE="${HUDDLE:-$root/build/cli/huddle}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 export PYTHONPATH="${PYTHONPATH:-$root/build/client/python}"
@@ -38,8 +42,8 @@ sed -e "s/^clients: 10 /clients: $CLIENTS /" \
     -e "s/size: 10}/size: $CLIENTS}/" \
     -e "s/quorum: 8,/quorum: $(( CLIENTS * 8 / 10 > 0 ? CLIENTS * 8 / 10 : 1 )),/" \
     -e "s/min_clients: 10/min_clients: $CLIENTS/" \
-    ${ROUNDS:+-e "s/^rounds: 30/rounds: $ROUNDS/"} \
-    "$here/job.yaml" > "$job"
+    ${ROUNDS:+-e "s/^rounds: [0-9]*/rounds: $ROUNDS/"} \
+    "$JOB" > "$job"
 
 port="$("$PYTHON" -c '
 import socket
