@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Issue 20's peer figure: the same PyTorch job (examples/fashion_mnist_cnn.yaml's CNN, 10 IID
-# clients, 1 local epoch, batch 32, lr 0.02, momentum 0.9, FedAvg, server evaluation on the 10k
-# test set every round) under Flower's deployment engine and under Huddle, measured one run at a
-# time under `nice`. docs/peers/flower.md has the results, the method and what differs.
+# Issue 20's peer figure: the same PyTorch job (MODEL=cnn: examples/fashion_mnist_cnn.yaml's CNN;
+# MODEL=mlp: the quickstart's MLP, examples/fashion_mnist.yaml; both 10 IID clients, 1 local
+# epoch, batch 32, lr 0.02, momentum 0.9, FedAvg, server evaluation on the 10k test set every
+# round) under Flower's deployment engine and under Huddle, measured one run at a time under
+# `nice`. Both frameworks' PyTorch clients run examples/pytorch_client/torch_model.py.
+# docs/peers/flower.md has the results, the method and what differs.
 #
 #   scripts/flower_compare.sh                       # 5 rounds, 1 repetition, all available columns
+#   MODEL=mlp ROUNDS=10 scripts/flower_compare.sh   # the quickstart's job
 #   ROUNDS=10 REPEAT=2 scripts/flower_compare.sh    # runs alternate: Huddle, Flower, Huddle, ...
 #   ONLY="flower-deploy huddle-builtin" scripts/flower_compare.sh
 #   SIMULATION=1 scripts/flower_compare.sh          # also Flower's simulation engine (installs Ray)
 #
 # Columns (ONLY picks some): huddle-pytorch (examples/pytorch_client/run.sh: `huddle coordinator`
-# and 10 Python clients through the huddle_client binding; skipped with a note while that example
-# is missing), flower-deploy (flower-superlink + 10 flower-supernode + `flwr run`, --insecure on
-# 127.0.0.1), huddle-builtin (`huddle run`, built-in C++ clients, CurveZMQ as by default), and with
-# SIMULATION=1 flower-sim (reference only: not a process federation).
+# and 10 Python clients through the huddle_client binding), flower-deploy (flower-superlink + 10
+# flower-supernode + `flwr run`, --insecure on 127.0.0.1), huddle-builtin (`huddle run`, built-in
+# C++ clients, CurveZMQ as by default), and with SIMULATION=1 flower-sim (reference only: not a
+# process federation).
 #
 # Tooling only, never a dependency of Huddle: flwr lives in a script-made virtualenv, .venv-flower
 # (FLOWER_VENV=DIR elsewhere), made with --system-site-packages over Debian's /usr/bin/python3 so
@@ -30,6 +33,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FLOWER_VENV:-$ROOT/.venv-flower}"
 OUT="${OUT:-$ROOT/runs/flower_compare}"
 ROUNDS="${ROUNDS:-5}"
+MODEL="${MODEL:-cnn}"
 REPEAT="${REPEAT:-1}"
 SIMULATION="${SIMULATION:-0}"
 ONLY="${ONLY:-huddle-pytorch flower-deploy huddle-builtin}"
@@ -70,20 +74,21 @@ mkdir -p "$OUT"
 cp "$ROOT/build/cli/huddle" "$OUT/huddle"
 # Likewise the PyTorch example (a script edited while bash runs it breaks), run from OUT/examples/
 # with PYTHONPATH=build/client/python (the huddle_client module) set by the driver.
-if [[ -d "$ROOT/examples/pytorch_client" ]]; then
-  rm -rf "$OUT/examples/pytorch_client"
-  mkdir -p "$OUT/examples"
-  cp -r "$ROOT/examples/pytorch_client" "$OUT/examples/pytorch_client"
-fi
+rm -rf "$OUT/examples/pytorch_client"
+mkdir -p "$OUT/examples"
+cp -r "$ROOT/examples/pytorch_client" "$OUT/examples/pytorch_client"
 
 DRIVER=(nice -n 10 "$VENV/bin/python" "$ROOT/scripts/flower/compare.py")
+run_column() {  # SUBCOMMAND ARGS...
+  "${DRIVER[@]}" "$1" --model "$MODEL" --rounds "$ROUNDS" "${@:2}"
+}
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/ {print $2}') GiB"
   echo "debian: python3-torch $(dpkg-query -W -f='${Version}' python3-torch 2>/dev/null), python3-numpy $(dpkg-query -W -f='${Version}' python3-numpy 2>/dev/null)"
   echo "python: $("$PYTHON" --version 2>&1); torch $("$PYTHON" -c 'import torch; print(torch.__version__)'); flwr $("$VENV/bin/python" -c 'import flwr; print(flwr.__version__)'); venv numpy $("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)')"
-  echo "rounds: $ROUNDS; repetitions: $REPEAT; columns: $ONLY"
+  echo "model: $MODEL; rounds: $ROUNDS; repetitions: $REPEAT; columns: $ONLY"
 } | tee "$OUT/setup.txt"
 
 results=()
@@ -93,15 +98,11 @@ for ((i = 1; i <= REPEAT; ++i)); do
     echo "== $col (repetition $i): $dir"
     case "$col" in
       huddle-pytorch)
-        if [[ ! -f "$OUT/examples/pytorch_client/run.sh" ]]; then
-          echo "   skipped: examples/pytorch_client/run.sh does not exist yet"
-          continue
-        fi
-        "${DRIVER[@]}" huddle-pytorch --rounds "$ROUNDS" --out "$dir" --huddle "$OUT/huddle" \
+        run_column huddle-pytorch --out "$dir" --huddle "$OUT/huddle" \
           --example-dir "$OUT/examples/pytorch_client" ;;
-      flower-deploy) "${DRIVER[@]}" flower-deploy --rounds "$ROUNDS" --out "$dir" ;;
-      flower-sim) "${DRIVER[@]}" flower-sim --rounds "$ROUNDS" --out "$dir" ;;
-      huddle-builtin) "${DRIVER[@]}" huddle-builtin --rounds "$ROUNDS" --out "$dir" --huddle "$OUT/huddle" ;;
+      flower-deploy) run_column flower-deploy --out "$dir" ;;
+      flower-sim) run_column flower-sim --out "$dir" ;;
+      huddle-builtin) run_column huddle-builtin --out "$dir" --huddle "$OUT/huddle" ;;
       *) echo "flower_compare: unknown column '$col'" >&2; exit 2 ;;
     esac
     results+=("$dir/result.json")

@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Driver of issue 20's peer comparison: the same PyTorch job under Flower and under Huddle.
 
+The job (--model): cnn, examples/fashion_mnist_cnn.yaml's; mlp, the quickstart's
+(examples/fashion_mnist.yaml, MLP 784-128-10). Both: 10 IID clients, 1 local epoch of SGD (batch
+32, lr 0.02, momentum 0.9), FedAvg over all 10 every round, server evaluation on the 10k test set.
+Every PyTorch column runs examples/pytorch_client/torch_model.py's network and training loop.
+
 Tooling only, never a dependency of Huddle; scripts/flower_compare.sh runs it inside .venv-flower
 (flwr pinned there; torch and numpy from Debian). Each subcommand runs one federation on
 127.0.0.1, samples the processes' memory and CPU time from /proc every 0.2 s (keeping them all at
@@ -13,8 +18,8 @@ the driver's niceness), and writes OUT/result.json:
                    Ray backend), for reference only: one process pool, not a process federation
   huddle-pytorch   examples/pytorch_client/run.sh: `huddle coordinator` + 10 Python clients
                    (PyTorch through the huddle_client binding)
-  huddle-builtin   `huddle run` of examples/fashion_mnist_cnn.yaml with `rounds` overridden: the
-                   coordinator + 10 built-in C++ client processes
+  huddle-builtin   `huddle run` of the job with `rounds` overridden: the coordinator + 10
+                   built-in C++ client processes
   table            the Markdown table of several result.json files
 
 result.json: per round `round`, `t_end` (wall clock at the round's end, after the server's
@@ -50,6 +55,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 APP = HERE / "app"
 DATA = "/usr/share/datasets/fashion-mnist"
+# --model: the Huddle job whose network and recipe every column runs.
+JOBS = {"cnn": ROOT / "examples" / "fashion_mnist_cnn.yaml",
+        "mlp": ROOT / "examples" / "fashion_mnist.yaml"}
 LOAD_BEFORE = os.getloadavg()  # the machine's load when this run began (others may share it)
 
 
@@ -304,7 +312,7 @@ def prepare(args) -> dict:
     """Shards, test set and initial model files (prepare_data.py; cached across runs)."""
     sys.path.insert(0, str(HERE))
     import prepare_data  # noqa: E402  (uses examples/pytorch_client/fmnist_data.py)
-    return prepare_data.prepare(Path(args.data_cache), args.clients, args.seed, DATA)
+    return prepare_data.prepare(Path(args.data_cache), args.clients, args.seed, DATA, args.model)
 
 
 def flower_env(home: Path, superlink_address: str) -> dict:
@@ -316,7 +324,42 @@ def flower_env(home: Path, superlink_address: str) -> dict:
     env["FLWR_HOME"] = str(home)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
+    # The App imports examples/pytorch_client/torch_model.py, the Huddle PyTorch clients' network
+    # and training code; the SuperLink's and SuperNodes' App processes inherit this.
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "examples" / "pytorch_client"), env.get("PYTHONPATH")) if p)
     return env
+
+
+def run_overrides(args, metrics: Path) -> str:
+    return (f'model="{args.model}" num-server-rounds={args.rounds} num-clients={args.clients} '
+            f'seed={args.seed} metrics-out="{metrics}" data-dir="{args.data_cache}"')
+
+
+def wait_flower(args, link: subprocess.Popen, cli: subprocess.Popen, metrics: Path) -> None:
+    """Until the ServerApp has written the last round's line (and the run's CLI stream ended)."""
+    deadline = time.time() + args.timeout_s
+    while not [r for r in read_jsonl(metrics) if r.get("round") == args.rounds]:
+        if link.poll() is not None:
+            raise RuntimeError("flower-superlink exited; see logs/superlink.log")
+        if time.time() > deadline:
+            raise TimeoutError(f"no round {args.rounds} within {args.timeout_s} s")
+        time.sleep(0.5)
+    # Let the ServerApp finish (the CLI's stream ends with the run).
+    try:
+        cli.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def flower_rounds(metrics: Path) -> list[dict]:
+    """The ServerApp's rounds; round 1's round_s counts from the strategy's start (round 0)."""
+    lines = read_jsonl(metrics)
+    rounds = [r for r in lines if r["round"] >= 1]
+    start = [r for r in lines if r["round"] == 0]
+    if rounds and start:
+        rounds[0]["round_s"] = rounds[0]["t_end"] - start[0]["t_end"]
+    return rounds
 
 
 def run_flower_deploy(args) -> dict:
@@ -347,38 +390,18 @@ def run_flower_deploy(args) -> dict:
                 f'partition-id={i} num-partitions={args.clients} data-file="{shards[i]}"'],
                 env=env)
             roots["clients"].append(node.pid)
-        overrides = (f'num-server-rounds={args.rounds} num-clients={args.clients} '
-                     f'seed={args.seed} metrics-out="{metrics}" data-dir="{args.data_cache}"')
-        cli = launcher.start("flwr_run", ["flwr", "run", str(APP), "deploy", "-c", overrides,
-                                          "--stream"], env=env)
-        deadline = time.time() + args.timeout_s
-        while time.time() < deadline:
-            done = [r for r in read_jsonl(metrics) if r.get("round") == args.rounds]
-            if done:
-                break
-            if link.poll() is not None:
-                raise RuntimeError("flower-superlink exited; see logs/superlink.log")
-            time.sleep(0.5)
-        else:
-            raise TimeoutError(f"no round {args.rounds} within {args.timeout_s} s")
-        # Let the ServerApp finish (the CLI's stream ends with the run).
-        try:
-            cli.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
+        cli = launcher.start("flwr_run", ["flwr", "run", str(APP), "deploy", "-c",
+                                          run_overrides(args, metrics), "--stream"], env=env)
+        wait_flower(args, link, cli, metrics)
         sampler.sample()
     finally:
         sampler.stop()
         launcher.stop_all()
     t_exit = time.time()
-    lines = read_jsonl(metrics)
-    rounds = [r for r in lines if r["round"] >= 1]
-    start = [r for r in lines if r["round"] == 0]
-    if rounds and start:
-        rounds[0]["round_s"] = rounds[0]["t_end"] - start[0]["t_end"]
+    rounds = flower_rounds(metrics)
     result = summarize("flower-deployment", rounds, t_launch, t_exit, sampler.report(), {
-        "clients": args.clients, "transport": "Flower Fleet API, protobuf over HTTP/1.1, "
-        "--insecure (no TLS)"})
+        "model": args.model, "clients": args.clients,
+        "transport": "Flower Fleet API, protobuf over HTTP/1.1, --insecure (no TLS)"})
     write_result(out, result)
     return result
 
@@ -406,38 +429,21 @@ def run_flower_sim(args) -> dict:
             "--port", str(port), "--disable-runtime-dependency-installation"], env=env)
         roots["server"].append(link.pid)
         wait_port(port, 120, link)
-        overrides = (f'num-server-rounds={args.rounds} num-clients={args.clients} '
-                     f'seed={args.seed} metrics-out="{metrics}" data-dir="{args.data_cache}"')
         cli = launcher.start("flwr_run", [
-            "flwr", "run", str(APP), "sim", "-c", overrides, "--stream",
+            "flwr", "run", str(APP), "sim", "-c", run_overrides(args, metrics), "--stream",
             "--federation-config",
             f"num-supernodes={args.clients} client-resources-num-cpus=1"], env=env)
         roots["server"].append(cli.pid)
-        deadline = time.time() + args.timeout_s
-        while time.time() < deadline:
-            if [r for r in read_jsonl(metrics) if r.get("round") == args.rounds]:
-                break
-            if link.poll() is not None:
-                raise RuntimeError("flower-superlink exited; see logs/superlink.log")
-            time.sleep(0.5)
-        else:
-            raise TimeoutError(f"no round {args.rounds} within {args.timeout_s} s")
-        try:
-            cli.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
+        wait_flower(args, link, cli, metrics)
         sampler.sample()
     finally:
         sampler.stop()
         launcher.stop_all()
     t_exit = time.time()
-    lines = read_jsonl(metrics)
-    rounds = [r for r in lines if r["round"] >= 1]
-    start = [r for r in lines if r["round"] == 0]
-    if rounds and start:
-        rounds[0]["round_s"] = rounds[0]["t_end"] - start[0]["t_end"]
+    rounds = flower_rounds(metrics)
     result = summarize("flower-simulation", rounds, t_launch, t_exit, sampler.report(), {
-        "clients": args.clients, "transport": "in-process (simulation engine, Ray)"})
+        "model": args.model, "clients": args.clients,
+        "transport": "in-process (simulation engine, Ray)"})
     write_result(out, result)
     return result
 
@@ -506,7 +512,7 @@ def _huddle_groups(root: list[int]):
 
 def run_huddle_builtin(args) -> dict:
     out = fresh_dir(Path(args.out))
-    job = Path(args.job).read_text(encoding="utf-8")
+    job = Path(args.job or JOBS[args.model]).read_text(encoding="utf-8")
     lines = [f"rounds: {args.rounds}" if ln.startswith("rounds:") else ln
              for ln in job.splitlines()]
     yaml = out / "job.yaml"
@@ -533,7 +539,7 @@ def run_huddle_builtin(args) -> dict:
     rounds = _huddle_rounds(run_dir / "metrics.jsonl")
     _attach_wall(rounds, seen)
     result = summarize("huddle-builtin", rounds, t_launch, t_exit, sampler.report(), {
-        "clients": 10, "command": " ".join(argv),
+        "model": args.model, "clients": 10, "command": " ".join(argv),
         "transport": "ZeroMQ, " + ("plaintext (--insecure)" if args.insecure else
                                    "CurveZMQ (encrypted, authenticated; huddle run's default)"),
         "summary": json.loads((run_dir / "summary.json").read_text()) if (
@@ -547,7 +553,7 @@ def run_huddle_pytorch(args) -> dict:
     out = fresh_dir(Path(args.out))
     script = Path(args.example_dir) / "run.sh"
     if not script.exists():
-        raise FileNotFoundError(f"{script} does not exist yet")
+        raise FileNotFoundError(f"no {script}: --example-dir names examples/pytorch_client")
     run_dir = out / "run"
     root: list[int] = []
     sampler = MemorySampler(_huddle_groups(root))
@@ -556,7 +562,9 @@ def run_huddle_pytorch(args) -> dict:
     # environment. Its default is CurveZMQ with keys it generates, as `huddle run`'s.
     argv = ["bash", str(script), str(run_dir)]
     env = dict(os.environ)
-    env.update({"ROUNDS": str(args.rounds), "HUDDLE": args.huddle,
+    job = out / "job.yaml"  # a snapshot: run.sh resizes it into run_dir
+    shutil.copyfile(JOBS[args.model], job)
+    env.update({"JOB": str(job), "ROUNDS": str(args.rounds), "HUDDLE": args.huddle,
                 "PYTHONPATH": str(ROOT / "build" / "client" / "python")})
     env.update(dict(kv.split("=", 1) for kv in args.env))
     seen: dict[int, float] = {}
@@ -574,7 +582,7 @@ def run_huddle_pytorch(args) -> dict:
     rounds = _huddle_rounds(run_dir / "metrics.jsonl")
     _attach_wall(rounds, seen)
     result = summarize("huddle-pytorch", rounds, t_launch, t_exit, sampler.report(), {
-        "clients": 10, "command": " ".join(argv) + f" (ROUNDS={args.rounds})",
+        "model": args.model, "clients": 10, "command": " ".join(argv) + f" (ROUNDS={args.rounds})",
         "transport": "ZeroMQ, " + ("plaintext (INSECURE=1)" if env.get("INSECURE") == "1" else
                                    "CurveZMQ (encrypted, authenticated; run.sh's default)"),
         "summary": json.loads((run_dir / "summary.json").read_text()) if (
@@ -588,7 +596,7 @@ def run_huddle_pytorch(args) -> dict:
 
 def table(paths: list[str]) -> str:
     results = [json.loads(Path(p).read_text()) for p in paths]
-    rows = ["| | " + " | ".join(r["kind"] for r in results) + " |",
+    rows = ["| | " + " | ".join(f"{r['kind']} ({r.get('model', 'cnn')})" for r in results) + " |",
             "|---|" + "---|" * len(results)]
 
     def row(label, fn):
@@ -631,6 +639,9 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def common(p):
+        p.add_argument("--model", choices=sorted(JOBS), default="cnn",
+                       help="cnn: examples/fashion_mnist_cnn.yaml's job; mlp: the quickstart's, "
+                       "examples/fashion_mnist.yaml (same recipe)")
         p.add_argument("--out", required=True)
         p.add_argument("--rounds", type=int, default=5)
         p.add_argument("--timeout-s", type=float, default=1800)
@@ -645,7 +656,7 @@ def main() -> None:
     p = sub.add_parser("huddle-builtin")
     common(p)
     p.add_argument("--huddle", default=str(ROOT / "build" / "cli" / "huddle"))
-    p.add_argument("--job", default=str(ROOT / "examples" / "fashion_mnist_cnn.yaml"))
+    p.add_argument("--job", help="default: the --model's job")
     p.add_argument("--insecure", action="store_true")
     p = sub.add_parser("huddle-pytorch")
     common(p)

@@ -1,1 +1,2 @@
-"""examples/fashion_mnist_cnn.yaml's job in PyTorch under Flower (Huddle's peer comparison)."""
+"""Huddle's PyTorch jobs (the CNN of examples/fashion_mnist_cnn.yaml, the MLP of
+examples/fashion_mnist.yaml) under Flower, for Huddle's peer comparison."""

@@ -13,7 +13,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from flower_fmnist.task import Net, load_npz, train
+from flower_fmnist.task import load_npz, network_for, train
 
 # 10 clients share 2 cores; the Huddle PyTorch clients run with --threads 1 too.
 torch.set_num_threads(1)
@@ -50,8 +50,9 @@ def train_fn(msg: Message, context: Context) -> Message:
         _shards[path] = (torch.from_numpy(x), torch.from_numpy(y))
     x, y = _shards[path]
     cfg = msg.content["config"]
-    net = Net()
-    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    state = msg.content["arrays"].to_torch_state_dict()
+    net = network_for([(name, tuple(t.shape)) for name, t in state.items()])
+    net.load_state_dict(state)
     # This client's seed for the round (Huddle's coordinator sends each client one per round).
     partition = int(context.node_config.get("partition-id", 0))
     seed = (int(cfg["seed"]) * 1_000_003 + int(cfg["server-round"]) * 1009 + partition) % 2**63

@@ -1,12 +1,14 @@
 """The ServerApp: FedAvg over all 10 SuperNodes every round, evaluation on the 10k test set.
 
-Mirrors the Huddle coordinator of examples/fashion_mnist_cnn.yaml: every client trains every round
-(fraction_train 1.0; Huddle's `cohort: {sampling: fixed, size: 10}`), the update is the
-example-weighted mean of the clients' models (FedAvg; Huddle's `server: {learning_rate: 1.0}`),
-no client-side evaluation (fraction_evaluate 0.0), and the server evaluates the new global model on
-the test set after every round (Huddle's `evaluation: {every: 1}`). It starts from the model
-Huddle's coordinator starts from, and reads the test set, from the run config's `data-dir`
-(init_seed{S}.npz and test.npz, written by scripts/flower/prepare_data.py).
+Mirrors the Huddle coordinator of examples/fashion_mnist_cnn.yaml (run config `model = "cnn"`) or of
+the quickstart, examples/fashion_mnist.yaml (`model = "mlp"`; same recipe): every client trains
+every round (fraction_train 1.0; Huddle's `cohort: {sampling: fixed, size: 10}`), the update is the
+example-weighted mean of the clients' models (FedAvg; Huddle's `server: {learning_rate: 1.0}`), no
+client-side evaluation (fraction_evaluate 0.0), and the server evaluates the new global model on the
+test set after every round (Huddle's `evaluation: {every: 1}`). It starts from the model Huddle's
+coordinator starts from, and reads the test set, from the run config's `data-dir`
+(init_{model}_seed{S}.npz and test.npz, written by scripts/flower/prepare_data.py); the network is
+the one with the initial model's tensors (task.network_from).
 
 When the run config's `metrics-out` is set, one JSON line per round goes there: `round`,
 `t_end` (time.time() after the round's evaluation: the round's end, like Huddle's elapsed_s),
@@ -23,7 +25,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-from flower_fmnist.task import Net, evaluate, load_npz, set_weights
+from flower_fmnist.task import evaluate, load_model_npz, load_npz, network_from
 
 app = ServerApp()
 
@@ -40,9 +42,8 @@ def main(grid: Grid, context: Context) -> None:
     out = open(out_path, "a", encoding="utf-8") if out_path else None
 
     data = str(cfg["data-dir"])
-    net = Net()
-    set_weights(net, list(load_npz(os.path.join(data, f"init_seed{seed}.npz"),
-                                   *[f"w{i}" for i in range(8)])))
+    init = os.path.join(data, f"init_{cfg['model']}_seed{seed}.npz")
+    net = network_from(load_model_npz(init))
     x_test, y_test = (torch.from_numpy(a) for a in load_npz(os.path.join(data, "test.npz"),
                                                              "x", "y"))
 
