@@ -14,6 +14,7 @@ PACKAGES=(
   libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-torch
+  python3-venv python3-setuptools python3-wheel
   dataset-fashion-mnist
 )
 
