@@ -15,6 +15,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-torch
   python3-venv python3-setuptools python3-wheel
+  # Debian's python3-torch calls BLAS through the libblas.so.3 alternative, which is otherwise the
+  # netlib reference (7x slower PyTorch MLP epochs here); OpenBLAS's OpenMP build follows
+  # torch.set_num_threads. Huddle itself uses Eigen's own kernels, not BLAS.
+  libopenblas0-openmp
   dataset-fashion-mnist
 )
 
