@@ -380,6 +380,38 @@ Status ReadEvaluation(ConfigMap& eval, JobConfig* job) {
   return eval.Finish();
 }
 
+Status ReadSecureAggregation(ConfigMap& m, coordinator::SecureAggregationOptions* a) {
+  HUDDLE_RETURN_IF_ERROR(m.Optional("enabled", &a->enabled));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("corrupt_fraction", &a->graph.corrupt_fraction, 0.0, 0.499));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("dropout_fraction", &a->graph.dropout_fraction, 0.0, 0.99));
+  int64_t bits = a->graph.security_bits, reliability = a->graph.reliability_bits;
+  HUDDLE_RETURN_IF_ERROR(m.Optional("security_bits", &bits, 8, 128));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("reliability_bits", &reliability, 1, 64));
+  a->graph.security_bits = static_cast<int>(bits);
+  a->graph.reliability_bits = static_cast<int>(reliability);
+  int64_t neighbours = 0, threshold = 0, word_bits = 0;
+  HUDDLE_RETURN_IF_ERROR(m.Optional("neighbours", &neighbours, 1, 400));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("threshold", &threshold, 1, 400));
+  if ((neighbours > 0) != (threshold > 0) || threshold > neighbours) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure_aggregation: neighbours (", neighbours, ") and threshold (", threshold,
+                     ") go together, with threshold <= neighbours (or leave both out: chosen from "
+                     "corrupt_fraction and dropout_fraction)"));
+  }
+  a->neighbours = static_cast<int>(neighbours);
+  a->threshold = static_cast<int>(threshold);
+  HUDDLE_RETURN_IF_ERROR(m.Optional("min_survivors", &a->min_survivor_fraction, 0.0, 1.0));
+  HUDDLE_RETURN_IF_ERROR(
+      m.OptionalSeconds("stage_timeout_s", &a->stage_timeout_ms, 0.1, 7 * 86400));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("bits", &word_bits, 32, 64));
+  if (word_bits != 0 && word_bits != 32 && word_bits != 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure_aggregation.bits is ", word_bits, ": 32 or 64 (or leave it out)"));
+  }
+  a->bits = static_cast<int>(word_bits);
+  return m.Finish();
+}
+
 }  // namespace
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
@@ -491,6 +523,9 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap priv, top.Child("privacy"));
   HUDDLE_RETURN_IF_ERROR(ReadPrivacy(priv, &o.privacy));
+
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap secagg, top.Child("secure_aggregation"));
+  HUDDLE_RETURN_IF_ERROR(ReadSecureAggregation(secagg, &o.secure_aggregation));
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap output, top.Child("output"));
   HUDDLE_RETURN_IF_ERROR(output.Optional("dir", &o.out_dir));

@@ -150,6 +150,10 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
       return OnGrant(msg);
     case wire::MessageType::kEvaluateInstruction:
       return OnEvaluate(msg, std::get<wire::EvaluateInstruction>(msg.body));
+    case wire::MessageType::kSecAggKeyList:
+    case wire::MessageType::kSecAggShareList:
+    case wire::MessageType::kSecAggUnmask:
+      return OnSecAgg(msg);
     case wire::MessageType::kHeartbeat:
       return Replies{};
     case wire::MessageType::kError:
@@ -246,10 +250,73 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     pending.result.train_accuracy = 0;
     pending.result.train_seconds = 0;
   }
+  secagg_.reset();
+  if (fit.secure_aggregation) {
+    // The update is quantized and masked; the coordinator will see only the cohort's sum.
+    StatusOr<SecAggMember> member =
+        SecAggMember::Create(*fit.secure_aggregation, fit.nonce, *pending.delta,
+                             static_cast<int64_t>(pending.result.num_examples), noise());
+    if (!member.ok()) {
+      spdlog::error("round {}: {}", msg.round, member.status().message());
+      return Replies{wire::MakeError(wire::ErrorCode::kInternal,
+                                     std::string(member.status().message()), msg.round)};
+    }
+    secagg_.emplace(*std::move(member));
+    pending_ = std::move(pending);
+    return Replies{wire::MakeMessage(secagg_->Advertise(), msg.round, client_id_)};
+  }
   pending_ = std::move(pending);
   return Replies{
       wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce},
                         msg.round, client_id_)};
+}
+
+std::vector<wire::Message> ClientAgent::OnSecAgg(const wire::Message& msg) {
+  if (!secagg_ || !pending_ || pending_->round != msg.round) {
+    spdlog::warn("round {}: {} but this client is not aggregating securely in that round",
+                 msg.round, wire::MessageTypeName(msg.type()));
+    return {};
+  }
+  std::vector<wire::Message> out;
+  Status st;
+  switch (msg.type()) {
+    case wire::MessageType::kSecAggKeyList: {
+      StatusOr<wire::SecAggShares> shares =
+          secagg_->OnKeyList(std::get<wire::SecAggKeyList>(msg.body));
+      st = shares.status();
+      if (st.ok()) out.push_back(wire::MakeMessage(*std::move(shares), msg.round, client_id_));
+      break;
+    }
+    case wire::MessageType::kSecAggShareList:
+      st = secagg_->OnShareList(std::get<wire::SecAggShareList>(msg.body));
+      if (st.ok()) {
+        out.push_back(wire::MakeMessage(
+            wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce}, msg.round,
+            client_id_));
+      }
+      break;
+    case wire::MessageType::kSecAggUnmask: {
+      StatusOr<wire::SecAggUnmaskResponse> response =
+          secagg_->OnUnmask(std::get<wire::SecAggUnmask>(msg.body));
+      st = response.status();
+      if (st.ok()) out.push_back(wire::MakeMessage(*std::move(response), msg.round, client_id_));
+      secagg_.reset();  // done: every secret of this round is gone with it
+      pending_.reset();
+      break;
+    }
+    default:
+      break;
+  }
+  if (!st.ok()) {
+    spdlog::warn("round {}: secure aggregation: {}", msg.round, st.message());
+    secagg_.reset();
+    pending_.reset();
+    out.clear();
+    out.push_back(wire::MakeError(absl::IsFailedPrecondition(st) ? wire::ErrorCode::kRejected
+                                                                 : wire::ErrorCode::kInvalidUpdate,
+                                  std::string(st.message()), msg.round));
+  }
+  return out;
 }
 
 privacy::NoiseSource& ClientAgent::noise() {
@@ -302,7 +369,12 @@ StatusOr<models::Update> ClientAgent::TrainAndPrivatize(const wire::Message& msg
     zeros = global;
     for (Tensor& t : zeros) std::fill(t.data.begin(), t.data.end(), 0.0f);
   }
-  const double clip = dp_update.mode != wire::UpdatePrivacy::Mode::kNone ? clip_norm : 0.0;
+  double clip = dp_update.mode != wire::UpdatePrivacy::Mode::kNone ? clip_norm : 0.0;
+  if (fit.secure_aggregation) {
+    // The coordinator cannot clip a masked update: the client clips it to the round's bound.
+    const double bound = fit.secure_aggregation->clip_norm;
+    clip = clip > 0 ? std::min(clip, bound) : bound;
+  }
   HUDDLE_ASSIGN_OR_RETURN(
       models::Update update,
       models::UpdateFromTrained(trained, result.is_delta ? zeros : global, clip));
@@ -360,6 +432,18 @@ std::vector<wire::Message> ClientAgent::OnGrant(const wire::Message& msg) {
   if (!pending_ || pending_->round != msg.round) {
     spdlog::warn("round {}: upload grant but no update is pending for that round", msg.round);
     return {};
+  }
+  if (secagg_) {
+    if (!secagg_->masked()) {
+      spdlog::warn("round {}: upload grant before the secure aggregation's shares arrived",
+                   msg.round);
+      return {};
+    }
+    // The masked input; the member stays for the unmasking (pending_ with it).
+    std::vector<wire::Message> out;
+    out.push_back(secagg_->MaskedInput(msg.round, pending_->result.model_version, client_id_,
+                                       models::Layout(*model_)));
+    return out;
   }
   wire::Message result = wire::MakeMessage(pending_->result, msg.round, client_id_);
   result.tensors = wire::ShareAll(pending_->delta);

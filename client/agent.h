@@ -22,6 +22,11 @@
 //                              asked for again (a coordinator restart) is the same tensors, not a
 //                              new draw
 //                              -> UploadRequest (the delta waits for a grant)
+//                              (with secure aggregation, the update is quantized and masked in
+//                              four stages instead, client/secagg_member.h:
+//                              -> SecAggAdvertise; SecAggKeyList -> SecAggShares;
+//                              SecAggShareList -> UploadRequest, UploadGrant -> SecAggMaskedInput;
+//                              SecAggUnmask -> SecAggUnmaskResponse)
 //   UploadGrant             -> FitResult + delta tensors
 //   Heartbeat               -> (nothing; the coordinator is alive)
 //   Error unknown_client    -> Join (the coordinator restarted or forgot us)
@@ -44,6 +49,7 @@
 
 #include "client/builtin_trainer.h"
 #include "client/privacy_guard.h"
+#include "client/secagg_member.h"
 #include "client/silo.h"
 #include "common/status.h"
 #include "data/dataset.h"
@@ -94,6 +100,8 @@ class ClientAgent {
   StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
                                              const wire::FitInstruction& fit);
   std::vector<wire::Message> OnGrant(const wire::Message& msg);
+  // Secure aggregation's stages 1-3 (the member of the round in secagg_).
+  std::vector<wire::Message> OnSecAgg(const wire::Message& msg);
   // Federated evaluation (client/agent_evaluate.cc): the instruction's model, checked against the
   // job's layout, evaluated by the trainer on its data -> EvaluateResult; or an Error: kRejected
   // when the trainer cannot evaluate, the privacy guard reports nothing computed from the data
@@ -132,6 +140,8 @@ class ClientAgent {
     std::shared_ptr<const TensorList> delta;
   };
   std::optional<Pending> pending_;
+  // The round's secure aggregation, from its FitInstruction to the unmasking (pending_.round).
+  std::optional<SecAggMember> secagg_;
 };
 
 }  // namespace huddle::client

@@ -11,6 +11,10 @@ const char* DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
       return "float32";
+    case DType::kUint32:
+      return "uint32";
+    case DType::kUint64:
+      return "uint64";
   }
   return "unknown";
 }
@@ -18,7 +22,10 @@ const char* DTypeName(DType dtype) {
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
+    case DType::kUint32:
       return 4;
+    case DType::kUint64:
+      return 8;
   }
   return 0;
 }

@@ -16,8 +16,10 @@
 
 namespace huddle {
 
-// Element type of a tensor frame. Only float32 exists today; the enum keeps the wire explicit.
-enum class DType : uint8_t { kFloat32 = 1 };
+// Element type of a tensor frame: float32 for models and updates; unsigned integers only for the
+// words of a securely aggregated update (aggregation/secagg/), which the codec accepts on that
+// message alone.
+enum class DType : uint8_t { kFloat32 = 1, kUint32 = 2, kUint64 = 3 };
 
 const char* DTypeName(DType dtype);
 size_t DTypeSize(DType dtype);

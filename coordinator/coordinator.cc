@@ -74,6 +74,31 @@ Status Coordinator::Initialise() {
           f.deadline_ms, ") and max_weight_ratio >= 1 (", f.max_weight_ratio, ")"));
     }
   }
+  if (options_.secure_aggregation.enabled) {
+    const SecureAggregationOptions& a = options_.secure_aggregation;
+    const privacy::PrivacyMode mode = options_.privacy.mode;
+    if (mode == privacy::PrivacyMode::kCentral) {
+      return absl::InvalidArgumentError(
+          "secure_aggregation with privacy.mode central is not supported: central DP trusts the "
+          "coordinator with the noise, secure aggregation does not trust it with an update; use "
+          "privacy.mode local (each client noises its own update before masking it)");
+    }
+    if (mode == privacy::PrivacyMode::kNone && !(options_.max_update_norm > 0)) {
+      return absl::InvalidArgumentError(
+          "secure_aggregation needs aggregation.max_update_norm > 0 (without privacy.mode): the "
+          "coordinator cannot bound a masked update, so each client clips its update to that norm "
+          "before masking it, and the word width is chosen for it");
+    }
+    if (!(a.min_survivor_fraction >= 0 && a.min_survivor_fraction <= 1) ||
+        a.stage_timeout_ms <= 0 || (a.bits != 0 && a.bits != 32 && a.bits != 64) ||
+        (a.neighbours > 0) != (a.threshold > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "secure_aggregation: min_survivors ", a.min_survivor_fraction,
+          " must be in [0, 1], "
+          "stage_timeout_s > 0, bits 32 or 64 (or unset), and neighbours and threshold given "
+          "together"));
+    }
+  }
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   HUDDLE_RETURN_IF_ERROR(CheckOutputDir(options_));
   const std::string ckpt_path = Path(options_.out_dir, kCheckpointFile);
@@ -269,22 +294,31 @@ Status Coordinator::RunRound(uint64_t number) {
       secret_sampling() ? sampler_->NextU64() : DeriveSeed(options_.seed, kClientStream, number);
 
   // 1-2.
-  for (const std::string& id : SampleCohort()) {
-    round.members.emplace(id, MemberState::kTraining);
-    SendFit(id);
-  }
+  const std::vector<std::string> cohort = SampleCohort();
+  for (const std::string& id : cohort) round.members.emplace(id, MemberState::kTraining);
   round.metrics.clients_sampled = static_cast<int64_t>(round.members.size());
   round.weight_cap = WeightCap();
+  bool train = true;
+  if (options_.secure_aggregation.enabled) {
+    HUDDLE_ASSIGN_OR_RETURN(train, StartSecAgg(round, cohort));
+  }
+  for (const std::string& id : cohort) {
+    if (train) {
+      SendFit(id);
+    } else {
+      round.members[id] = MemberState::kFailed;
+    }
+  }
 
-  // 3.
+  // 3. (With secure aggregation, its stages: SecAggStep, coordinator/secagg_round.cc.)
   auto open = [&] {
     return std::any_of(round.members.begin(), round.members.end(), [](const auto& m) {
       return m.second != MemberState::kDone && m.second != MemberState::kFailed;
     });
   };
-  while (open()) {
+  while (round.secagg ? SecAggStep(round) : open()) {
     const int64_t now = clock_->NowMs();
-    if (now >= round.deadline_ms) {
+    if (!round.secagg && now >= round.deadline_ms) {
       for (auto& [id, state] : round.members) {
         if (state != MemberState::kDone && state != MemberState::kFailed) {
           spdlog::warn("round {}: client {} missed the deadline", number, id);
@@ -293,7 +327,7 @@ Status Coordinator::RunRound(uint64_t number) {
       }
       break;
     }
-    Pump(std::min<int64_t>(100, round.deadline_ms - now));
+    Pump(std::min<int64_t>(100, round.secagg ? SecAggTimeoutMs(round) : round.deadline_ms - now));
     ExpireSilentClients();
     RevokeStaleGrants();
   }
@@ -369,6 +403,7 @@ void Coordinator::SendFit(const std::string& id) {
   // replayed from an earlier instruction (another round, or before a rejoin) is refused.
   fit.nonce = SecureRandomBytes(wire::kNonceBytes);
   round.nonces[id] = fit.nonce;
+  if (round.secagg) fit.secure_aggregation = SecAggInstruction(id);
   if (dp()) {
     const bool local = privacy_->options().mode == privacy::PrivacyMode::kLocal;
     fit.privacy.mode =
@@ -480,6 +515,12 @@ void Coordinator::Handle(transport::Inbound in) {
     case wire::MessageType::kEvaluateResult:
       OnEvaluateResult(id, msg);
       return;
+    case wire::MessageType::kSecAggAdvertise:
+    case wire::MessageType::kSecAggShares:
+    case wire::MessageType::kSecAggMaskedInput:
+    case wire::MessageType::kSecAggUnmaskResponse:
+      OnSecAgg(id, msg);
+      return;
     default: {
       Warn("messages of a type a client may not send", id, [&] {
         return absl::StrCat("client ", id, ": unexpected ", wire::MessageTypeName(msg.type()),
@@ -558,6 +599,11 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
     auto m = round_->members.find(join.client_id);
     if (m != round_->members.end() && m->second != MemberState::kDone &&
         m->second != MemberState::kFailed) {
+      if (round_->secagg) {
+        // Its keys and shares of this round are gone with its restart: a dropout.
+        FailMember(join.client_id, "rejoined mid-round: it leaves the round's secure aggregation");
+        return;
+      }
       if (round_->fits_sent[join.client_id] >= kMaxFitsPerRound) {
         // The model goes to a member at most twice a round (once, and once more after a restart):
         // a rejoin flood must not multiply the bytes sent.
@@ -587,7 +633,9 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
     return;
   }
   auto m = round_->members.find(id);
-  if (m == round_->members.end() || m->second != MemberState::kTraining) {
+  // With secure aggregation the upload is the masked input, due in stage 2.
+  const MemberState due = round_->secagg ? MemberState::kSecAggMasking : MemberState::kTraining;
+  if (m == round_->members.end() || m->second != due) {
     Refuse(peer, wire::ErrorCode::kRejected,
            absl::StrCat("client ", id, " has no pending work in round ", msg.round), msg.round);
     return;
@@ -620,7 +668,11 @@ void Coordinator::OnClientError(const std::string& id, const wire::Message& msg)
     return;
   }
   auto m = round_->members.find(id);
-  if (m == round_->members.end() || m->second != MemberState::kTraining) {
+  const bool busy =
+      m != round_->members.end() &&
+      (m->second == MemberState::kTraining ||
+       (round_->secagg && m->second != MemberState::kDone && m->second != MemberState::kFailed));
+  if (!busy) {
     round_->metrics.rejected++;
     return;
   }
@@ -651,10 +703,11 @@ void Coordinator::GrantSlots() {
     round.granted_at_ms[id] = clock_->NowMs();
     round.uploads_in_flight++;
     // The transport holds undelivered bytes of this connection up to the result's size, and no
-    // more (transport.h): a result is the only large message a client sends.
-    transport_->SetUploadAllowance(
-        clients_.at(id).peer,
-        static_cast<size_t>(TotalElements(layout_)) * sizeof(float) + kResultOverheadBytes);
+    // more (transport.h): a result (or a masked input) is the only large message a client sends.
+    const size_t bytes = round.secagg ? static_cast<size_t>(round.secagg->server->config().length) *
+                                            static_cast<size_t>(round.secagg->plan.bits / 8)
+                                      : static_cast<size_t>(TotalElements(layout_)) * sizeof(float);
+    transport_->SetUploadAllowance(clients_.at(id).peer, bytes + kResultOverheadBytes);
   }
 }
 
@@ -688,7 +741,8 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
   }
   Round& round = *round_;
   auto m = round.members.find(id);
-  if (m == round.members.end() || m->second != MemberState::kUploading) {
+  if (m == round.members.end() || m->second != MemberState::kUploading || round.secagg) {
+    // (With secure aggregation a plain result is never due: the upload is the masked input.)
     round.metrics.rejected++;
     Warn("unsolicited results", id, [&] {
       return absl::StrCat("client ", id, ": unsolicited result in round ", round.number);
@@ -843,13 +897,28 @@ Status Coordinator::FinishRound(Round& round) {
           round.number, m.results, options_.quorum);
     }
     TensorList mean;
-    HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean));
+    if (round.secagg) {
+      // Local DP: the secure sum of the private updates (nothing, when it was refused).
+      TensorList none;
+      if (!round.secagg->sum) {
+        none = model_;
+        for (Tensor& t : none) std::fill(t.data.begin(), t.data.end(), 0.0f);
+      }
+      HUDDLE_RETURN_IF_ERROR(
+          PrivateMean(round, &mean, round.secagg->sum ? &*round.secagg->sum : &none));
+    } else {
+      HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean));
+    }
     HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
     ++model_version_;
     m.updated = true;
   } else if (m.results >= options_.quorum && m.results > 0) {
     TensorList mean;
-    HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
+    if (round.secagg) {
+      HUDDLE_RETURN_IF_ERROR(SecAggMean(round, &mean));
+    } else {
+      HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
+    }
     HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
     ++model_version_;
     m.updated = true;

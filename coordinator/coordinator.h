@@ -25,9 +25,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
+#include "aggregation/secagg/protocol.h"
+#include "aggregation/secagg/quantize.h"
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
 #include "common/clock.h"
@@ -92,7 +95,32 @@ class Coordinator {
   const JobSummary& summary() const { return summary_; }
 
  private:
-  enum class MemberState { kTraining, kWaitingSlot, kUploading, kDone, kFailed };
+  // kSecAgg: in secure aggregation's stages 0-3 past training (SecAggRound says which);
+  // kSecAggMasking: its masked input is due (it asks for an upload slot as for a FitResult).
+  enum class MemberState {
+    kTraining,
+    kWaitingSlot,
+    kUploading,
+    kDone,
+    kFailed,
+    kSecAgg,
+    kSecAggMasking
+  };
+  // The round's secure aggregation (coordinator/secagg_round.cc).
+  struct SecAggRound {
+    std::optional<aggregation::secagg::Server> server;
+    std::vector<std::string> ids;            // index -> client id (the sorted cohort)
+    std::map<std::string, uint32_t> index;   // client id -> index
+    aggregation::secagg::QuantizePlan plan;  // bits, scale, noise share
+    uint64_t weight_cap = 0;                 // 0: uniform weights, no weight word
+    double clip_norm = 0;
+    int stage = 0;  // 0 advertise, 1 share keys, 2 masked inputs, 3 unmask, 4 over
+    int64_t stage_deadline_ms = 0;
+    std::set<std::string> awaiting;  // members whose answer to the current stage is due
+    std::optional<TensorList> sum;   // stage 4: the survivors' decoded sum (weighted)
+    uint64_t total_weight = 0;       // its weight word's sum (weighted rounds)
+    std::string failure;             // why it released nothing ("" when it did)
+  };
   struct ClientRecord {
     transport::PeerId peer;
     uint64_t num_examples = 0;
@@ -120,6 +148,7 @@ class Coordinator {
     double expected_cohort = 0;         // central: the fixed denominator (expected cohort size)
     double local_norm_bound = 0;        // local: the longest update an honest client can send
     uint64_t client_seed = 0;           // fit.seed of the round's instructions
+    std::optional<SecAggRound> secagg;  // secure aggregation on
   };
 
   Status Initialise();
@@ -155,6 +184,19 @@ class Coordinator {
   void Refuse(const transport::PeerId& peer, wire::ErrorCode code, const std::string& text,
               uint64_t round);
   Status FinishRound(Round& round);
+  // Secure aggregation (coordinator/secagg_round.cc). StartSecAgg: after the cohort is sampled,
+  // its session, graph and quantization (false when the cohort is too small to hide anyone: the
+  // round then trains nothing). SecAggStep: ends the current stage when every member answered or
+  // its deadline passed, and sends the next stage's messages; false once the protocol is over.
+  StatusOr<bool> StartSecAgg(Round& round, const std::vector<std::string>& cohort);
+  bool SecAggStep(Round& round);
+  // A client's message of a secure aggregation stage (advertise, shares, masked input, unmask).
+  void OnSecAgg(const std::string& id, const wire::Message& msg);
+  // The fields of member `id`'s FitInstruction.
+  wire::SecureAggregation SecAggInstruction(const std::string& id) const;
+  // The round's released update: the survivors' weighted mean (or, under local DP, their mean).
+  Status SecAggMean(Round& round, TensorList* mean) const;
+  int64_t SecAggTimeoutMs(const Round& round) const;
   // DP (coordinator/dp_round.cc).
   bool dp() const { return privacy_ && privacy_->enabled(); }
   // `resumed_round`: the checkpoint's completed round (0 when starting afresh).
@@ -169,7 +211,9 @@ class Coordinator {
   // (dp_round.cc), so that no client can send more than a noised clipped update.
   Status CheckUpdateNorm(const Round& round, std::span<const std::span<const float>> update) const;
   // Noise, ledger (durable), mean over the expected cohort: the round's releasable update.
-  Status PrivateMean(Round& round, TensorList* mean);
+  // `secure_sum`: the sum of the round's updates from secure aggregation (local mode), instead of
+  // the aggregator's.
+  Status PrivateMean(Round& round, TensorList* mean, const TensorList* secure_sum = nullptr);
   // OUT/privacy.json from the ledger and the job's settings (privacy/report.h); for a job without
   // client-level DP whose clients train with DP-SGD, the example-level statement
   // (WriteDpSgdReport). Nothing for a job without DP.
@@ -239,6 +283,7 @@ class Coordinator {
   std::vector<std::string> no_update_reasons_;  // of those rounds
   uint64_t evaluated_version_ = UINT64_MAX;     // model version of the last evaluation
   TensorList clip_scratch_;  // a result clipped to max_update_norm (reused; empty until needed)
+  std::vector<uint64_t> secagg_scratch_;    // a masked input's words, gathered from its tensors
   std::map<std::string, LogSummary> logs_;  // Warn()'s, by kind
 
   std::optional<privacy::PrivacyPlan> privacy_;

@@ -179,7 +179,7 @@ Status Coordinator::CheckUpdateNorm(const Round& round,
   return absl::OkStatus();
 }
 
-Status Coordinator::PrivateMean(Round& round, TensorList* mean) {
+Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList* secure_sum) {
   const privacy::PrivacyOptions& p = options_.privacy;
   const bool central = p.mode == PrivacyMode::kCentral;
   RoundMetrics::Privacy info;
@@ -245,6 +245,13 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean) {
   round.metrics.privacy = info;
   // Central: divide by the expected cohort size, never the realized count (that would make the
   // sensitivity depend on the cohort). Local: the updates are already private; the same estimator.
+  if (secure_sum != nullptr) {
+    *mean = *secure_sum;
+    for (Tensor& t : *mean) {
+      for (float& v : t.data) v = static_cast<float>(v / round.expected_cohort);
+    }
+    return absl::OkStatus();
+  }
   return aggregator_->Finalize(round.expected_cohort, mean);
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "aggregation/secagg/graph.h"
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
 #include "models/model.h"
@@ -33,6 +34,23 @@ struct FederatedEvalOptions {
   // multiple of the lower median count of the evaluation's answers, so that one client lying
   // about its data cannot dominate the mean.
   double max_weight_ratio = 4;
+};
+
+// Secure aggregation (`secure_aggregation:`; aggregation/secagg/protocol.h, docs/security.md): the
+// clients mask their quantized updates so that the coordinator learns only the sum of each
+// round's survivors.
+struct SecureAggregationOptions {
+  bool enabled = false;
+  // The neighbourhood graph is chosen for these (aggregation/secagg/graph.h) unless `neighbours`
+  // and `threshold` are both set.
+  aggregation::secagg::GraphOptions graph;
+  int neighbours = 0;
+  int threshold = 0;
+  // A round unmasks nothing with fewer masked inputs than max(threshold, quorum, this fraction of
+  // the cohort, rounded up).
+  double min_survivor_fraction = 0.5;
+  int64_t stage_timeout_ms = 30000;  // stages 1-3 each; stage 0 ends at the round's deadline
+  int bits = 0;                      // word width: 0 chooses 32 (64 when 32 is too narrow)
 };
 
 struct CoordinatorOptions {
@@ -65,6 +83,7 @@ struct CoordinatorOptions {
   // about its data then cannot take over the average.
   double max_weight_ratio = 4;
   privacy::PrivacyOptions privacy;  // client-level DP (docs/privacy.md); mode none by default
+  SecureAggregationOptions secure_aggregation;
 
   enum class EvalMode { kServer, kFederated };
   // kServer: the Evaluator given to the Coordinator (e.g. on the test set); kFederated: the

@@ -12,10 +12,11 @@
 //      "malformed message: ..." or FailedPrecondition "protocol version mismatch ...".
 //   2. A decoded message keeps the codec's promises: protocol version, every extra frame a chunk of
 //      a tensor (fuzz inputs use kChunkBytes = 32, so small inputs reach multi-chunk tensors and
-//      their reassembly), tensors only on FitInstruction/FitResult/EvaluateInstruction, valid and
-//      4-byte aligned tensors whose bytes equal their frames', string limits (and an external
-//      model's tensor specs within the tensor limits), 16-byte nonces, finite doubles, a known
-//      error code.
+//      their reassembly), tensors only on FitInstruction/FitResult/EvaluateInstruction (float32)
+//      and SecAggMaskedInput (all uint32 or all uint64), valid and 4-byte aligned tensors whose
+//      bytes equal their frames', string limits (and an external model's tensor specs within the
+//      tensor limits), 16-byte nonces, 32-byte keys, secure aggregation's lists within their
+//      limit, finite doubles, a known error code.
 //   3. Round trip: EncodeToFrames then Decode succeeds and gives a message equal in every field
 //      (doubles and tensor bytes bitwise), and encodes to the same header bytes again.
 //   4. For a FitResult: CheckUpdate against TheFuzzRound() never crashes; if it passes, the spans
@@ -74,7 +75,8 @@ struct SameFields {
            SameDouble(a.train.learning_rate, b.train.learning_rate) &&
            SameDouble(a.train.momentum, b.train.momentum) &&
            SameDouble(a.train.weight_decay, b.train.weight_decay) && a.seed == b.seed &&
-           a.deadline_ms == b.deadline_ms && a.nonce == b.nonce;
+           a.deadline_ms == b.deadline_ms && a.nonce == b.nonce &&
+           a.secure_aggregation == b.secure_aggregation;  // its double is finite (the codec)
   }
   bool operator()(const wire::UploadRequest& a, const wire::UploadRequest& b) const {
     return a.num_examples == b.num_examples && a.nonce == b.nonce;
@@ -101,6 +103,11 @@ struct SameFields {
     return a.num_examples == b.num_examples && SameDouble(a.loss, b.loss) &&
            SameDouble(a.accuracy, b.accuracy) && a.model_version == b.model_version &&
            a.nonce == b.nonce;
+  }
+  // Secure aggregation's bodies: integers and bytes only, compared as values.
+  template <typename A>
+  bool operator()(const A& a, const A& b) const {
+    return a == b;
   }
   template <typename A, typename B>
   bool operator()(const A&, const B&) const {
@@ -152,16 +159,23 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
   }
   Require(tensor_frames + 1 == frames.size(), "tensor chunks != frames - 1");
   Require(m.sender.size() <= limits.max_string_bytes, "sender over the limit");
+  const bool masked = m.type() == wire::MessageType::kSecAggMaskedInput;
   const bool carries = m.type() == wire::MessageType::kFitInstruction ||
                        m.type() == wire::MessageType::kFitResult ||
-                       m.type() == wire::MessageType::kEvaluateInstruction;
+                       m.type() == wire::MessageType::kEvaluateInstruction || masked;
   Require(carries || m.tensors.empty(), "tensors on a message type that carries none");
   size_t next_frame = 1;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const wire::TensorPayload& t = m.tensors[i];
     Require(!t.spec.name.empty() && t.spec.name.size() <= limits.max_string_bytes,
             "tensor name empty or over the limit");
-    Require(t.spec.dtype == DType::kFloat32, "tensor dtype is not float32");
+    if (masked) {
+      Require(t.spec.dtype == m.tensors[0].spec.dtype &&
+                  (t.spec.dtype == DType::kUint32 || t.spec.dtype == DType::kUint64),
+              "masked input words not all uint32 or all uint64");
+    } else {
+      Require(t.spec.dtype == DType::kFloat32, "tensor dtype is not float32");
+    }
     Require(ValidateShape(t.spec.shape, limits.max_tensor_elements, "tensor").ok(),
             "tensor shape invalid");
     Require(static_cast<int64_t>(t.bytes.size()) == t.spec.ByteLength(),
@@ -202,6 +216,14 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
     }
     void operator()(const wire::FitInstruction& b) const {
       Require(b.nonce.size() == wire::kNonceBytes, "fit_instruction.nonce size");
+      if (b.secure_aggregation) {
+        const wire::SecureAggregation& a = *b.secure_aggregation;
+        Require(a.session.size() == wire::kSecAggKeyBytes && (a.bits == 32 || a.bits == 64) &&
+                    a.members >= 2 && a.index < a.members && a.threshold >= 1 &&
+                    a.threshold < a.members && a.min_survivors <= a.members && a.length >= 1 &&
+                    std::isfinite(a.clip_norm) && a.clip_norm > 0,
+                "fit_instruction.secure_aggregation out of range");
+      }
       Require(std::isfinite(b.train.learning_rate) && std::isfinite(b.train.momentum) &&
                   std::isfinite(b.train.weight_decay),
               "fit_instruction.train has a non-finite double");
@@ -234,6 +256,47 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
     }
     void operator()(const wire::UploadGrant&) const {}
     void operator()(const wire::Heartbeat&) const {}
+    static void Key(const std::string& k, const char* what) {
+      Require(k.size() == wire::kSecAggKeyBytes, what);
+    }
+    static void Count(size_t n, const char* what) {
+      Require(n <= wire::kMaxSecAggNeighbours, what);
+    }
+    void Sealed(const std::vector<wire::SecAggSealedShare>& shares) const {
+      Count(shares.size(), "secagg shares over the limit");
+      for (const auto& s : shares) {
+        Require(s.ciphertext.size() <= limits.max_string_bytes, "secagg ciphertext over the limit");
+      }
+    }
+    void operator()(const wire::SecAggAdvertise& b) const {
+      Require(b.nonce.size() == wire::kNonceBytes, "secagg_advertise.nonce size");
+      Key(b.cipher_key, "secagg_advertise.cipher_key size");
+      Key(b.mask_key, "secagg_advertise.mask_key size");
+    }
+    void operator()(const wire::SecAggKeyList& b) const {
+      Count(b.neighbours.size(), "secagg_key_list over the limit");
+      for (const auto& n : b.neighbours) {
+        Key(n.cipher_key, "secagg_key_list cipher_key size");
+        Key(n.mask_key, "secagg_key_list mask_key size");
+      }
+    }
+    void operator()(const wire::SecAggShares& b) const {
+      Require(b.nonce.size() == wire::kNonceBytes, "secagg_shares.nonce size");
+      Key(b.self_mask_commitment, "secagg_shares.self_mask_commitment size");
+      Sealed(b.shares);
+    }
+    void operator()(const wire::SecAggShareList& b) const { Sealed(b.shares); }
+    void operator()(const wire::SecAggMaskedInput& b) const {
+      Require(b.nonce.size() == wire::kNonceBytes, "secagg_masked_input.nonce size");
+    }
+    void operator()(const wire::SecAggUnmask& b) const {
+      Count(b.survivors.size() - 1, "secagg_unmask over the limit");
+    }
+    void operator()(const wire::SecAggUnmaskResponse& b) const {
+      Require(b.nonce.size() == wire::kNonceBytes, "secagg_unmask_response.nonce size");
+      Count(b.self_mask_shares.size(), "secagg self-mask shares over the limit");
+      Count(b.mask_key_shares.size(), "secagg mask-key shares over the limit");
+    }
   };
   std::visit(Body{limits}, m.body);
 }

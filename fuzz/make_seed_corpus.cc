@@ -139,6 +139,41 @@ void WriteOtherTypes(SeedWriter& w) {
   result_with_tensors.tensors = Payloads(UpdateTensors());
   w.Write("evaluate_result_with_tensors", result_with_tensors);
 
+  // Secure aggregation's messages (version 4).
+  const std::string key(kSecAggKeyBytes, '\x42');
+  Message secure = instruction;
+  std::get<FitInstruction>(secure.body).secure_aggregation =
+      SecureAggregation{key, 1, 5, 2, 32, 83, 3, 10, 4096, 100, 1.0};
+  w.Write("fit_instruction_secagg", secure);
+  w.Write("secagg_advertise",
+          MakeMessage(SecAggAdvertise{FuzzNonce(), key, key}, kRound, "client-17"));
+  w.Write("secagg_key_list",
+          MakeMessage(SecAggKeyList{{{0, key, key}, {2, key, key}}}, kRound, "coordinator"));
+  const std::string sealed(120, '\x07');
+  w.Write("secagg_shares", MakeMessage(SecAggShares{FuzzNonce(), key, {{0, sealed}, {2, sealed}}},
+                                       kRound, "client-17"));
+  w.Write("secagg_share_list",
+          MakeMessage(SecAggShareList{{{0, sealed}, {2, sealed}}}, kRound, "coordinator"));
+  for (DType dtype : {DType::kUint32, DType::kUint64}) {
+    Message masked =
+        MakeMessage(SecAggMaskedInput{FuzzNonce(), kModelVersion}, kRound, "client-17");
+    for (TensorPayload p : Payloads(UpdateTensors())) {
+      const int64_t words = p.spec.NumElements();
+      auto bytes = std::make_shared<std::vector<std::byte>>(
+          static_cast<size_t>(words) * DTypeSize(dtype), std::byte{0x5a});
+      p.spec.dtype = dtype;
+      p.bytes = std::span<const std::byte>(*bytes);
+      p.owner = bytes;
+      masked.tensors.push_back(std::move(p));
+    }
+    w.Write(dtype == DType::kUint32 ? "secagg_masked_input_32" : "secagg_masked_input_64", masked);
+  }
+  w.Write("secagg_unmask", MakeMessage(SecAggUnmask{{0, 1, 2}, 4}, kRound, "coordinator"));
+  w.Write(
+      "secagg_unmask_response",
+      MakeMessage(SecAggUnmaskResponse{FuzzNonce(), {{0, {1, 2, 3, 4, 5}}}, {{2, {6, 7, 8, 9, 0}}}},
+                  kRound, "client-17"));
+
   Message old_version = MakeMessage(Heartbeat{}, kRound, "client-17");
   old_version.protocol_version = 1;
   w.Write("heartbeat_version_1", old_version);

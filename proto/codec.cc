@@ -76,6 +76,28 @@ void ToProto(const TrainConfig& t, pb::TrainConfig* p) {
   }
 }
 
+void ToProto(const SecAggSealedShare& s, pb::SecAggSealedShare* p) {
+  p->set_peer(s.peer);
+  p->set_ciphertext(s.ciphertext);
+}
+
+void ToProto(const SecAggRevealedShare& s, pb::SecAggRevealedShare* p) {
+  p->set_owner(s.owner);
+  for (uint64_t y : s.y) p->add_y(y);
+}
+
+pb::DType DTypeToProto(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return pb::DTYPE_FLOAT32;
+    case DType::kUint32:
+      return pb::DTYPE_UINT32;
+    case DType::kUint64:
+      return pb::DTYPE_UINT64;
+  }
+  return pb::DTYPE_UNSPECIFIED;
+}
+
 struct BodyToProto {
   pb::Header* h;
   void operator()(const Join& b) {
@@ -101,6 +123,21 @@ struct BodyToProto {
     priv->set_mode(static_cast<pb::UpdatePrivacy::Mode>(b.privacy.mode));
     priv->set_clip_norm(b.privacy.clip_norm);
     priv->set_noise_multiplier(b.privacy.noise_multiplier);
+    if (b.secure_aggregation) {
+      const SecureAggregation& a = *b.secure_aggregation;
+      auto* q = p->mutable_secure_aggregation();
+      q->set_session(a.session);
+      q->set_index(a.index);
+      q->set_members(a.members);
+      q->set_threshold(a.threshold);
+      q->set_bits(a.bits);
+      q->set_length(a.length);
+      q->set_min_survivors(a.min_survivors);
+      q->set_scale_exponent(a.scale_exponent);
+      q->set_noise_variance(a.noise_variance);
+      q->set_weight_cap(a.weight_cap);
+      q->set_clip_norm(a.clip_norm);
+    }
   }
   void operator()(const UploadRequest& b) {
     auto* p = h->mutable_upload_request();
@@ -138,6 +175,47 @@ struct BodyToProto {
     p->set_accuracy(b.accuracy);
     p->set_model_version(b.model_version);
     p->set_nonce(b.nonce);
+  }
+  void operator()(const SecAggAdvertise& b) {
+    auto* p = h->mutable_secagg_advertise();
+    p->set_nonce(b.nonce);
+    p->set_cipher_key(b.cipher_key);
+    p->set_mask_key(b.mask_key);
+  }
+  void operator()(const SecAggKeyList& b) {
+    auto* p = h->mutable_secagg_key_list();
+    for (const SecAggNeighbour& n : b.neighbours) {
+      auto* q = p->add_neighbours();
+      q->set_index(n.index);
+      q->set_cipher_key(n.cipher_key);
+      q->set_mask_key(n.mask_key);
+    }
+  }
+  void operator()(const SecAggShares& b) {
+    auto* p = h->mutable_secagg_shares();
+    p->set_nonce(b.nonce);
+    p->set_self_mask_commitment(b.self_mask_commitment);
+    for (const SecAggSealedShare& s : b.shares) ToProto(s, p->add_shares());
+  }
+  void operator()(const SecAggShareList& b) {
+    auto* p = h->mutable_secagg_share_list();
+    for (const SecAggSealedShare& s : b.shares) ToProto(s, p->add_shares());
+  }
+  void operator()(const SecAggMaskedInput& b) {
+    auto* p = h->mutable_secagg_masked_input();
+    p->set_nonce(b.nonce);
+    p->set_model_version(b.model_version);
+  }
+  void operator()(const SecAggUnmask& b) {
+    auto* p = h->mutable_secagg_unmask();
+    for (uint32_t i : b.survivors) p->add_survivors(i);
+    p->set_total(b.total);
+  }
+  void operator()(const SecAggUnmaskResponse& b) {
+    auto* p = h->mutable_secagg_unmask_response();
+    p->set_nonce(b.nonce);
+    for (const SecAggRevealedShare& s : b.self_mask_shares) ToProto(s, p->add_self_mask_shares());
+    for (const SecAggRevealedShare& s : b.mask_key_shares) ToProto(s, p->add_mask_key_shares());
   }
 };
 
@@ -239,6 +317,87 @@ StatusOr<UpdatePrivacy> FromProto(const pb::UpdatePrivacy& p) {
   return u;
 }
 
+Status CheckKey(const std::string& key, absl::string_view field) {
+  if (key.size() != kSecAggKeyBytes) {
+    return Malformed(absl::StrCat(field, " is ", key.size(), " bytes, expected ", kSecAggKeyBytes));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckCount(int count, absl::string_view field) {
+  if (static_cast<size_t>(count) > kMaxSecAggNeighbours) {
+    return Malformed(absl::StrCat(field, " has ", count, " entries, limit ", kMaxSecAggNeighbours));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<SecureAggregation> FromProto(const pb::SecureAggregation& p) {
+  constexpr absl::string_view kField = "fit_instruction.secure_aggregation";
+  HUDDLE_RETURN_IF_ERROR(CheckKey(p.session(), absl::StrCat(kField, ".session")));
+  if (p.bits() != 32 && p.bits() != 64) {
+    return Malformed(absl::StrCat(kField, ".bits ", p.bits(), " is not 32 or 64"));
+  }
+  if (p.members() < 2 || p.index() >= p.members() || p.threshold() < 1 ||
+      p.threshold() >= p.members() || p.min_survivors() > p.members()) {
+    return Malformed(absl::StrCat(kField, ": index ", p.index(), ", members ", p.members(),
+                                  ", threshold ", p.threshold(), ", min_survivors ",
+                                  p.min_survivors(), " are inconsistent"));
+  }
+  if (p.length() < 1 || p.length() > (uint64_t{1} << 36) || p.scale_exponent() < -1100 ||
+      p.scale_exponent() > 1100 || p.noise_variance() > (uint64_t{1} << 52) ||
+      !std::isfinite(p.clip_norm()) || p.clip_norm() <= 0) {
+    return Malformed(absl::StrCat(kField, ": length ", p.length(), ", scale exponent ",
+                                  p.scale_exponent(), ", noise variance ", p.noise_variance(),
+                                  " or clip norm ", p.clip_norm(), " out of range"));
+  }
+  SecureAggregation a;
+  a.session = p.session();
+  a.index = p.index();
+  a.members = p.members();
+  a.threshold = p.threshold();
+  a.bits = p.bits();
+  a.length = p.length();
+  a.min_survivors = p.min_survivors();
+  a.scale_exponent = p.scale_exponent();
+  a.noise_variance = p.noise_variance();
+  a.weight_cap = p.weight_cap();
+  a.clip_norm = p.clip_norm();
+  return a;
+}
+
+StatusOr<std::vector<SecAggSealedShare>> FromProto(
+    const google::protobuf::RepeatedPtrField<pb::SecAggSealedShare>& shares,
+    const CodecLimits& limits, absl::string_view field) {
+  HUDDLE_RETURN_IF_ERROR(CheckCount(shares.size(), field));
+  std::vector<SecAggSealedShare> out;
+  out.reserve(static_cast<size_t>(shares.size()));
+  for (const pb::SecAggSealedShare& s : shares) {
+    HUDDLE_RETURN_IF_ERROR(
+        CheckString(s.ciphertext(), limits.max_string_bytes, absl::StrCat(field, ".ciphertext")));
+    out.push_back({s.peer(), s.ciphertext()});
+  }
+  return out;
+}
+
+StatusOr<std::vector<SecAggRevealedShare>> FromProto(
+    const google::protobuf::RepeatedPtrField<pb::SecAggRevealedShare>& shares,
+    absl::string_view field) {
+  HUDDLE_RETURN_IF_ERROR(CheckCount(shares.size(), field));
+  std::vector<SecAggRevealedShare> out;
+  out.reserve(static_cast<size_t>(shares.size()));
+  for (const pb::SecAggRevealedShare& s : shares) {
+    if (static_cast<size_t>(s.y_size()) != kSecAggShareLimbs) {
+      return Malformed(absl::StrCat(field, " of member ", s.owner(), " has ", s.y_size(),
+                                    " values, expected ", kSecAggShareLimbs));
+    }
+    SecAggRevealedShare r;
+    r.owner = s.owner();
+    std::copy(s.y().begin(), s.y().end(), r.y.begin());
+    out.push_back(r);
+  }
+  return out;
+}
+
 StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
   switch (h.body_case()) {
     case pb::Header::kJoin: {
@@ -260,8 +419,12 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       HUDDLE_ASSIGN_OR_RETURN(TrainConfig train, FromProto(p.train()));
       HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "fit_instruction.nonce"));
       HUDDLE_ASSIGN_OR_RETURN(UpdatePrivacy privacy, FromProto(p.privacy()));
-      return Body(
-          FitInstruction{p.model_version(), train, p.seed(), p.deadline_ms(), p.nonce(), privacy});
+      FitInstruction fit{p.model_version(), train,   p.seed(),    p.deadline_ms(),
+                         p.nonce(),         privacy, std::nullopt};
+      if (p.has_secure_aggregation()) {
+        HUDDLE_ASSIGN_OR_RETURN(fit.secure_aggregation, FromProto(p.secure_aggregation()));
+      }
+      return Body(std::move(fit));
     }
     case pb::Header::kUploadRequest: {
       const auto& p = h.upload_request();
@@ -306,6 +469,56 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "evaluate_result.nonce"));
       return Body(
           EvaluateResult{p.num_examples(), p.loss(), p.accuracy(), p.model_version(), p.nonce()});
+    }
+    case pb::Header::kSecaggAdvertise: {
+      const auto& p = h.secagg_advertise();
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_advertise.nonce"));
+      HUDDLE_RETURN_IF_ERROR(CheckKey(p.cipher_key(), "secagg_advertise.cipher_key"));
+      HUDDLE_RETURN_IF_ERROR(CheckKey(p.mask_key(), "secagg_advertise.mask_key"));
+      return Body(SecAggAdvertise{p.nonce(), p.cipher_key(), p.mask_key()});
+    }
+    case pb::Header::kSecaggKeyList: {
+      const auto& p = h.secagg_key_list();
+      HUDDLE_RETURN_IF_ERROR(CheckCount(p.neighbours_size(), "secagg_key_list.neighbours"));
+      SecAggKeyList list;
+      for (const pb::SecAggNeighbour& n : p.neighbours()) {
+        HUDDLE_RETURN_IF_ERROR(CheckKey(n.cipher_key(), "secagg_key_list.neighbours.cipher_key"));
+        HUDDLE_RETURN_IF_ERROR(CheckKey(n.mask_key(), "secagg_key_list.neighbours.mask_key"));
+        list.neighbours.push_back({n.index(), n.cipher_key(), n.mask_key()});
+      }
+      return Body(std::move(list));
+    }
+    case pb::Header::kSecaggShares: {
+      const auto& p = h.secagg_shares();
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_shares.nonce"));
+      HUDDLE_RETURN_IF_ERROR(
+          CheckKey(p.self_mask_commitment(), "secagg_shares.self_mask_commitment"));
+      HUDDLE_ASSIGN_OR_RETURN(auto shares, FromProto(p.shares(), limits, "secagg_shares.shares"));
+      return Body(SecAggShares{p.nonce(), p.self_mask_commitment(), std::move(shares)});
+    }
+    case pb::Header::kSecaggShareList: {
+      HUDDLE_ASSIGN_OR_RETURN(auto shares, FromProto(h.secagg_share_list().shares(), limits,
+                                                     "secagg_share_list.shares"));
+      return Body(SecAggShareList{std::move(shares)});
+    }
+    case pb::Header::kSecaggMaskedInput: {
+      const auto& p = h.secagg_masked_input();
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_masked_input.nonce"));
+      return Body(SecAggMaskedInput{p.nonce(), p.model_version()});
+    }
+    case pb::Header::kSecaggUnmask: {
+      const auto& p = h.secagg_unmask();
+      HUDDLE_RETURN_IF_ERROR(CheckCount(p.survivors_size() - 1, "secagg_unmask.survivors"));
+      return Body(SecAggUnmask{{p.survivors().begin(), p.survivors().end()}, p.total()});
+    }
+    case pb::Header::kSecaggUnmaskResponse: {
+      const auto& p = h.secagg_unmask_response();
+      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_unmask_response.nonce"));
+      HUDDLE_ASSIGN_OR_RETURN(auto self_mask, FromProto(p.self_mask_shares(),
+                                                        "secagg_unmask_response.self_mask_shares"));
+      HUDDLE_ASSIGN_OR_RETURN(
+          auto mask_key, FromProto(p.mask_key_shares(), "secagg_unmask_response.mask_key_shares"));
+      return Body(SecAggUnmaskResponse{p.nonce(), std::move(self_mask), std::move(mask_key)});
     }
     case pb::Header::BODY_NOT_SET:
       break;
@@ -365,7 +578,30 @@ class ReassemblyPool {
 
 bool CarriesTensors(MessageType t) {
   return t == MessageType::kFitInstruction || t == MessageType::kFitResult ||
-         t == MessageType::kEvaluateInstruction;
+         t == MessageType::kEvaluateInstruction || t == MessageType::kSecAggMaskedInput;
+}
+
+// The element types a message's tensors may have: a model's floats, or secure aggregation's words
+// (one width for the whole message).
+Status CheckDType(MessageType t, pb::DType d, pb::DType first, const std::string& what) {
+  if (t != MessageType::kSecAggMaskedInput) {
+    if (d != pb::DTYPE_FLOAT32) {
+      return Malformed(
+          absl::StrCat(what, " has dtype ", static_cast<int>(d), ", expected float32 (1)"));
+    }
+    return absl::OkStatus();
+  }
+  if ((d != pb::DTYPE_UINT32 && d != pb::DTYPE_UINT64) || d != first) {
+    return Malformed(absl::StrCat(what, " has dtype ", static_cast<int>(d),
+                                  ": a masked input's words are all uint32 (2) or all uint64 (3)"));
+  }
+  return absl::OkStatus();
+}
+
+DType DTypeFromProto(pb::DType d) {
+  return d == pb::DTYPE_UINT32   ? DType::kUint32
+         : d == pb::DTYPE_UINT64 ? DType::kUint64
+                                 : DType::kFloat32;
 }
 
 }  // namespace
@@ -378,7 +614,7 @@ std::string EncodeHeader(const Message& msg) {
   for (const TensorPayload& t : msg.tensors) {
     auto* spec = h.add_tensors();
     spec->set_name(t.spec.name);
-    spec->set_dtype(pb::DTYPE_FLOAT32);
+    spec->set_dtype(DTypeToProto(t.spec.dtype));
     for (int64_t d : t.spec.shape) spec->add_shape(d);
     spec->set_byte_length(t.bytes.size());
   }
@@ -432,20 +668,17 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
     const std::string what = absl::StrCat("tensor ", i, " ('", s.name().substr(0, 64), "')");
     HUDDLE_RETURN_IF_ERROR(CheckString(s.name(), limits.max_string_bytes, what + " name"));
     if (s.name().empty()) return Malformed(absl::StrCat("tensor ", i, " has an empty name"));
-    if (s.dtype() != pb::DTYPE_FLOAT32) {
-      return Malformed(
-          absl::StrCat(what, " has dtype ", static_cast<int>(s.dtype()), ", expected float32 (1)"));
-    }
+    HUDDLE_RETURN_IF_ERROR(CheckDType(msg.type(), s.dtype(), h.tensors(0).dtype(), what));
     std::vector<int64_t> shape(s.shape().begin(), s.shape().end());
-    // Also cap so the byte length (elements x 4) cannot overflow, whatever the configured limit.
+    // Also cap so the byte length (elements x 8) cannot overflow, whatever the configured limit.
     constexpr int64_t kMaxAddressableElements =
-        std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
+        std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(uint64_t));
     Status shape_ok =
         ValidateShape(shape, std::min(limits.max_tensor_elements, kMaxAddressableElements), what);
     if (!shape_ok.ok()) return Malformed(std::string(shape_ok.message()));
     TensorPayload p;
     p.spec.name = s.name();
-    p.spec.dtype = DType::kFloat32;
+    p.spec.dtype = DTypeFromProto(s.dtype());
     p.spec.shape = std::move(shape);
     const uint64_t expected = static_cast<uint64_t>(p.spec.ByteLength());
     if (s.byte_length() != expected) {

@@ -101,6 +101,20 @@ const char* MessageTypeName(MessageType type) {
       return "EvaluateInstruction";
     case MessageType::kEvaluateResult:
       return "EvaluateResult";
+    case MessageType::kSecAggAdvertise:
+      return "SecAggAdvertise";
+    case MessageType::kSecAggKeyList:
+      return "SecAggKeyList";
+    case MessageType::kSecAggShares:
+      return "SecAggShares";
+    case MessageType::kSecAggShareList:
+      return "SecAggShareList";
+    case MessageType::kSecAggMaskedInput:
+      return "SecAggMaskedInput";
+    case MessageType::kSecAggUnmask:
+      return "SecAggUnmask";
+    case MessageType::kSecAggUnmaskResponse:
+      return "SecAggUnmaskResponse";
   }
   return "Unknown";
 }

@@ -8,6 +8,7 @@
 // Thread-safety: plain values. Payload bytes are immutable once shared.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,7 +22,7 @@
 namespace huddle::wire {
 
 // Bumped on any incompatible change; peers with a different version are refused with an Error.
-inline constexpr uint32_t kProtocolVersion = 3;
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // Size of the per-round, per-client nonce the coordinator puts in each FitInstruction (and
 // EvaluateInstruction) and expects back in the UploadRequest and FitResult (EvaluateResult) that
@@ -124,6 +125,26 @@ struct Welcome {
   ModelSpec model;
   uint32_t heartbeat_interval_ms = 0;
 };
+// Secure aggregation of a round (aggregation/secagg/protocol.h; the codec checks sizes and ranges,
+// aggregation/secagg/wire.h converts to the protocol's types).
+inline constexpr size_t kSecAggKeyBytes = 32;
+inline constexpr size_t kMaxSecAggNeighbours = 400;  // keeps every stage's header under 64 KiB
+inline constexpr size_t kSecAggShareLimbs = 5;
+struct SecureAggregation {
+  std::string session;  // kSecAggKeyBytes
+  uint32_t index = 0;
+  uint32_t members = 0;
+  uint32_t threshold = 0;
+  uint32_t bits = 32;
+  uint64_t length = 0;
+  uint32_t min_survivors = 0;
+  int32_t scale_exponent = 0;
+  uint64_t noise_variance = 0;
+  uint64_t weight_cap = 0;  // 0: uniform weights, no weight word
+  double clip_norm = 0;
+  bool operator==(const SecureAggregation&) const = default;
+};
+
 // Coordinator -> client: train from the global model in the tensor payloads.
 struct FitInstruction {
   uint64_t model_version = 0;
@@ -132,6 +153,8 @@ struct FitInstruction {
   uint32_t deadline_ms = 0;
   std::string nonce;  // kNonceBytes random bytes, echoed by the UploadRequest and FitResult
   UpdatePrivacy privacy;
+  std::optional<SecureAggregation>
+      secure_aggregation;  // set: the SecAgg messages replace FitResult
 };
 // Client -> coordinator: trained; may I upload?
 struct UploadRequest {
@@ -165,6 +188,62 @@ struct EvaluateResult {
   uint64_t model_version = 0;
   std::string nonce;  // the EvaluateInstruction's
 };
+// Secure aggregation's stages (docs/protocol.md): 0 advertise, 1 share keys, 2 masked input (after
+// an UploadRequest and its grant), 3 unmask. Client messages echo the FitInstruction's nonce.
+struct SecAggAdvertise {
+  std::string nonce;
+  std::string cipher_key;  // kSecAggKeyBytes
+  std::string mask_key;    // kSecAggKeyBytes
+  bool operator==(const SecAggAdvertise&) const = default;
+};
+struct SecAggNeighbour {
+  uint32_t index = 0;
+  std::string cipher_key;
+  std::string mask_key;
+  bool operator==(const SecAggNeighbour&) const = default;
+};
+struct SecAggKeyList {
+  std::vector<SecAggNeighbour> neighbours;
+  bool operator==(const SecAggKeyList&) const = default;
+};
+struct SecAggSealedShare {
+  uint32_t peer = 0;
+  std::string ciphertext;
+  bool operator==(const SecAggSealedShare&) const = default;
+};
+struct SecAggShares {
+  std::string nonce;
+  std::string self_mask_commitment;  // kSecAggKeyBytes
+  std::vector<SecAggSealedShare> shares;
+  bool operator==(const SecAggShares&) const = default;
+};
+struct SecAggShareList {
+  std::vector<SecAggSealedShare> shares;
+  bool operator==(const SecAggShareList&) const = default;
+};
+// The masked words travel as tensor payloads of dtype uint32 or uint64.
+struct SecAggMaskedInput {
+  std::string nonce;
+  uint64_t model_version = 0;
+  bool operator==(const SecAggMaskedInput&) const = default;
+};
+struct SecAggUnmask {
+  std::vector<uint32_t> survivors;  // among the client and its neighbours
+  uint32_t total = 0;               // masked inputs that arrived
+  bool operator==(const SecAggUnmask&) const = default;
+};
+struct SecAggRevealedShare {
+  uint32_t owner = 0;
+  std::array<uint64_t, kSecAggShareLimbs> y{};
+  bool operator==(const SecAggRevealedShare&) const = default;
+};
+struct SecAggUnmaskResponse {
+  std::string nonce;
+  std::vector<SecAggRevealedShare> self_mask_shares;
+  std::vector<SecAggRevealedShare> mask_key_shares;
+  bool operator==(const SecAggUnmaskResponse&) const = default;
+};
+
 struct Heartbeat {};
 struct Error {
   ErrorCode code = ErrorCode::kUnspecified;
@@ -175,7 +254,9 @@ struct Shutdown {
 };
 
 using Body = std::variant<Join, Welcome, FitInstruction, UploadRequest, UploadGrant, FitResult,
-                          Heartbeat, Error, Shutdown, EvaluateInstruction, EvaluateResult>;
+                          Heartbeat, Error, Shutdown, EvaluateInstruction, EvaluateResult,
+                          SecAggAdvertise, SecAggKeyList, SecAggShares, SecAggShareList,
+                          SecAggMaskedInput, SecAggUnmask, SecAggUnmaskResponse>;
 
 // The order of Body's alternatives.
 enum class MessageType {
@@ -190,6 +271,13 @@ enum class MessageType {
   kShutdown,
   kEvaluateInstruction,
   kEvaluateResult,
+  kSecAggAdvertise,
+  kSecAggKeyList,
+  kSecAggShares,
+  kSecAggShareList,
+  kSecAggMaskedInput,
+  kSecAggUnmask,
+  kSecAggUnmaskResponse,
 };
 const char* MessageTypeName(MessageType type);
 

@@ -113,17 +113,16 @@ StatusOr<GraphParameters> ChooseParameters(int64_t n, const GraphOptions& option
       }
     }
     const int t = lo;
-    if (t <= k && ReliabilityBits(n, k, t, options.dropout_fraction) >= options.reliability_bits) {
-      return GraphParameters{k, t};
+    const double reliability = t <= k ? ReliabilityBits(n, k, t, options.dropout_fraction) : 0.0;
+    if (t <= k && (reliability >= options.reliability_bits || k == complete)) {
+      // At the complete graph, privacy alone decides: the best reliability there is.
+      return GraphParameters{k, t, PrivacyBits(n, k, t, options.corrupt_fraction), reliability};
     }
     if (k == complete) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "no neighbourhood of at most ", complete, " of ", n,
-          " clients keeps both a member's secrets safe from a ", options.corrupt_fraction,
-          " fraction of colluding clients (2^-", options.security_bits,
-          ") and enough neighbours after a ", options.dropout_fraction,
-          " fraction of dropouts (2^-", options.reliability_bits,
-          "): allow fewer dropouts or corrupt clients, or enlarge the cohort"));
+          "not even the complete graph of ", n, " clients keeps a member's secrets safe from a ",
+          options.corrupt_fraction, " fraction of colluding clients (2^-", options.security_bits,
+          "): allow fewer corrupt clients, or enlarge the cohort"));
     }
   }
 }

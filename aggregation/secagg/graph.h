@@ -22,10 +22,12 @@
 //                round), or the round cannot finish: n * P[Binomial(k, 1 - dropout) < t] <=
 //                2^-reliability_bits.
 // The smallest even k (capped at n - 1: SecAgg; above 256 searched in steps of 10%) with a t
-// meeting both is chosen, t the smallest meeting privacy. Both tails are computed exactly
-// (log-space sums of the binomial terms). Beyond that, the coordinator refuses to unmask when the
-// survivors' graph is not connected (a component's own sum would be revealed) or fewer than the
-// round's minimum survived.
+// meeting both is chosen, t the smallest meeting privacy. Privacy is a requirement, correctness a
+// wish: when no graph meets both (a small cohort with many dropouts), the complete graph with the
+// smallest t meeting privacy is chosen, and GraphParameters::reliability_bits says what it
+// achieves. Both tails are computed exactly (log-space sums of the binomial terms). Beyond that,
+// the coordinator refuses to unmask when the survivors' graph is not connected (a component's own
+// sum would be revealed) or fewer than the round's minimum survived.
 //
 // Thread-safety: pure functions (randomness from the thread-safe OS CSPRNG).
 #pragma once
@@ -47,11 +49,13 @@ struct GraphOptions {
 struct GraphParameters {
   int neighbours = 0;  // k: every member's degree (n - 1: the complete graph)
   int threshold = 0;   // t: shares that rebuild a member's secret, in [1, k]
+  // What ChooseParameters achieved (-log2 of the union bounds above; +inf: impossible).
+  double privacy_bits = 0;
+  double reliability_bits = 0;
 };
 
 // k and t for a cohort of n >= 2 members (see above). InvalidArgument for options out of range, or
-// when even the complete graph cannot meet both bounds (e.g. too many dropouts for the corruption
-// allowed): the message names the bounds.
+// when not even the complete graph keeps a member's secrets from the colluders.
 StatusOr<GraphParameters> ChooseParameters(int64_t n, const GraphOptions& options);
 
 // -log2 of the two union bounds above (privacy: the hypergeometric tail; correctness: the

@@ -240,27 +240,34 @@ StatusOr<UnmaskResponse> Client::Unmask(const UnmaskRequest& request) {
   if (stage_ != Stage::kMasked) {
     return absl::FailedPreconditionError("secure aggregation: unmask before masking or twice");
   }
-  const std::vector<uint32_t>& u3 = request.survivors;
-  for (size_t i = 0; i < u3.size(); ++i) {
-    if (u3[i] >= config_.members || (i > 0 && u3[i] <= u3[i - 1])) {
+  const std::vector<uint32_t>& listed = request.survivors;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if ((i > 0 && listed[i] <= listed[i - 1]) ||
+        (listed[i] != index_ && neighbours_.count(listed[i]) == 0)) {
       return absl::InvalidArgumentError(
           "secure aggregation: the survivors list is not sorted, repeats a member or names one "
-          "out of range");
+          "that is neither this member nor a neighbour");
     }
   }
-  if (u3.size() < std::max<uint32_t>(config_.min_survivors, config_.threshold)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "secure aggregation: ", u3.size(), " survivors, fewer than the session's minimum ",
-        std::max<uint32_t>(config_.min_survivors, config_.threshold), ": nothing revealed"));
+  if (request.total < listed.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("secure aggregation: ", request.total,
+                                                   " survivors in all, but ", listed.size(),
+                                                   " listed"));
   }
-  if (!Contains(u3, index_)) {
+  const uint32_t minimum = std::max<uint32_t>(config_.min_survivors, config_.threshold);
+  if (request.total < minimum) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "secure aggregation: ", request.total, " survivors, fewer than the session's minimum ",
+        minimum, ": nothing revealed"));
+  }
+  if (!Contains(listed, index_)) {
     return absl::FailedPreconditionError(
         absl::StrCat("secure aggregation: the survivors list omits this member (", index_,
                      "), which sent its masked input: nothing revealed"));
   }
   UnmaskResponse out;
   for (const auto& [peer, shares] : held_) {
-    if (Contains(u3, peer)) {
+    if (Contains(listed, peer)) {
       out.self_mask_shares.push_back({peer, shares.first});
     } else {
       out.mask_key_shares.push_back({peer, shares.second});
@@ -288,6 +295,11 @@ StatusOr<Server> Server::Create(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "secure aggregation: ", params.neighbours, " neighbours and threshold ", params.threshold,
         " for ", options.members, " members (need 1 <= threshold <= neighbours)"));
+  }
+  if (std::min<int64_t>(params.neighbours, int64_t{options.members} - 1) > kMaxNeighbours) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: ", params.neighbours, " neighbours per member; at most ",
+                     kMaxNeighbours, " are supported (allow fewer dropouts or corrupt clients)"));
   }
   Server server;
   HUDDLE_ASSIGN_OR_RETURN(server.graph_, RandomGraph(options.members, params.neighbours));
@@ -499,7 +511,7 @@ Status Server::OnMaskedInput(uint32_t index, std::span<const uint32_t> words) {
   return absl::OkStatus();
 }
 
-StatusOr<UnmaskRequest> Server::EndMaskedInput() {
+StatusOr<std::map<uint32_t, UnmaskRequest>> Server::EndMaskedInput() {
   HUDDLE_RETURN_IF_ERROR(Expect(Stage::kMasked, "ending stage 2"));
   u3_.clear();
   for (uint32_t i : u2_) {
@@ -519,7 +531,17 @@ StatusOr<UnmaskRequest> Server::EndMaskedInput() {
         "sum would be revealed): nothing is unmasked"));
   }
   stage_ = Stage::kUnmask;
-  return UnmaskRequest{u3_};
+  std::map<uint32_t, UnmaskRequest> out;
+  for (uint32_t i : u3_) {
+    UnmaskRequest& r = out[i];
+    r.total = static_cast<uint32_t>(u3_.size());
+    r.survivors.push_back(i);
+    for (uint32_t j : graph_[i]) {
+      if (Contains(u3_, j)) r.survivors.push_back(j);
+    }
+    std::sort(r.survivors.begin(), r.survivors.end());
+  }
+  return out;
 }
 
 Status Server::OnUnmask(uint32_t index, const UnmaskResponse& response) {

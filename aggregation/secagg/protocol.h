@@ -21,7 +21,8 @@
 //                        refuses to go on (nothing is revealed) when |U3| < min_survivors or U3 is
 //                        not connected in the graph (a component's own sum would show).
 //                                                                     Server::EndMaskedInput
-//   stage 3  unmask      member j in U3, told U3: for each neighbour i it holds shares of, the
+//   stage 3  unmask      member j in U3, told |U3| and which of its neighbours are in U3: for each
+//                        neighbour i it holds shares of, the
 //                        share of b_i if i is in U3, of s_i's key if not; never both, and nothing
 //                        when U3 is below the minimum.                Client::Unmask
 //            coordinator: rebuilds each b_i of U3 and each dropped member's key from >= t shares
@@ -62,6 +63,10 @@ namespace huddle::aggregation::secagg {
 
 using SessionId = std::array<uint8_t, 32>;
 
+// The most neighbours a member may have (a complete graph of up to 401 members): every stage's
+// message then stays small (proto/messages.h's kMaxSecAggNeighbours).
+inline constexpr int kMaxNeighbours = 400;
+
 // What every member is told before stage 0.
 struct SessionConfig {
   SessionId session{};         // random per round: binds every key, share and mask to it
@@ -98,9 +103,11 @@ struct ShareKeys {
 struct ShareList {
   std::vector<SealedShare> shares;
 };
-// Stage 2 -> 3, coordinator -> member.
+// Stage 2 -> 3, coordinator -> member: how many masked inputs arrived (|U3|), and which of the
+// member's neighbours (and itself) are among them: all it needs, so that the message stays O(k).
 struct UnmaskRequest {
-  std::vector<uint32_t> survivors;  // U3, sorted
+  uint32_t total = 0;               // |U3|
+  std::vector<uint32_t> survivors;  // U3 among the member and its neighbours, sorted
 };
 // Stage 3, member -> coordinator.
 struct RevealedShare {
@@ -138,8 +145,8 @@ class Client {
   StatusOr<std::vector<uint64_t>> MaskInput(const ShareList& shares,
                                             std::span<const uint64_t> input);
   // Stage 3. FailedPrecondition (nothing revealed) when U3 has fewer than min_survivors members or
-  // does not list this member; InvalidArgument for an unsorted list, repeats or indices out of
-  // range.
+  // does not list this member; InvalidArgument for an unsorted list, repeats, a member that is
+  // neither this one nor a neighbour, or a total below the list's length.
   StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
  private:
@@ -177,7 +184,8 @@ struct ServerOptions {
 // The coordinator's side: one round's session.
 class Server {
  public:
-  // Draws the session id and the graph. InvalidArgument for options out of range.
+  // Draws the session id and the graph. InvalidArgument for options out of range, or more than
+  // kMaxNeighbours neighbours.
   static StatusOr<Server> Create(const ServerOptions& options);
 
   const SessionConfig& config() const { return config_; }
@@ -199,9 +207,9 @@ class Server {
   // a word >= 2^bits, a member not in U2 or a second input (the sum is then unchanged).
   Status OnMaskedInput(uint32_t index, std::span<const uint64_t> words);
   Status OnMaskedInput(uint32_t index, std::span<const uint32_t> words);  // bits 32
-  // Ends stage 2: U3. FailedPrecondition (nothing will be unmasked) with fewer than
-  // min_survivors, or when U3 is not connected in the graph.
-  StatusOr<UnmaskRequest> EndMaskedInput();
+  // Ends stage 2: for each member of U3, its UnmaskRequest. FailedPrecondition (nothing will be
+  // unmasked) with fewer than min_survivors, or when U3 is not connected in the graph.
+  StatusOr<std::map<uint32_t, UnmaskRequest>> EndMaskedInput();
   // Stage 3. InvalidArgument for a member not in U3, a second response, a share of a
   // non-neighbour, of the wrong kind for its owner (a key share of a survivor, a self-mask share of
   // a dropped member), a repeated owner, or a share point that is not the sender's.

@@ -71,8 +71,8 @@ class Session {
       masked_.emplace(i, y);
       HUDDLE_RETURN_IF_ERROR(server_->OnMaskedInput(i, std::span<const uint64_t>(y)));
     }
-    HUDDLE_ASSIGN_OR_RETURN(UnmaskRequest request, server_->EndMaskedInput());
-    for (uint32_t i : request.survivors) {
+    HUDDLE_ASSIGN_OR_RETURN(auto requests, server_->EndMaskedInput());
+    for (auto& [i, request] : requests) {
       if (drops.unmask.count(i) != 0) continue;
       HUDDLE_ASSIGN_OR_RETURN(UnmaskResponse r, clients_[i].Unmask(request));
       HUDDLE_RETURN_IF_ERROR(server_->OnUnmask(i, r));
@@ -172,9 +172,10 @@ TEST(SecAgg, BelowTheMinimumSurvivorsNothingIsUnmasked) {
   EXPECT_NE(sum.status().message().find("minimum is 25"), std::string::npos) << sum.status();
   // A member told of too few survivors reveals nothing either.
   UnmaskRequest few;
+  few.total = 24;
   for (uint32_t i = 6; i < 30; ++i) few.survivors.push_back(i);
   auto r = s.client(7).Unmask(few);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
 }
 
 TEST(SecAgg, AMaskedInputLooksUniform) {
@@ -290,10 +291,10 @@ TEST(SecAgg, HostileMessagesAreRefusedAndChangeNothing) {
     ASSERT_TRUE(server.OnMaskedInput(i, std::span<const uint64_t>(words)).ok());
   EXPECT_EQ(server.OnMaskedInput(0, std::span<const uint64_t>(y[0])).code(),
             absl::StatusCode::kInvalidArgument);  // twice
-  auto request = server.EndMaskedInput();
-  ASSERT_TRUE(request.ok());
+  auto requests = server.EndMaskedInput();
+  ASSERT_TRUE(requests.ok());
   std::map<uint32_t, UnmaskResponse> responses;
-  for (uint32_t i : request->survivors) responses[i] = *s.client(i).Unmask(*request);
+  for (auto& [i, request] : *requests) responses[i] = *s.client(i).Unmask(request);
   // A key share of a survivor (it would unmask that survivor's pairwise masks): refused.
   UnmaskResponse greedy = responses[0];
   greedy.mask_key_shares.push_back(greedy.self_mask_shares[0]);

@@ -164,6 +164,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Example{"fashion_mnist.yaml", false, {{"rounds: 20", "rounds: 2"}}},
         Example{"dirichlet.yaml", false, {{"rounds: 20", "rounds: 2"}}},
+        Example{"secure_aggregation.yaml", false, {{"rounds: 20", "rounds: 2"}}},
         // The CNN with narrower layers too: the same layer kinds, a fraction of the compute.
         Example{"fashion_mnist_cnn.yaml",
                 false,

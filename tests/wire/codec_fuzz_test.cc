@@ -51,7 +51,8 @@ std::string RandomBytes(std::mt19937_64& rng, size_t n) {
            << "accepted " << Describe(m) << " from " << frames.size() << " frames";
   }
   if (!m.tensors.empty() && m.type() != MessageType::kFitInstruction &&
-      m.type() != MessageType::kFitResult && m.type() != MessageType::kEvaluateInstruction) {
+      m.type() != MessageType::kFitResult && m.type() != MessageType::kEvaluateInstruction &&
+      m.type() != MessageType::kSecAggMaskedInput) {
     return ::testing::AssertionFailure() << "accepted tensors on " << Describe(m);
   }
   for (const TensorPayload& t : m.tensors) {

@@ -222,7 +222,8 @@ TEST_F(CodecTest, RejectsATensorCountThatDisagreesWithTheFrames) {
 TEST_F(CodecTest, RejectsTensorsOnMessagesThatMustNotCarryThem) {
   for (Message msg : testutil::SampleMessages()) {
     if (msg.type() == MessageType::kFitInstruction || msg.type() == MessageType::kFitResult ||
-        msg.type() == MessageType::kEvaluateInstruction) {
+        msg.type() == MessageType::kEvaluateInstruction ||
+        msg.type() == MessageType::kSecAggMaskedInput) {
       continue;
     }
     msg.tensors.push_back(Payload("w", {2}));

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,14 +95,75 @@ inline Message SampleExternalWelcome() {
   return MakeMessage(Welcome{"torch-job", std::move(model), 1000}, 0, "coordinator");
 }
 
+// Secure aggregation's messages (proto/messages.h), every field set.
+inline std::string Key(char fill) { return std::string(kSecAggKeyBytes, fill); }
+inline SecureAggregation SampleSecureAggregation() {
+  return SecureAggregation{Key('\x5a'), 3, 10, 4, 32, 101771, 6, -7, 123456789, 4096, 2.5};
+}
+inline Message SampleSecureFitInstruction() {
+  Message m = SampleFitInstruction();
+  std::get<FitInstruction>(m.body).secure_aggregation = SampleSecureAggregation();
+  return m;
+}
+inline Message SampleSecAggAdvertise() {
+  return MakeMessage(SecAggAdvertise{SampleNonce(), Key('\x01'), Key('\xfe')}, 12, "client-17");
+}
+inline Message SampleSecAggKeyList() {
+  return MakeMessage(SecAggKeyList{{{2, Key('a'), Key('b')}, {7, Key('c'), Key('d')}}}, 12,
+                     "coordinator");
+}
+inline Message SampleSecAggShares() {
+  return MakeMessage(
+      SecAggShares{
+          SampleNonce(), Key('h'), {{2, std::string(120, '\x11')}, {7, std::string(120, '\x22')}}},
+      12, "client-17");
+}
+inline Message SampleSecAggShareList() {
+  return MakeMessage(SecAggShareList{{{4, std::string(120, '\x33')}}}, 12, "coordinator");
+}
+inline Message SampleSecAggMaskedInput() {
+  Message m = MakeMessage(SecAggMaskedInput{SampleNonce(), 12}, 12, "client-17");
+  for (auto [name, n] : {std::pair<const char*, int64_t>{"fc0.weight", 12}, {"fc0.bias", 4}}) {
+    auto words = std::make_shared<std::vector<uint32_t>>(static_cast<size_t>(n));
+    std::iota(words->begin(), words->end(), 0xfffffff0u);
+    TensorPayload p;
+    p.spec = TensorSpec{name, DType::kUint32, {n}};
+    p.bytes = std::as_bytes(std::span<const uint32_t>(*words));
+    p.owner = std::move(words);
+    m.tensors.push_back(std::move(p));
+  }
+  return m;
+}
+inline Message SampleSecAggUnmask() {
+  return MakeMessage(SecAggUnmask{{2, 3, 7}, 9}, 12, "coordinator");
+}
+inline Message SampleSecAggUnmaskResponse() {
+  return MakeMessage(SecAggUnmaskResponse{SampleNonce(),
+                                          {{2, {1, 2, 3, 4, (uint64_t{1} << 61) - 2}}},
+                                          {{7, {5, 6, 7, 8, 9}}, {9, {0, 0, 0, 0, 0}}}},
+                     12, "client-17");
+}
+
 // One message of every type, in Body's order.
 inline std::vector<Message> SampleMessages() {
-  return {SampleJoin(),           SampleWelcome(),
-          SampleFitInstruction(), SampleUploadRequest(),
-          SampleUploadGrant(),    SampleFitResult(),
-          SampleHeartbeat(),      SampleError(),
-          SampleShutdown(),       SampleEvaluateInstruction(),
-          SampleEvaluateResult()};
+  return {SampleJoin(),
+          SampleWelcome(),
+          SampleSecureFitInstruction(),
+          SampleUploadRequest(),
+          SampleUploadGrant(),
+          SampleFitResult(),
+          SampleHeartbeat(),
+          SampleError(),
+          SampleShutdown(),
+          SampleEvaluateInstruction(),
+          SampleEvaluateResult(),
+          SampleSecAggAdvertise(),
+          SampleSecAggKeyList(),
+          SampleSecAggShares(),
+          SampleSecAggShareList(),
+          SampleSecAggMaskedInput(),
+          SampleSecAggUnmask(),
+          SampleSecAggUnmaskResponse()};
 }
 
 inline std::string Hex(const std::string& bytes) {
@@ -135,13 +198,23 @@ inline std::string Describe(const Message& m) {
                                        b.train.dp_sgd->noise_multiplier, b.train.dp_sgd->clip_norm,
                                        b.train.dp_sgd->expected_batch_size, b.train.dp_sgd->delta)
                          : "none";
+      std::string secagg = "none";
+      if (b.secure_aggregation) {
+        const SecureAggregation& a = *b.secure_aggregation;
+        secagg = fmt::format(
+            "{{session={} index={} members={} threshold={} bits={} length={} min_survivors={} "
+            "scale_exponent={} noise_variance={} weight_cap={} clip_norm={}}}",
+            Hex(a.session), a.index, a.members, a.threshold, a.bits, a.length, a.min_survivors,
+            a.scale_exponent, a.noise_variance, a.weight_cap, a.clip_norm);
+      }
       return fmt::format(
           "FitInstruction{{model_version={} train={{epochs={} batch_size={} learning_rate={} "
           "momentum={} weight_decay={} dp_sgd={}}} seed={} deadline_ms={} nonce={} "
-          "privacy={{mode={} clip_norm={} noise_multiplier={}}}}}",
+          "privacy={{mode={} clip_norm={} noise_multiplier={}}} secure_aggregation={}}}",
           b.model_version, b.train.epochs, b.train.batch_size, b.train.learning_rate,
           b.train.momentum, b.train.weight_decay, dp, b.seed, b.deadline_ms, Hex(b.nonce),
-          static_cast<int>(b.privacy.mode), b.privacy.clip_norm, b.privacy.noise_multiplier);
+          static_cast<int>(b.privacy.mode), b.privacy.clip_norm, b.privacy.noise_multiplier,
+          secagg);
     }
     std::string operator()(const UploadRequest& b) const {
       return fmt::format("UploadRequest{{num_examples={} nonce={}}}", b.num_examples, Hex(b.nonce));
@@ -169,6 +242,49 @@ inline std::string Describe(const Message& m) {
       return fmt::format(
           "EvaluateResult{{num_examples={} loss={} accuracy={} model_version={} nonce={}}}",
           b.num_examples, b.loss, b.accuracy, b.model_version, Hex(b.nonce));
+    }
+    static std::string Sealed(const std::vector<SecAggSealedShare>& shares) {
+      std::string out;
+      for (const SecAggSealedShare& s : shares)
+        out += fmt::format(" {}:{}", s.peer, Hex(s.ciphertext));
+      return out;
+    }
+    static std::string Revealed(const std::vector<SecAggRevealedShare>& shares) {
+      std::string out;
+      for (const SecAggRevealedShare& s : shares) {
+        out += fmt::format(" {}:[{}]", s.owner, fmt::join(s.y, ","));
+      }
+      return out;
+    }
+    std::string operator()(const SecAggAdvertise& b) const {
+      return fmt::format("SecAggAdvertise{{nonce={} cipher_key={} mask_key={}}}", Hex(b.nonce),
+                         Hex(b.cipher_key), Hex(b.mask_key));
+    }
+    std::string operator()(const SecAggKeyList& b) const {
+      std::string out;
+      for (const SecAggNeighbour& n : b.neighbours) {
+        out += fmt::format(" {}:{}:{}", n.index, Hex(n.cipher_key), Hex(n.mask_key));
+      }
+      return fmt::format("SecAggKeyList{{{} }}", out);
+    }
+    std::string operator()(const SecAggShares& b) const {
+      return fmt::format("SecAggShares{{nonce={} commitment={} shares=[{} ]}}", Hex(b.nonce),
+                         Hex(b.self_mask_commitment), Sealed(b.shares));
+    }
+    std::string operator()(const SecAggShareList& b) const {
+      return fmt::format("SecAggShareList{{[{} ]}}", Sealed(b.shares));
+    }
+    std::string operator()(const SecAggMaskedInput& b) const {
+      return fmt::format("SecAggMaskedInput{{nonce={} model_version={}}}", Hex(b.nonce),
+                         b.model_version);
+    }
+    std::string operator()(const SecAggUnmask& b) const {
+      return fmt::format("SecAggUnmask{{survivors=[{}] total={}}}", fmt::join(b.survivors, ","),
+                         b.total);
+    }
+    std::string operator()(const SecAggUnmaskResponse& b) const {
+      return fmt::format("SecAggUnmaskResponse{{nonce={} self_mask=[{} ] mask_key=[{} ]}}",
+                         Hex(b.nonce), Revealed(b.self_mask_shares), Revealed(b.mask_key_shares));
     }
   };
   std::string out = fmt::format("v{} round={} sender={} {} tensors=[", m.protocol_version, m.round,
