@@ -14,12 +14,17 @@ BUILD_DIR=build scripts/build.sh -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=ON
 
 if [ "${HUDDLE_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== ASan + UBSan =="
-  # Line tables only (-g1): file:line in reports at a fraction of full debug info's compile time.
+  # -O1, as AddressSanitizer recommends (its compile is 30% shorter than -O2's: the sanitized
+  # build is CI's longest step), and line tables only (-g1): file:line in reports.
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh \
     -DHUDDLE_SANITIZE=ON -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=OFF -DHUDDLE_ENABLE_CUDA=OFF \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+  # Every test, but the ScatterNet example: under ASan its scattering transform of the 60,000
+  # training images takes 5 minutes alone. Its kernel runs sanitized in kernels_test
+  # (ScatteringTest) and the example itself unsanitized above.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-     ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 600)
+     ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 \
+       -E 'ExamplesTest.*datacenter_dp_scattering')
 fi
 
 if [ "${HUDDLE_SKIP_FUZZ:-0}" != "1" ]; then
