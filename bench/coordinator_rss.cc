@@ -9,12 +9,15 @@
 //      (--hidden 1262: 1,003,300 parameters), upload_slots --slots, no evaluation; wait4's
 //      ru_maxrss of the coordinator alone, against docs/deployment.md's budget: 64 MiB + 4 x model.
 //
+//   4. The coordinator's CPU time (user + system, wait4's rusage) over the whole run, per round.
+//
 //   coordinator_rss [--huddle PATH] [--clients 100] [--hidden 1262] [--rounds 3] [--slots 4]
-//                   [--encrypted 0|1] [--idle-s 5]
+//                   [--encrypted 0|1] [--secagg 0|1] [--idle-s 5]
 //
 // --encrypted 1: CurveZMQ with enrolled client keys, as `huddle run` and a default
-// `huddle coordinator` work. PATH defaults to this build's huddle. Exits 1 when a step fails or the
-// peak is over the budget.
+// `huddle coordinator` work. --secagg 1: secure aggregation (every update clipped to norm 10,
+// quantized and masked; the coordinator adds masked inputs and unmasks). PATH defaults to this
+// build's huddle. Exits 1 when a step fails or the peak is over the budget.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +51,7 @@ struct Args {
   int rounds = 3;
   int slots = 4;
   bool encrypted = false;
+  bool secagg = false;
   int idle_s = 5;
 };
 
@@ -62,22 +66,25 @@ Args Parse(int argc, char** argv) {
     if (k == "--rounds") a.rounds = std::atoi(v.c_str());
     if (k == "--slots") a.slots = std::atoi(v.c_str());
     if (k == "--encrypted") a.encrypted = std::atoi(v.c_str()) != 0;
+    if (k == "--secagg") a.secagg = std::atoi(v.c_str()) != 0;
     if (k == "--idle-s") a.idle_s = std::atoi(v.c_str());
   }
   return a;
 }
 
-// A finished child: its exit code and its own peak RSS.
+// A finished child: its exit code, its own peak RSS and CPU time.
 struct Exited {
   int code = -1;
   int64_t max_rss_kib = 0;
+  double cpu_s = 0;
 };
 
 Exited Reap(pid_t pid) {
   int status = 0;
   rusage ru{};
   if (::wait4(pid, &status, 0, &ru) != pid) return {};
-  return {cli::ExitCode(status), ru.ru_maxrss};
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return {cli::ExitCode(status), ru.ru_maxrss, seconds(ru.ru_utime) + seconds(ru.ru_stime)};
 }
 
 // VmRSS and VmHWM of a running process, in KiB (0 when unreadable).
@@ -116,6 +123,9 @@ std::string JobYaml(const Args& a, const fs::path& dir) {
       ", upload_slots: " + std::to_string(a.slots) +
       "}\nevaluation: {every: 0}\ncoordinator: {min_clients: " + std::to_string(a.clients) +
       ", wait_for_clients_s: 300}\n";
+  if (a.secagg) {
+    yaml += "aggregation: {max_update_norm: 10}\nsecure_aggregation: {enabled: true}\n";
+  }
   if (a.encrypted) {
     yaml += "security: {server_secret_key: " + (dir / "keys/server.key").string() +
             ", allowed_clients: " + (dir / "keys/allowed").string() + "}\n";
@@ -207,11 +217,31 @@ int Run(const Args& a, const fs::path& dir) {
   const double budget_mib = 64 + 4 * model_mib;
   const double peak_mib = c.max_rss_kib / 1024.0;
   std::printf(
-      "coordinator, %d clients, %d rounds, %lld parameters (%.1f MiB), %d upload slots, %s: peak "
+      "coordinator, %d clients, %d rounds, %lld parameters (%.1f MiB), %d upload slots, %s%s: peak "
       "RSS %.1f MiB; budget 64 MiB + 4 x model = %.1f MiB; ratio %.2f\n",
       a.clients, a.rounds, static_cast<long long>(params), model_mib, a.slots,
-      a.encrypted ? "CurveZMQ" : "plaintext", peak_mib, budget_mib, peak_mib / budget_mib);
+      a.encrypted ? "CurveZMQ" : "plaintext", a.secagg ? ", secure aggregation" : "", peak_mib,
+      budget_mib, peak_mib / budget_mib);
+  std::printf("coordinator CPU time: %.2f s in all, %.2f s per round\n", c.cpu_s,
+              c.cpu_s / a.rounds);
   std::printf("largest client peak RSS: %.1f MiB\n", client_peak_kib / 1024.0);
+  // Each round's wall time, from metrics.jsonl's duration_s (training on 8 rows is negligible:
+  // what remains is the round's messages, encryption and aggregation).
+  std::string durations;
+  std::ifstream metrics(dir / "out" / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const size_t at = line.find("\"duration_s\":");
+    if (at == std::string::npos) continue;
+    durations += " " + line.substr(at + 13, line.find_first_of(",}", at) - at - 13);
+  }
+  std::printf("round wall time (s):%s\n", durations.c_str());
+  std::ifstream again(dir / "coordinator.log");
+  for (std::string line; std::getline(again, line);) {
+    if (line.find("secure aggregation of") != std::string::npos) {
+      std::printf("%s\n", line.substr(line.find("round ")).c_str());
+      break;
+    }
+  }
   return peak_mib <= budget_mib ? 0 : 1;
 }
 
