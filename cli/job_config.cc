@@ -14,10 +14,12 @@ namespace {
 
 Status ReadPrivacy(ConfigMap& m, privacy::PrivacyOptions* p) {
   std::string mode = privacy::PrivacyModeName(p->mode);
-  HUDDLE_RETURN_IF_ERROR(m.OptionalChoice("mode", &mode, {"none", "central", "local"}));
-  p->mode = mode == "central" ? privacy::PrivacyMode::kCentral
-            : mode == "local" ? privacy::PrivacyMode::kLocal
-                              : privacy::PrivacyMode::kNone;
+  HUDDLE_RETURN_IF_ERROR(
+      m.OptionalChoice("mode", &mode, {"none", "central", "local", "distributed"}));
+  p->mode = mode == "central"       ? privacy::PrivacyMode::kCentral
+            : mode == "local"       ? privacy::PrivacyMode::kLocal
+            : mode == "distributed" ? privacy::PrivacyMode::kDistributed
+                                    : privacy::PrivacyMode::kNone;
   HUDDLE_RETURN_IF_ERROR(m.Optional("clip_norm", &p->clip_norm, 1e-9, 1e9));
   if (m.Has("epsilon")) {
     double eps = 0;
@@ -564,6 +566,12 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
         absl::StrCat(path,
                      ": privacy.mode central needs cohort.sampling: poisson (the accountant's "
                      "amplification by sampling holds only for Poisson-sampled cohorts)"));
+  }
+  if (o.privacy.mode == privacy::PrivacyMode::kDistributed && !o.secure_aggregation.enabled) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": privacy.mode distributed needs secure_aggregation: {enabled: true}: the clients' "
+        "noise shares protect only a sum the coordinator cannot take apart"));
   }
   if (o.privacy.mode == privacy::PrivacyMode::kCentral && !o.privacy.expected_cohort_size) {
     // The DP mean's fixed denominator: the population the job's own configuration names (the

@@ -37,20 +37,35 @@ namespace {
 client::ClientPrivacyPolicy PolicyForJob(const JobConfig& job, std::string ledger_path) {
   client::ClientPrivacyPolicy policy;
   const coordinator::CoordinatorOptions& o = job.coordinator;
-  if (o.privacy.mode == privacy::PrivacyMode::kLocal) {
+  // The plan's smallest noise multiplier over the job's rounds (0 if the plan is invalid: the
+  // coordinator refuses such a job anyway).
+  auto smallest_z = [&o] {
     auto plan = privacy::PrivacyPlan::Create(o.privacy, o.cohort.rate, o.rounds);
+    if (!plan.ok()) return 0.0;
+    double min_z = plan->ForRound(1).noise_multiplier;
+    for (int64_t r = 2; r <= o.rounds; ++r) {
+      min_z = std::min(min_z, plan->ForRound(static_cast<uint64_t>(r)).noise_multiplier);
+    }
+    return min_z;
+  };
+  if (o.privacy.mode == privacy::PrivacyMode::kLocal) {
     client::LocalDpPolicy local;
     local.require = true;
     local.delta = o.privacy.delta;
     local.max_epsilon = o.privacy.total_epsilon;
-    if (plan.ok()) {
-      double min_z = plan->ForRound(1).noise_multiplier;
-      for (int64_t r = 2; r <= o.rounds; ++r) {
-        min_z = std::min(min_z, plan->ForRound(static_cast<uint64_t>(r)).noise_multiplier);
-      }
-      local.min_noise_multiplier = min_z;
-    }
+    local.min_noise_multiplier = smallest_z();
     policy.local = local;
+  }
+  if (o.privacy.mode == privacy::PrivacyMode::kDistributed) {
+    // The client checks each session's noise share by the job's own threat model: the colluders
+    // it tolerates, the plan's smallest z, the budget.
+    client::DistributedDpPolicy dist;
+    dist.require = true;
+    dist.corrupt_fraction = o.secure_aggregation.graph.corrupt_fraction;
+    dist.delta = o.privacy.delta;
+    dist.max_epsilon = o.privacy.total_epsilon;
+    dist.min_noise_multiplier = smallest_z();
+    policy.distributed = dist;
   }
   if (o.train.dp_sgd) {
     client::DpSgdPolicy dp;
@@ -71,6 +86,15 @@ std::string PolicyYaml(const client::ClientPrivacyPolicy& p) {
         "  local: {{require: {}, min_noise_multiplier: {}, delta: {}, adjacency: {}{}}}\n",
         p.local->require, p.local->min_noise_multiplier, p.local->delta, p.local->adjacency,
         p.local->max_epsilon ? fmt::format(", max_epsilon: {}", *p.local->max_epsilon) : "");
+  }
+  if (p.distributed) {
+    y += fmt::format(
+        "  distributed: {{require: {}, min_noise_multiplier: {}, corrupt_fraction: {}, delta: "
+        "{}{}}}\n",
+        p.distributed->require, p.distributed->min_noise_multiplier,
+        p.distributed->corrupt_fraction, p.distributed->delta,
+        p.distributed->max_epsilon ? fmt::format(", max_epsilon: {}", *p.distributed->max_epsilon)
+                                   : "");
   }
   if (p.dp_sgd) {
     y += fmt::format("  dp_sgd: {{require: {}, min_noise_multiplier: {}, delta: {}}}\n",

@@ -199,6 +199,8 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
                                    std::string(admission.status().message()), msg.round)};
   }
   const bool local = fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal;
+  // Distributed DP: the noise is this client's share, added after quantization (SecAggMember).
+  const bool distributed = fit.privacy.mode == wire::UpdatePrivacy::Mode::kDistributed;
   const bool dp_sgd = fit.train.dp_sgd.has_value();
   Pending pending;
   pending.round = msg.round;
@@ -228,8 +230,9 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     pending.result.train_loss = stats.loss;
     pending.result.train_accuracy = stats.accuracy;
     pending.result.train_seconds = stats.seconds;
-    // The clip bit is what adaptive clipping noises centrally; under local DP nothing noises it.
-    pending.result.within_clip = !local && !update->clipped;
+    // The clip bit is what adaptive clipping noises centrally; under local or distributed DP
+    // nothing noises it.
+    pending.result.within_clip = !local && !distributed && !update->clipped;
     std::optional<privacy::DpEvent> dp_event;
     if (update->dp_sgd) dp_event = update->dp_sgd->event();
     pending.delta = std::make_shared<const TensorList>(std::move(update->delta));
@@ -239,10 +242,10 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     spdlog::log(routine_level_,
                 "round {}: trained on {} examples, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
                 msg.round, stats.examples, stats.loss, stats.accuracy, stats.seconds);
-    LogSpend(msg.round, local, dp_sgd);
+    LogSpend(msg.round, local || distributed, dp_sgd);
     ++rounds_trained_;
   }
-  if (local || dp_sgd || guard_.reports_nothing()) {
+  if (local || distributed || dp_sgd || guard_.reports_nothing()) {
     // What the DP release does not cover is not sent: no example count (weights become uniform),
     // no loss, accuracy or timing, all computed from the data without noise.
     pending.result.num_examples = 1;
@@ -409,11 +412,11 @@ void ClientAgent::LogSpend(uint64_t round, bool local, bool dp_sgd) {
   if (local) {
     auto spent = guard_.LocalSpent();
     if (spent.ok()) {
-      spdlog::log(routine_level_,
-                  "round {}: local DP release accounted; this client's data: epsilon {:.4f} at "
-                  "delta {:g} so far ({}){}",
-                  round, spent->epsilon, spent->delta, privacy::AccountantName(spent->accountant),
-                  seeded);
+      spdlog::log(
+          routine_level_,
+          "round {}: client-level DP release accounted; this client's data: epsilon {:.4f} at "
+          "delta {:g} so far ({}){}",
+          round, spent->epsilon, spent->delta, privacy::AccountantName(spent->accountant), seeded);
     }
   }
   if (dp_sgd) {

@@ -7,6 +7,15 @@
 namespace huddle::client {
 namespace {
 
+// A policy's optional `max_epsilon`.
+Status ReadMaxEpsilon(ConfigMap& m, std::optional<double>* out) {
+  if (!m.Has("max_epsilon")) return absl::OkStatus();
+  double eps = 0;
+  HUDDLE_RETURN_IF_ERROR(m.Optional("max_epsilon", &eps, 1e-6, 1e6));
+  *out = eps;
+  return absl::OkStatus();
+}
+
 // The client's `privacy` section (ClientPrivacyPolicy).
 Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
   HUDDLE_RETURN_IF_ERROR(m.OptionalPath("ledger", &p->ledger_path));
@@ -16,11 +25,7 @@ Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
     HUDDLE_RETURN_IF_ERROR(l.Optional("require", &local.require));
     HUDDLE_RETURN_IF_ERROR(
         l.Optional("min_noise_multiplier", &local.min_noise_multiplier, 0.0, 1e6));
-    if (l.Has("max_epsilon")) {
-      double eps = 0;
-      HUDDLE_RETURN_IF_ERROR(l.Optional("max_epsilon", &eps, 1e-6, 1e6));
-      local.max_epsilon = eps;
-    }
+    HUDDLE_RETURN_IF_ERROR(ReadMaxEpsilon(l, &local.max_epsilon));
     HUDDLE_RETURN_IF_ERROR(l.Optional("delta", &local.delta, 1e-300, 0.5));
     if (l.Has("clip_norm")) {
       double c = 0;
@@ -37,11 +42,7 @@ Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
     DpSgdPolicy dp;
     HUDDLE_RETURN_IF_ERROR(d.Optional("require", &dp.require));
     HUDDLE_RETURN_IF_ERROR(d.Optional("min_noise_multiplier", &dp.min_noise_multiplier, 0.0, 1e6));
-    if (d.Has("max_epsilon")) {
-      double eps = 0;
-      HUDDLE_RETURN_IF_ERROR(d.Optional("max_epsilon", &eps, 1e-6, 1e6));
-      dp.max_epsilon = eps;
-    }
+    HUDDLE_RETURN_IF_ERROR(ReadMaxEpsilon(d, &dp.max_epsilon));
     HUDDLE_RETURN_IF_ERROR(d.Optional("delta", &dp.delta, 1e-300, 0.5));
     std::string accountant = privacy::AccountantName(dp.accountant);
     HUDDLE_RETURN_IF_ERROR(d.OptionalChoice("accountant", &accountant, {"rdp", "pld"}));
@@ -50,10 +51,23 @@ Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
     HUDDLE_RETURN_IF_ERROR(d.Finish());
     p->dp_sgd = dp;
   }
+  if (m.Has("distributed")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap d, m.Child("distributed"));
+    DistributedDpPolicy dist;
+    HUDDLE_RETURN_IF_ERROR(d.Optional("require", &dist.require));
+    HUDDLE_RETURN_IF_ERROR(
+        d.Optional("min_noise_multiplier", &dist.min_noise_multiplier, 0.0, 1e6));
+    HUDDLE_RETURN_IF_ERROR(d.Optional("corrupt_fraction", &dist.corrupt_fraction, 0.0, 0.4999));
+    HUDDLE_RETURN_IF_ERROR(ReadMaxEpsilon(d, &dist.max_epsilon));
+    HUDDLE_RETURN_IF_ERROR(d.Optional("delta", &dist.delta, 1e-300, 0.5));
+    HUDDLE_RETURN_IF_ERROR(d.Finish());
+    p->distributed = dist;
+  }
   if (p->any() && p->ledger_path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         m.Where("ledger"),
-        ": required with privacy.local or privacy.dp_sgd (the client's own durable record of "
+        ": required with privacy.local, privacy.distributed or privacy.dp_sgd (the client's own "
+        "durable record of "
         "what it released; keep it with the client's data, and never delete it)"));
   }
   return m.Finish();

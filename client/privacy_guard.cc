@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "aggregation/secagg/graph.h"
+#include "aggregation/secagg/quantize.h"
 #include "common/digest.h"
 #include "common/file_util.h"
 #include "common/tensor_io.h"
@@ -104,6 +106,15 @@ StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
     const DpSgdPolicy& s = *policy.dp_sgd;
     HUDDLE_RETURN_IF_ERROR(CheckLimits("dp_sgd", s.min_noise_multiplier, s.max_epsilon, s.delta));
   }
+  if (policy.distributed) {
+    const DistributedDpPolicy& d = *policy.distributed;
+    HUDDLE_RETURN_IF_ERROR(
+        CheckLimits("distributed", d.min_noise_multiplier, d.max_epsilon, d.delta));
+    if (!(d.corrupt_fraction >= 0 && d.corrupt_fraction < 0.5)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.distributed.corrupt_fraction must lie in [0, 0.5), got ", d.corrupt_fraction));
+    }
+  }
   std::optional<privacy::PrivacyLedger> ledger;
   if (!policy.ledger_path.empty()) {
     const auto parent = std::filesystem::path(policy.ledger_path).parent_path();
@@ -147,7 +158,9 @@ Status PrivacyGuard::Append(const privacy::LedgerEntry& entry) {
 }
 
 StatusOr<privacy::Spend> PrivacyGuard::LocalSpent() const {
-  const double delta = policy_.local ? policy_.local->delta : kDefaultDelta;
+  const double delta = policy_.local         ? policy_.local->delta
+                       : policy_.distributed ? policy_.distributed->delta
+                                             : kDefaultDelta;
   return privacy::ComputeSpend(privacy::EventsOf(entries(), privacy::kUnitClient), delta,
                                privacy::AccountantKind::kRdp);
 }
@@ -158,13 +171,85 @@ StatusOr<privacy::Spend> PrivacyGuard::DpSgdSpent() const {
   return privacy::ComputeSpend(privacy::EventsOf(entries(), privacy::kUnitExample), delta, kind);
 }
 
+StatusOr<privacy::LedgerEntry> PrivacyGuard::DistributedRelease(const RoundRequest& request) const {
+  const wire::FitInstruction& fit = *request.fit;
+  const wire::SecureAggregation& session = *fit.secure_aggregation;  // the codec requires it
+  const double fraction = policy_.distributed ? policy_.distributed->corrupt_fraction
+                                              : DistributedDpPolicy{}.corrupt_fraction;
+  const int64_t colluders = aggregation::secagg::Colluders(fraction, session.members);
+  const int64_t honest = static_cast<int64_t>(session.min_survivors) - colluders;
+  if (honest < 1) {
+    return absl::FailedPreconditionError(Refuse(absl::StrCat(
+        "the session unmasks sums of as few as ", session.min_survivors, " inputs, up to ",
+        colluders, " of which may collude (privacy.distributed.corrupt_fraction ", fraction, " of ",
+        session.members, "): no honest noise share is guaranteed in a sum")));
+  }
+  // The words of the update (a weight word, used only without DP, carries no noise).
+  const auto dim = static_cast<int64_t>(session.length - (session.weight_cap > 0 ? 1 : 0));
+  const double sensitivity = aggregation::secagg::GridSensitivity(
+      std::min(session.clip_norm, fit.privacy.clip_norm), session.scale_exponent, dim);
+  const privacy::DpEvent sum =
+      privacy::DistributedDiscreteGaussianEvent(session.noise_variance, honest, sensitivity, dim);
+  privacy::LedgerEntry e;
+  e.round = request.round;
+  e.job = request.job;
+  e.mechanism = privacy::kMechanismDistributed;
+  e.mode = "distributed";
+  e.sampling_rate = 1;
+  e.noise_multiplier = sum.noise_multiplier;
+  e.tau = sum.tau;
+  e.dimension = dim;
+  e.clip_norm = std::min(session.clip_norm, fit.privacy.clip_norm);
+  e.unit = privacy::kUnitClient;
+  e.adjacency = privacy::kReplaceOne;
+  return e;
+}
+
+Status PrivacyGuard::CheckClientLevelCap(const privacy::DpEvent& next, double delta,
+                                         double max_epsilon, const char* key) const {
+  // Client-level releases compose whatever their mode: local and distributed DP together.
+  std::vector<privacy::DpEvent> events = privacy::EventsOf(entries(), privacy::kUnitClient);
+  events.push_back(next);
+  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend would,
+                          privacy::ComputeSpend(events, delta, privacy::AccountantKind::kRdp));
+  if (!(would.epsilon <= max_epsilon)) {
+    return absl::FailedPreconditionError(Refuse(
+        absl::StrCat("this release would take the client's client-level epsilon to ", would.epsilon,
+                     " at delta ", delta, ", past its maximum ", max_epsilon, " (", key, ")")));
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
   const wire::FitInstruction& fit = *request.fit;
   const bool local = fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal;
+  const bool distributed = fit.privacy.mode == wire::UpdatePrivacy::Mode::kDistributed;
   const bool dp_sgd = fit.train.dp_sgd.has_value();
   Admission a;
   a.dp_release = local || dp_sgd;
   a.clip_norm = fit.privacy.clip_norm;
+  if (distributed) {
+    HUDDLE_ASSIGN_OR_RETURN(a.distributed, DistributedRelease(request));
+    if (policy_.distributed) {
+      const DistributedDpPolicy& d = *policy_.distributed;
+      const double z = a.distributed->noise_multiplier;
+      if (!(z >= d.min_noise_multiplier)) {
+        return absl::FailedPreconditionError(Refuse(absl::StrCat(
+            "the session's noise shares give the sum a noise multiplier of ", z,
+            " by this client's count (", fit.secure_aggregation->min_survivors,
+            " inputs at least, corrupt_fraction ", d.corrupt_fraction, "), below the minimum ",
+            d.min_noise_multiplier, " (privacy.distributed.min_noise_multiplier)")));
+      }
+      if (d.max_epsilon) {
+        HUDDLE_RETURN_IF_ERROR(CheckClientLevelCap(a.distributed->event(), d.delta, *d.max_epsilon,
+                                                   "privacy.distributed.max_epsilon"));
+      }
+    }
+  } else if (policy_.distributed && policy_.distributed->require) {
+    return absl::FailedPreconditionError(Refuse(
+        "it requires distributed DP (privacy.distributed.require) and the round asks for another "
+        "mode"));
+  }
   if (!a.dp_release) {
     if (policy_.local && policy_.local->require) {
       return absl::FailedPreconditionError(
@@ -177,7 +262,7 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
     return a;
   }
   a.release = ReleaseId(request);
-  if (kept_ && kept_->release == a.release) {
+  if (kept_ && kept_->release == a.release && !distributed) {
     a.again = kept_->tensors;  // already released and accounted: the same bytes again
     return a;
   }
@@ -191,20 +276,11 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
     }
     if (l.clip_norm) a.clip_norm = std::min(a.clip_norm, *l.clip_norm);
     if (l.max_epsilon) {
-      std::vector<privacy::DpEvent> events = privacy::EventsOf(entries(), privacy::kUnitClient);
       privacy::LedgerEntry next;
       next.noise_multiplier = z;
       next.adjacency = l.adjacency;
-      events.push_back(next.event());
-      HUDDLE_ASSIGN_OR_RETURN(
-          privacy::Spend would,
-          privacy::ComputeSpend(events, l.delta, privacy::AccountantKind::kRdp));
-      if (!(would.epsilon <= *l.max_epsilon)) {
-        return absl::FailedPreconditionError(
-            Refuse(absl::StrCat("this release would take the client's local-DP epsilon to ",
-                                would.epsilon, " at delta ", l.delta, ", past its maximum ",
-                                *l.max_epsilon, " (privacy.local.max_epsilon)")));
-      }
+      HUDDLE_RETURN_IF_ERROR(
+          CheckClientLevelCap(next.event(), l.delta, *l.max_epsilon, "privacy.local.max_epsilon"));
     }
   } else if (!local && policy_.local && policy_.local->require) {
     return absl::FailedPreconditionError(
@@ -245,7 +321,14 @@ Status PrivacyGuard::Record(const RoundRequest& request, const Admission& admiss
                             std::shared_ptr<const TensorList> released,
                             const std::optional<privacy::DpEvent>& dp_sgd,
                             const std::string& noise) {
-  if (!admission.dp_release || admission.again) return absl::OkStatus();
+  if (admission.again) return absl::OkStatus();
+  if (admission.distributed) {
+    privacy::LedgerEntry e = *admission.distributed;
+    e.noise = noise;
+    e.release = ReleaseId(request);
+    HUDDLE_RETURN_IF_ERROR(Append(e));
+  }
+  if (!admission.dp_release) return absl::OkStatus();
   const wire::FitInstruction& fit = *request.fit;
   privacy::LedgerEntry base;
   base.round = request.round;

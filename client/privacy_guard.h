@@ -66,11 +66,26 @@ struct DpSgdPolicy {
   privacy::AccountantKind accountant = privacy::AccountantKind::kRdp;
 };
 
+// Client-level distributed DP: under secure aggregation the client adds its share of the noise
+// (client/secagg_member.h). The coordinator sizes the share; the client checks it by its own
+// count: the session unmasks sums of at least min_survivors inputs, of which this client assumes
+// up to floor(corrupt_fraction * members) collude, so m = min_survivors - that many honest shares
+// of variance s at least are in any sum, a noise multiplier sqrt(m s) / Delta (Delta = C 2^e +
+// sqrt(d) on the session's grid). Each release is accounted in its own ledger under replace-one.
+struct DistributedDpPolicy {
+  bool require = false;             // refuse every round that is not in distributed DP mode
+  double min_noise_multiplier = 0;  // refuse a session whose sum's z, by the count above, is less
+  double corrupt_fraction = 0.1;    // the fraction of a cohort this client assumes may collude
+  std::optional<double> max_epsilon;
+  double delta = 1e-5;
+};
+
 struct ClientPrivacyPolicy {
   std::optional<LocalDpPolicy> local;
   std::optional<DpSgdPolicy> dp_sgd;
+  std::optional<DistributedDpPolicy> distributed;
   std::string ledger_path;  // the client's ledger; "" = in memory only
-  bool any() const { return local.has_value() || dp_sgd.has_value(); }
+  bool any() const { return local.has_value() || dp_sgd.has_value() || distributed.has_value(); }
 };
 
 // One round as the guard sees it.
@@ -85,7 +100,10 @@ struct RoundRequest {
 struct Admission {
   std::string release;      // the release's identity (hex digest)
   bool dp_release = false;  // the update is a DP release (local noise and/or DP-SGD)
-  double clip_norm = 0;     // local DP: the C to clip to (the instruction's, or less)
+  // Distributed DP: the client-level release its noise share makes, by this client's count
+  // (never sent again from a kept copy: every session's share is a new release).
+  std::optional<privacy::LedgerEntry> distributed;
+  double clip_norm = 0;  // local DP: the C to clip to (the instruction's, or less)
   std::shared_ptr<const TensorList> again;  // the release was made before: send exactly this
 };
 
@@ -109,7 +127,7 @@ class PrivacyGuard {
                 const std::optional<privacy::DpEvent>& dp_sgd, const std::string& noise);
 
   // This client's spend so far (every job it took part in) at the policy's delta (1e-5 when the
-  // policy has no such section).
+  // policy has no such section). LocalSpent: client-level (local and distributed DP together).
   StatusOr<privacy::Spend> LocalSpent() const;
   StatusOr<privacy::Spend> DpSgdSpent() const;
   const ClientPrivacyPolicy& policy() const { return policy_; }
@@ -126,6 +144,12 @@ class PrivacyGuard {
  private:
   PrivacyGuard(ClientPrivacyPolicy policy, std::optional<privacy::PrivacyLedger> ledger);
   Status Append(const privacy::LedgerEntry& entry);
+  // Distributed DP: the release the session's noise share makes, by this client's count.
+  StatusOr<privacy::LedgerEntry> DistributedRelease(const RoundRequest& request) const;
+  // FailedPrecondition naming `key` when `next` would take the client-level spend (every local
+  // and distributed release in the ledger) past max_epsilon at delta.
+  Status CheckClientLevelCap(const privacy::DpEvent& next, double delta, double max_epsilon,
+                             const char* key) const;
   std::string CachePath() const;
 
   ClientPrivacyPolicy policy_;

@@ -124,7 +124,7 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   }
   if (!v1 && !v2) {
     HUDDLE_ASSIGN_OR_RETURN(const uint64_t mode, r.U64());
-    if (mode > 2) return absl::DataLossError(absl::StrCat(path, ": corrupt privacy mode"));
+    if (mode > 3) return absl::DataLossError(absl::StrCat(path, ": corrupt privacy mode"));
     c.privacy_mode = static_cast<int64_t>(mode);
   }
   if (v4) {

@@ -25,8 +25,8 @@ struct Checkpoint {
   uint64_t bytes_out = 0;
   double clip_norm = 0;  // adaptive clipping: C for the next round (0: not in use)
   // The privacy mode of the job that wrote it (privacy::PrivacyMode as 0 none, 1 central, 2
-  // local), so that a DP job is not resumed without DP or the reverse; -1 in files written before
-  // it was recorded.
+  // local, 3 distributed), so that a DP job is not resumed without DP or the reverse; -1 in files
+  // written before it was recorded.
   int64_t privacy_mode = -1;
   // The job summary's evaluation record so far (C4), so that a resumed job's summary.json stays
   // whole: NaN / 0 where there is none yet.

@@ -74,6 +74,12 @@ Status Coordinator::Initialise() {
           f.deadline_ms, ") and max_weight_ratio >= 1 (", f.max_weight_ratio, ")"));
     }
   }
+  if (options_.privacy.mode == privacy::PrivacyMode::kDistributed &&
+      !options_.secure_aggregation.enabled) {
+    return absl::InvalidArgumentError(
+        "privacy.mode distributed needs secure aggregation: the clients' noise shares protect "
+        "only a sum the coordinator cannot take apart");
+  }
   if (options_.secure_aggregation.enabled) {
     const SecureAggregationOptions& a = options_.secure_aggregation;
     const privacy::PrivacyMode mode = options_.privacy.mode;
@@ -405,9 +411,12 @@ void Coordinator::SendFit(const std::string& id) {
   round.nonces[id] = fit.nonce;
   if (round.secagg) fit.secure_aggregation = SecAggInstruction(id);
   if (dp()) {
-    const bool local = privacy_->options().mode == privacy::PrivacyMode::kLocal;
-    fit.privacy.mode =
-        local ? wire::UpdatePrivacy::Mode::kLocal : wire::UpdatePrivacy::Mode::kCentral;
+    const privacy::PrivacyMode mode = privacy_->options().mode;
+    const bool local = mode == privacy::PrivacyMode::kLocal;
+    fit.privacy.mode = local ? wire::UpdatePrivacy::Mode::kLocal
+                       : mode == privacy::PrivacyMode::kDistributed
+                           ? wire::UpdatePrivacy::Mode::kDistributed
+                           : wire::UpdatePrivacy::Mode::kCentral;
     fit.privacy.clip_norm = round.clip_norm;
     if (local) fit.privacy.noise_multiplier = round.noise_multiplier;
   }

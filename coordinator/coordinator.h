@@ -120,6 +120,12 @@ class Coordinator {
     std::optional<TensorList> sum;   // stage 4: the survivors' decoded sum (weighted)
     uint64_t total_weight = 0;       // its weight word's sum (weighted rounds)
     std::string failure;             // why it released nothing ("" when it did)
+    // Distributed DP: the fewest honest members whose noise shares an unmasked sum holds (the
+    // minimum survivors less the colluders), and the round's ledger entry (its sum's noise
+    // multiplier, tau and dimension).
+    uint32_t noise_members = 0;
+    std::optional<privacy::LedgerEntry> distributed;
+    bool accounted = false;  // its entry is in the ledger (appended before unmasking)
   };
   struct ClientRecord {
     transport::PeerId peer;

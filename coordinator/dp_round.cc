@@ -116,6 +116,11 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
   round.expected_cohort = p.expected_cohort_size.value_or(1.0);
   aggregation::AggregatorOptions agg = options_.aggregation;
   agg.max_weight = 1;
+  if (p.mode == PrivacyMode::kDistributed) {
+    // The clients' noise shares join their updates inside the secure sum (StartSecAgg); nothing
+    // is folded here.
+    return aggregator_->Reset(agg);
+  }
   if (p.mode == PrivacyMode::kLocal) {
     // The client clips to C, rounds onto the noise grid g and adds discrete Gaussian noise of
     // parameter s (sub-Gaussian with it) to each of the d values. So ||update|| <= C + g sqrt(d)/2
@@ -220,7 +225,8 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } else {
     info.noise_stddev = round.noise_multiplier * round.clip_norm;
-    // Local: every update is private on its own; the mean over the results is post-processing.
+    // Local: every update is private on its own; distributed: the coordinator knows who took
+    // part. Either way the mean over the results is post-processing.
     round.expected_cohort = static_cast<double>(std::max<int64_t>(1, round.metrics.results));
   }
   // Durable before anything computed from the noised sum leaves this function.
@@ -234,7 +240,22 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
   entry.unit = privacy::kUnitClient;
   entry.adjacency = privacy_->adjacency();
   entry.job = options_.job_name;
-  HUDDLE_RETURN_IF_ERROR(ledger_->Append(entry));
+  if (p.mode == PrivacyMode::kDistributed) {
+    if (round.secagg && round.secagg->distributed) {
+      entry = *round.secagg->distributed;  // the shares the members were told to add
+    } else {
+      // No secure session this round (a cohort too small): nothing was released, accounted as
+      // planned all the same (an over-count is safe).
+      entry.mechanism = privacy::kMechanismDistributed;
+      entry.dimension = static_cast<int64_t>(aggregator_->size());
+    }
+    info.noise_multiplier = entry.noise_multiplier;
+    info.noise_stddev = entry.noise_multiplier * round.clip_norm;
+  }
+  // Distributed DP appends before unmasking (SecAggStep); a round refused earlier released no
+  // sum, and is accounted here all the same.
+  const bool accounted = round.secagg && round.secagg->accounted;
+  if (!accounted) HUDDLE_RETURN_IF_ERROR(ledger_->Append(entry));
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
   info.epsilon = spent.epsilon;
   info.delta = spent.delta;
@@ -314,6 +335,7 @@ Status Coordinator::WritePrivacyReport() const {
   r.accountant = privacy::AccountantName(spent.accountant);
   r.releases = privacy::GroupReleases(ledger_->entries());
   r.noise_source = central ? noise_->Describe() : "each client's own (client-side)";
+  // (Distributed: the members' shares come from their own sources, never the coordinator's.)
   r.is_private = noise_->is_private();
   if (!r.is_private) {
     r.not_private_because.push_back(
@@ -339,14 +361,41 @@ Status Coordinator::WritePrivacyReport() const {
         options_.cohort.rate,
         secret_sampling() ? "the OS CSPRNG" : "the job seed (NOT secret: privacy.noise_seed)");
     r.assumptions = {
-        "the coordinator is trusted: it sees each client's clipped update in the clear (there is "
-        "no secure aggregation yet); the guarantee protects the released models and outputs",
+        "the coordinator is trusted: it sees each client's clipped update in the clear (central "
+        "DP does not combine with secure aggregation: privacy.mode distributed does); the "
+        "guarantee protects the released models and outputs",
         "the unit of privacy is one client's whole data; a person whose data is spread over "
         "several clients is protected only to the extent of the composition over those clients",
         "the adversary does not learn the cohort of a round (sampling above)",
         "epsilon is an upper bound from the accountant named above on the ledger's releases; "
         "every round that released a model is in the ledger, fsync'd before the release",
         "the fixed denominator does not depend on who enrolled",
+    };
+  } else if (p.mode == PrivacyMode::kDistributed) {
+    const SecureAggregationOptions& a = options_.secure_aggregation;
+    r.mechanism = fmt::format(
+        "distributed DP under secure aggregation (SecAgg+): each client clips its update to L2 "
+        "norm C, quantizes it onto the round's integer grid (stochastic rounding, so the L2 "
+        "sensitivity on the grid is Delta = C 2^e + sqrt(d)), adds exact discrete Gaussian noise "
+        "of variance s itself and masks it; the coordinator can unmask only the sum of at least "
+        "min_survivors inputs, of which at most a fraction {:g} of the cohort may collude with "
+        "it, and s is sized so that the remaining honest shares sum to noise of std >= z Delta. "
+        "Accounted per round by the RDP bound of Kairouz, Liu and Steinke 2021 for a sum of "
+        "discrete Gaussians (each ledger entry's noise_multiplier is sqrt(m s) / Delta, with its "
+        "tau and dimension)",
+        a.graph.corrupt_fraction);
+    r.sampling =
+        "none assumed: the coordinator knows who took part, so every round is accounted as if "
+        "each client took part (q = 1)";
+    r.assumptions = {
+        "the coordinator is honest but curious: it follows the protocol (it unmasks only sums of "
+        "at least min_survivors inputs) and may collude with up to corrupt_fraction of each "
+        "cohort; an actively malicious coordinator is not covered (docs/security.md)",
+        "replace-one adjacency: a client's data replaced by any other changes its quantized "
+        "update by up to 2 Delta, so each round is accounted with multiplier z / 2",
+        "every honest client added the noise share the session asked for (a colluding client's "
+        "share is not counted)",
+        "the unit of privacy is one client's whole data",
     };
   } else {
     r.mechanism =

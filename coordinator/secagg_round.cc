@@ -65,7 +65,59 @@ StatusOr<bool> Coordinator::StartSecAgg(Round& round, const std::vector<std::str
   q.dim = dim;
   q.min_survivors = 1;
   q.bits = o.bits;
+  const bool distributed = dp() && privacy_->options().mode == privacy::PrivacyMode::kDistributed;
+  if (distributed) {
+    // Distributed DP: the noise shares of the fewest honest members an unmasked sum can hold
+    // (the minimum survivors, less the members that may collude with the coordinator: they know
+    // their own shares) must carry the whole noise.
+    const auto colluders = static_cast<uint32_t>(secagg::Colluders(o.graph.corrupt_fraction, n));
+    if (so.min_survivors <= colluders) {
+      spdlog::warn(
+          "round {}: distributed DP needs more than the {} members that may collude "
+          "(secure_aggregation.corrupt_fraction {}) among the {} whose inputs are unmasked at "
+          "least (min_survivors); the round trains nothing",
+          round.number, colluders, o.graph.corrupt_fraction, so.min_survivors);
+      return false;
+    }
+    s.noise_members = so.min_survivors - colluders;
+    q.noise_multiplier = round.noise_multiplier;
+    q.min_survivors = s.noise_members;
+  } else if (dp()) {
+    // Local DP: each client's values carry its own noise (std z C) on top of the clipped update.
+    q.value_noise_stddev = round.noise_multiplier * round.clip_norm;
+  }
   HUDDLE_ASSIGN_OR_RETURN(s.plan, secagg::PlanQuantization(q));
+  if (distributed) {
+    // The round's release as accounted: the sum's multiplier with the variance as rounded up
+    // (sqrt(m s) / Delta >= z) and Kairouz et al.'s tau for m shares.
+    const privacy::DpEvent sum = privacy::DistributedDiscreteGaussianEvent(
+        s.plan.noise_variance, s.noise_members, s.plan.sensitivity, dim);
+    privacy::LedgerEntry e;
+    e.round = round.number;
+    e.mechanism = privacy::kMechanismDistributed;
+    e.sampling_rate = 1;
+    e.noise_multiplier = sum.noise_multiplier;
+    e.tau = sum.tau;
+    e.dimension = dim;
+    e.clip_norm = round.clip_norm;
+    e.mode = privacy::PrivacyModeName(privacy::PrivacyMode::kDistributed);
+    e.noise = "client-side (secure aggregation shares)";
+    e.unit = privacy::kUnitClient;
+    e.adjacency = privacy_->adjacency();
+    e.job = options_.job_name;
+    // The plan fitted the round with tau = 0; a coarse grid's tau could take it past the total.
+    HUDDLE_ASSIGN_OR_RETURN(auto would, privacy_->WouldSpendEvent(ledger_->Events(), e.event()));
+    if (would.second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "round ", round.number, ": distributed DP: the members' noise shares (variance ",
+          s.plan.noise_variance, " on a grid of 2^", s.plan.scale_exponent,
+          ") would take epsilon to ", would.first.epsilon, ", past privacy.epsilon (tau ", e.tau,
+          " for ", s.noise_members,
+          " shares); use 64-bit words (secure_aggregation.bits) or more "
+          "noise"));
+    }
+    s.distributed = std::move(e);
+  }
   // FedAvg weights travel as one more word (without DP); their sum must fit too.
   if (!dp()) {
     const uint64_t room = ((uint64_t{1} << (s.plan.bits - 1)) - 1) / n;
@@ -92,9 +144,14 @@ StatusOr<bool> Coordinator::StartSecAgg(Round& round, const std::vector<std::str
   }
   spdlog::info(
       "round {}: secure aggregation of {} members: {} neighbours each, {} shares rebuild a secret, "
-      "at least {} masked inputs unmasked; {}-bit words at 2^{}",
+      "at least {} masked inputs unmasked; {}-bit words at 2^{}{}",
       round.number, n, p.neighbours, p.threshold, s.server->config().min_survivors, s.plan.bits,
-      s.plan.scale_exponent);
+      s.plan.scale_exponent,
+      s.distributed
+          ? fmt::format("; each adds discrete Gaussian noise of variance {} (the sum "
+                        "of {} honest members': multiplier {:.6g})",
+                        s.plan.noise_variance, s.noise_members, s.distributed->noise_multiplier)
+          : std::string());
   round.secagg.emplace(std::move(s));
   return true;
 }
@@ -197,6 +254,19 @@ bool Coordinator::SecAggStep(Round& round) {
       }
       StatusOr<std::map<uint32_t, secagg::UnmaskRequest>> requests = s.server->EndMaskedInput();
       if (!requests.ok()) return refuse_round(requests.status());
+      if (s.distributed) {
+        // Distributed DP: the release is accounted before the first unmasking share is asked
+        // for. From then on the coordinator can rebuild the noised sum; should it crash and run
+        // the round again, both runs are in the ledger (an over-count, never an under-count).
+        Status st = ledger_->Append(*s.distributed);
+        if (!st.ok()) {
+          return refuse_round(absl::InternalError(absl::StrCat(
+              "distributed DP: the release could not be recorded in the privacy ledger, so "
+              "nothing is unmasked: ",
+              st.message())));
+        }
+        s.accounted = true;
+      }
       next_stage();
       for (auto& [index, request] : *requests) {
         if (send(index, secagg::ToWire(request))) s.awaiting.insert(s.ids[index]);
@@ -293,8 +363,6 @@ void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
           b.model_version != model_version_) {
         return refuse("a masked input without an upload grant, or with a stale nonce or version");
       }
-      round.uploads_in_flight--;
-      transport_->SetUploadAllowance(peer, 0);
       // Its tensors: the model's, by name and shape, then the weight word; all of the session's
       // width. Gathered into one buffer (the words of a tensor may be only 4-byte aligned).
       const size_t expected = layout_.size() + (s.weight_cap > 0 ? 1 : 0);
@@ -327,8 +395,14 @@ void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
         }
       }
       if (st.ok()) st = s.server->OnMaskedInput(index, std::span<const uint64_t>(secagg_scratch_));
-      if (st.ok()) m->second = MemberState::kSecAgg;
-      GrantSlots();
+      if (st.ok()) {
+        // Its upload is done: the slot goes to the next member. (A refused input fails the member
+        // below, which frees the slot the same way.)
+        round.uploads_in_flight--;
+        transport_->SetUploadAllowance(peer, 0);
+        m->second = MemberState::kSecAgg;
+        GrantSlots();
+      }
       break;
     }
     case wire::MessageType::kSecAggUnmaskResponse: {

@@ -224,6 +224,9 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
                     std::isfinite(a.clip_norm) && a.clip_norm > 0,
                 "fit_instruction.secure_aggregation out of range");
       }
+      Require(b.privacy.mode != wire::UpdatePrivacy::Mode::kDistributed ||
+                  (b.secure_aggregation && b.secure_aggregation->noise_variance > 0),
+              "fit_instruction.privacy.mode distributed without a noise share");
       Require(std::isfinite(b.train.learning_rate) && std::isfinite(b.train.momentum) &&
                   std::isfinite(b.train.weight_decay),
               "fit_instruction.train has a non-finite double");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,34 @@ Status CheckEvent(const DpEvent& e) {
   if (e.steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("steps must be >= 0, got ", e.steps));
   }
+  if (e.mechanism == Mechanism::kDistributedDiscreteGaussian) {
+    if (!(e.tau >= 0) || std::isinf(e.tau) || e.dimension < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a distributed discrete Gaussian event needs tau >= 0 and finite (got ",
+                       e.tau, ") and dimension >= 1 (got ", e.dimension, ")"));
+    }
+    if (e.sampling_rate != 1 && e.sampling_rate != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a distributed discrete Gaussian event is accounted without sampling (q = 1), got q = ",
+          e.sampling_rate));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool HasDistributed(std::span<const DpEvent> events) {
+  return std::any_of(events.begin(), events.end(), [](const DpEvent& e) {
+    return e.mechanism == Mechanism::kDistributedDiscreteGaussian;
+  });
+}
+
+Status OnlyGaussian(std::span<const DpEvent> events, AccountantKind kind) {
+  if (HasDistributed(events)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", AccountantName(kind),
+        " accountant cannot account a distributed discrete Gaussian event (its bound, Kairouz et "
+        "al. 2021, is an RDP one): use the rdp accountant"));
+  }
   return absl::OkStatus();
 }
 
@@ -57,8 +86,13 @@ StatusOr<RdpEpsilon> RdpSpend(std::span<const DpEvent> events, double delta,
     if (IsNoOp(e)) continue;
     for (size_t j = 0; j < orders.size(); ++j) {
       HUDDLE_RETURN_IF_ERROR(CheckStop(stop));  // each order takes at most ~20 ms
-      HUDDLE_ASSIGN_OR_RETURN(
-          double rdp, SubsampledGaussianRdp(e.sampling_rate, e.noise_multiplier, orders[j]));
+      double rdp = 0;
+      if (e.mechanism == Mechanism::kDistributedDiscreteGaussian) {
+        rdp = DistributedDiscreteGaussianRdp(e.noise_multiplier, e.tau, e.dimension, orders[j]);
+      } else {
+        HUDDLE_ASSIGN_OR_RETURN(
+            rdp, SubsampledGaussianRdp(e.sampling_rate, e.noise_multiplier, orders[j]));
+      }
       total[j] += static_cast<double>(e.steps) * rdp;
     }
   }
@@ -117,6 +151,49 @@ StatusOr<double> AnalyticSpend(std::span<const DpEvent> events, double delta) {
 
 }  // namespace
 
+const char* MechanismName(Mechanism mechanism) {
+  return mechanism == Mechanism::kDistributedDiscreteGaussian ? "distributed_discrete_gaussian"
+                                                              : "gaussian";
+}
+
+double DistributedDiscreteGaussianTau(double variance, int64_t members) {
+  if (!(variance >= 0.25) || members < 1) return std::numeric_limits<double>::quiet_NaN();
+  if (members == 1) return 0;
+  // The largest term is k = 1's, exp(-pi^2 variance): once it underflows, so does every term, and
+  // each is bounded by the smallest subnormal instead (tau below 1e-316 per member).
+  const double c = 2 * M_PI * M_PI * variance;
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  if (std::exp(-c / 2) == 0) return 10 * static_cast<double>(members - 1) * tiny;
+  // The terms fall with k (k / (k + 1) grows): summed from the smallest up, each rounded up by an
+  // ulp and so is every partial sum, so that the result is never below the true tau.
+  double tau = 0;
+  for (int64_t k = members - 1; k >= 1; --k) {
+    const double kk = static_cast<double>(k);
+    tau = std::nextafter(tau + std::nextafter(std::exp(-c * kk / (kk + 1)), kInf), kInf);
+  }
+  return std::nextafter(10 * tau, kInf);
+}
+
+DpEvent DistributedDiscreteGaussianEvent(uint64_t variance, int64_t members, double sensitivity,
+                                         int64_t dimension) {
+  DpEvent e;
+  e.mechanism = Mechanism::kDistributedDiscreteGaussian;
+  e.noise_multiplier =
+      std::sqrt(static_cast<double>(members) * static_cast<double>(variance)) / sensitivity;
+  e.tau = DistributedDiscreteGaussianTau(static_cast<double>(variance), members);
+  e.dimension = dimension;
+  return e;
+}
+
+double DistributedDiscreteGaussianRdp(double z, double tau, int64_t dimension, double alpha) {
+  if (z == 0) return kInf;
+  const double scale = std::isinf(z) ? 0 : 1 / z;  // the l2 sensitivity over the noise's std
+  const double d = static_cast<double>(dimension);
+  const double first = alpha * scale * scale / 2 + tau * d;
+  const double root = scale + tau * std::sqrt(d);
+  return std::min(first, alpha / 2 * root * root);
+}
+
 const char* AccountantName(AccountantKind kind) {
   switch (kind) {
     case AccountantKind::kRdp:
@@ -141,7 +218,11 @@ StatusOr<AccountantKind> ParseAccountant(const std::string& name) {
 StatusOr<Spend> ComputeSpend(std::span<const DpEvent> events, double delta, AccountantKind kind) {
   bool unsampled = true;
   for (const DpEvent& e : events) unsampled = unsampled && e.sampling_rate == 1;
-  if (unsampled) kind = AccountantKind::kAnalytic;
+  if (HasDistributed(events)) {
+    kind = AccountantKind::kRdp;
+  } else if (unsampled) {
+    kind = AccountantKind::kAnalytic;
+  }
   if (!events.empty()) return ComputeEpsilon(events, delta, kind);
   HUDDLE_RETURN_IF_ERROR(CheckDelta(delta));
   Spend none;
@@ -165,10 +246,12 @@ StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, Ac
       break;
     }
     case AccountantKind::kPld: {
+      HUDDLE_RETURN_IF_ERROR(OnlyGaussian(events, kind));
       HUDDLE_ASSIGN_OR_RETURN(spend.epsilon, PldSpend(events, delta, pld, stop));
       break;
     }
     case AccountantKind::kAnalytic: {
+      HUDDLE_RETURN_IF_ERROR(OnlyGaussian(events, kind));
       HUDDLE_ASSIGN_OR_RETURN(spend.epsilon, AnalyticSpend(events, delta));
       break;
     }

@@ -26,13 +26,14 @@
 // Units: epsilon in nats (natural log), delta a probability, q in [0, 1], z > 0.
 // Thread-safety: all functions are thread-safe (no shared mutable state).
 // Errors: InvalidArgument for out-of-range or NaN inputs; FailedPrecondition for kAnalytic with
-// q < 1; ResourceExhausted when a computation would pass a work limit (a PLD of more than 2^24
-// grid points: tiny z or interval, or a huge number of steps; an RDP beyond its bounded exact
-// methods); Cancelled when the caller's `stop` flag turns true.
-// Work is bounded for every input: no function allocates from an unchecked value, loops without
-// an iteration bound, or throws. The PLD and calibration calls, the only ones that can take
-// seconds (a PLD near its 2^24-point limit), take an optional `stop` flag (e.g. set by a SIGINT
-// handler), checked often enough that they return Cancelled within ~0.3 s of it turning true.
+// q < 1, and for kPld or kAnalytic given a kDistributedDiscreteGaussian event; ResourceExhausted
+// when a computation would pass a work limit (a PLD of more than 2^24 grid points: tiny z or
+// interval, or a huge number of steps; an RDP beyond its bounded exact methods); Cancelled when the
+// caller's `stop` flag turns true. Work is bounded for every input: no function allocates from an
+// unchecked value, loops without an iteration bound, or throws. The PLD and calibration calls, the
+// only ones that can take seconds (a PLD near its 2^24-point limit), take an optional `stop` flag
+// (e.g. set by a SIGINT handler), checked often enough that they return Cancelled within ~0.3 s of
+// it turning true.
 #pragma once
 
 #include <atomic>
@@ -46,11 +47,48 @@
 
 namespace huddle::privacy {
 
+// What is released at each step.
+//  - kGaussian: the sum of the clipped contributions plus Gaussian noise of std z * C (above).
+//  - kDistributedDiscreteGaussian: the sum of n members' integer vectors on d coordinates, each
+//    member adding its own discrete Gaussian share N_Z(0, s) per coordinate, the sum's L2
+//    sensitivity being Delta on that grid (distributed DP under secure aggregation). A sum of
+//    discrete Gaussians is not a discrete Gaussian; Kairouz, Liu and Steinke 2021 (Prop. 14 /
+//    Eq. 17 with Thm. 1) bound its RDP at every order alpha >= 1 by
+//      min(alpha / (2 z^2) + tau d, alpha / 2 (1 / z + tau sqrt(d))^2),
+//    z = sqrt(n s) / Delta, tau = DistributedDiscreteGaussianTau(s, n). Accounted by the RDP
+//    accountant only (the bound is an RDP one), and only unsampled (q = 1): amplification by
+//    sampling would need the sampling hidden from the party the noise protects against.
+enum class Mechanism { kGaussian, kDistributedDiscreteGaussian };
+const char* MechanismName(Mechanism mechanism);  // "gaussian", "distributed_discrete_gaussian"
+
 struct DpEvent {
   double sampling_rate = 1.0;     // q in [0, 1]
   double noise_multiplier = 0.0;  // z > 0 (z = inf is allowed and spends nothing)
   int64_t steps = 1;              // >= 0
+  Mechanism mechanism = Mechanism::kGaussian;
+  double tau = 0;         // kDistributedDiscreteGaussian: >= 0, finite
+  int64_t dimension = 0;  // kDistributedDiscreteGaussian: d >= 1
 };
+
+// Kairouz et al.'s tau for the sum of `members` (>= 1) discrete Gaussians N_Z(0, variance):
+// 10 sum_{k=1}^{members-1} exp(-2 pi^2 variance k / (k + 1)), rounded up. 0 for one member (a
+// single discrete Gaussian is exactly one); below 1e-316 per member once variance > ~76 (every
+// term underflows: each counts as the smallest subnormal). NaN for variance < 1/4 (outside the
+// theorem) or members < 1.
+double DistributedDiscreteGaussianTau(double variance, int64_t members);
+
+// The event of one sum of `members` (>= 1) discrete Gaussian shares of integer variance
+// `variance` (>= 1) on `dimension` coordinates whose L2 sensitivity on the grid is `sensitivity`
+// (> 0): noise multiplier sqrt(members * variance) / sensitivity, tau as above, q = 1, one step,
+// under add/remove (a ledger entry's replace-one halves the multiplier). The coordinator and a
+// client with its own policy compute a round's release with it.
+DpEvent DistributedDiscreteGaussianEvent(uint64_t variance, int64_t members, double sensitivity,
+                                         int64_t dimension);
+
+// RDP at order alpha >= 1 of one step of a kDistributedDiscreteGaussian event with q = 1 (the
+// bound above); +inf for z = 0, 0 for z = inf and tau = 0.
+double DistributedDiscreteGaussianRdp(double noise_multiplier, double tau, int64_t dimension,
+                                      double alpha);
 
 enum class AccountantKind { kRdp, kPld, kAnalytic };
 const char* AccountantName(AccountantKind kind);  // "rdp", "pld", "analytic"
@@ -123,8 +161,10 @@ struct PldOptions {
 StatusOr<Spend> ComputeEpsilon(std::span<const DpEvent> events, double delta, AccountantKind kind,
                                const PldOptions& pld = {}, const std::atomic<bool>* stop = nullptr);
 
-// ComputeEpsilon with `kind`, except where every event is unsampled (q = 1, e.g. local DP): then
-// with kAnalytic, which is exact there and tighter than kRdp or kPld. No events spend nothing:
+// ComputeEpsilon with `kind`, except where every event is an unsampled Gaussian (q = 1, e.g.
+// local DP): then with kAnalytic, which is exact there and tighter than kRdp or kPld; and where
+// any event is a kDistributedDiscreteGaussian: then with kRdp, the only accountant its bound is
+// for. No events spend nothing:
 // epsilon 0 at `delta` (after the same check of delta). The rule every ledger's spend follows.
 StatusOr<Spend> ComputeSpend(std::span<const DpEvent> events, double delta, AccountantKind kind);
 

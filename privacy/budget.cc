@@ -1,6 +1,7 @@
 #include "privacy/budget.h"
 
 #include <cmath>
+#include <string_view>
 
 #include "privacy/ledger.h"
 
@@ -17,6 +18,8 @@ const char* PrivacyModeName(PrivacyMode mode) {
       return "central";
     case PrivacyMode::kLocal:
       return "local";
+    case PrivacyMode::kDistributed:
+      return "distributed";
     case PrivacyMode::kNone:
       break;
   }
@@ -24,7 +27,8 @@ const char* PrivacyModeName(PrivacyMode mode) {
 }
 
 const char* AdjacencyOf(PrivacyMode mode) {
-  return mode == PrivacyMode::kLocal ? kReplaceOne : kAddRemove;
+  return mode == PrivacyMode::kLocal || mode == PrivacyMode::kDistributed ? kReplaceOne
+                                                                          : kAddRemove;
 }
 
 DpEvent PrivacyPlan::RoundEvent(double noise_multiplier) const {
@@ -32,6 +36,10 @@ DpEvent PrivacyPlan::RoundEvent(double noise_multiplier) const {
   e.sampling_rate = accounting_rate_;
   e.noise_multiplier = noise_multiplier;
   e.adjacency = adjacency();
+  if (options_.mode == PrivacyMode::kDistributed) {
+    e.mechanism = kMechanismDistributed;
+    e.dimension = 1;
+  }
   return e.event();
 }
 
@@ -69,10 +77,17 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
         "privacy: give a total budget (privacy.epsilon and privacy.delta) or a per-round "
         "schedule (privacy.schedule)");
   }
-  if (options.mode == PrivacyMode::kLocal && options.adaptive.enabled) {
-    return absl::InvalidArgumentError(
-        "privacy.adaptive_clipping needs privacy.mode central: in local mode each client adds its "
-        "own noise and the coordinator has no noised count to adapt the clip norm from");
+  if (options.mode != PrivacyMode::kCentral && options.adaptive.enabled) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "privacy.adaptive_clipping needs privacy.mode central: in ", PrivacyModeName(options.mode),
+        " mode the clients add the noise and the coordinator has no noised count to adapt the "
+        "clip norm from"));
+  }
+  if (options.mode == PrivacyMode::kDistributed && options.accountant != AccountantKind::kRdp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "privacy.accountant ", AccountantName(options.accountant),
+        " cannot account privacy.mode distributed: a sum of the clients' discrete Gaussian "
+        "shares is bounded in Renyi DP (Kairouz et al. 2021); use accountant: rdp"));
   }
   if (options.expected_cohort_size &&
       !(Positive(*options.expected_cohort_size) && *options.expected_cohort_size >= 1)) {
@@ -91,10 +106,15 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
   if (!(q > 0 && q <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("cohort.rate must lie in (0, 1], got ", q));
   }
-  // With q = 1 the exact analytic Gaussian is both tighter and exact.
-  const AccountantKind kind = q == 1 ? AccountantKind::kAnalytic : options.accountant;
+  // With q = 1 the exact analytic Gaussian is both tighter and exact. Distributed: RDP, where
+  // the Gaussian's curve at q = 1 is the distributed bound's with tau = 0.
+  const bool distributed = options.mode == PrivacyMode::kDistributed;
+  const AccountantKind kind = distributed
+                                  ? AccountantKind::kRdp
+                                  : (q == 1 ? AccountantKind::kAnalytic : options.accountant);
   // Calibration finds the accounted multiplier; under replace-one the noise must be twice it.
-  const double sensitivity_factor = options.mode == PrivacyMode::kLocal ? 2.0 : 1.0;
+  const double sensitivity_factor =
+      std::string_view(AdjacencyOf(options.mode)) == kReplaceOne ? 2.0 : 1.0;
   plan.rounds_.assign(static_cast<size_t>(rounds), RoundPrivacy{});
   std::vector<bool> covered(static_cast<size_t>(rounds), false);
   for (size_t i = 0; i < options.schedule.size(); ++i) {
@@ -171,7 +191,12 @@ StatusOr<Spend> PrivacyPlan::Spent(const std::vector<DpEvent>& events) const {
 
 StatusOr<std::pair<Spend, bool>> PrivacyPlan::WouldSpend(std::vector<DpEvent> events,
                                                          uint64_t round) const {
-  events.push_back(RoundEvent(ForRound(round).noise_multiplier));
+  return WouldSpendEvent(std::move(events), RoundEvent(ForRound(round).noise_multiplier));
+}
+
+StatusOr<std::pair<Spend, bool>> PrivacyPlan::WouldSpendEvent(std::vector<DpEvent> events,
+                                                              const DpEvent& next) const {
+  events.push_back(next);
   HUDDLE_ASSIGN_OR_RETURN(Spend spend, Spent(events));
   const bool exceeds = options_.total_epsilon && spend.epsilon > *options_.total_epsilon;
   return std::make_pair(spend, exceeds);

@@ -10,6 +10,15 @@
 //    Local DP's adjacency is replace-one (a client's data swapped for any other): two updates of
 //    norm <= C differ by up to 2C, so a round is the Gaussian mechanism with multiplier z / 2.
 //    Calibration from a budget accounts for that (z comes out twice the add/remove value).
+//  - distributed: secure aggregation hides every update from the coordinator, so the noise comes
+//    from the clients: each clips to C, quantizes onto the session's integer grid and adds its
+//    share of discrete Gaussian noise, sized so that the fewest honest members whose inputs the
+//    coordinator may unmask (secure_aggregation.min_survivors less the colluders it tolerates)
+//    together carry noise of std at least z times the update's sensitivity on the grid
+//    (aggregation/secagg/quantize.h). The guarantee is against the coordinator too, which knows
+//    the cohort: unsampled (q = 1) and replace-one, as local DP, but the noise is that of one
+//    sum, not of every update. Accounted by Kairouz et al. 2021's RDP bound for a sum of discrete
+//    Gaussians (accountant.h), so with the RDP accountant only.
 //
 // The budget is either a total (epsilon, delta), from which z is calibrated so that all `rounds`
 // rounds fit, or a per-round schedule (ranges of rounds, each with its noise multiplier or its
@@ -36,8 +45,9 @@
 
 namespace huddle::privacy {
 
-enum class PrivacyMode { kNone, kCentral, kLocal };
-const char* PrivacyModeName(PrivacyMode mode);  // "none", "central", "local"
+enum class PrivacyMode { kNone, kCentral, kLocal, kDistributed };
+// "none", "central", "local", "distributed"
+const char* PrivacyModeName(PrivacyMode mode);
 
 struct AdaptiveClipOptions {
   bool enabled = false;
@@ -62,7 +72,8 @@ struct PrivacyOptions {
   AdaptiveClipOptions adaptive;
   std::optional<double> total_epsilon;  // the budget; required unless a schedule is given
   double delta = 1e-5;
-  AccountantKind accountant = AccountantKind::kRdp;  // events with q = 1 use kAnalytic (exact)
+  // Gaussian events with q = 1 use kAnalytic (exact); distributed mode needs kRdp.
+  AccountantKind accountant = AccountantKind::kRdp;
   std::vector<ScheduleRange> schedule;
   // Reproducible noise for tests and experiments: NOT PRIVATE (anyone with the seed can remove
   // the noise), and cohorts then come from the job seed too. Unset: noise and cohorts from the
@@ -75,7 +86,7 @@ struct PrivacyOptions {
 };
 
 // The adjacency a mode's releases are accounted under (ledger.h): add/remove for central,
-// replace-one for local.
+// replace-one for local and distributed.
 const char* AdjacencyOf(PrivacyMode mode);
 
 // What one round does.
@@ -94,11 +105,13 @@ class PrivacyPlan {
 
   const PrivacyOptions& options() const { return options_; }
   bool enabled() const { return options_.mode != PrivacyMode::kNone; }
-  // The q the accountant uses: the cohort rate in central mode, 1 in local mode.
+  // The q the accountant uses: the cohort rate in central mode, 1 in local and distributed mode.
   double accounting_rate() const { return accounting_rate_; }
   // kAddRemove (central) or kReplaceOne (local).
   const char* adjacency() const { return AdjacencyOf(options_.mode); }
-  // The accountant's event of one round with noise multiplier z (z / 2 under replace-one).
+  // The accountant's event of one round with noise multiplier z (z / 2 under replace-one). In
+  // distributed mode a distributed discrete Gaussian with tau 0: the plan. The round's own event
+  // comes from its grid and members once secure aggregation has sized them (its ledger entry).
   DpEvent RoundEvent(double noise_multiplier) const;
   // Round `round` in [1, rounds].
   RoundPrivacy ForRound(uint64_t round) const;
@@ -107,6 +120,9 @@ class PrivacyPlan {
   StatusOr<Spend> Spent(const std::vector<DpEvent>& events) const;
   // Epsilon if round `round` were run after `events`; .second is true if that passes the total.
   StatusOr<std::pair<Spend, bool>> WouldSpend(std::vector<DpEvent> events, uint64_t round) const;
+  // The same for a given event of the next round.
+  StatusOr<std::pair<Spend, bool>> WouldSpendEvent(std::vector<DpEvent> events,
+                                                   const DpEvent& next) const;
 
  private:
   PrivacyOptions options_;

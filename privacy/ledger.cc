@@ -45,6 +45,10 @@ std::string LedgerLine(const LedgerEntry& e) {
   j["noise"] = e.noise;
   j["unit"] = e.unit;
   j["adjacency"] = e.adjacency;
+  if (e.mechanism == kMechanismDistributed) {
+    j["tau"] = e.tau;
+    j["dimension"] = e.dimension;
+  }
   if (!e.job.empty()) j["job"] = e.job;
   if (!e.release.empty()) j["release"] = e.release;
   return j.dump();
@@ -75,7 +79,7 @@ StatusOr<LedgerEntry> ParseLedgerLine(const std::string& line) {
   }
   e.round = j["round"].get<uint64_t>();
   HUDDLE_ASSIGN_OR_RETURN(e.mechanism, text("mechanism"));
-  if (e.mechanism != "poisson_gaussian") {
+  if (e.mechanism != kMechanismGaussian && e.mechanism != kMechanismDistributed) {
     return absl::DataLossError(absl::StrCat("unknown mechanism '", e.mechanism, "'"));
   }
   HUDDLE_ASSIGN_OR_RETURN(e.sampling_rate, number("sampling_rate", 0, 1));
@@ -87,6 +91,20 @@ StatusOr<LedgerEntry> ParseLedgerLine(const std::string& line) {
   }
   e.steps = j["steps"].get<int64_t>();
   HUDDLE_ASSIGN_OR_RETURN(e.noise, text("noise"));
+  if (e.mechanism == kMechanismDistributed) {
+    HUDDLE_ASSIGN_OR_RETURN(e.tau, number("tau", 0, HUGE_VAL));
+    if (std::isinf(e.tau)) return absl::DataLossError("field 'tau' is infinite");
+    if (!j.contains("dimension") || !j["dimension"].is_number_integer() ||
+        j["dimension"].get<int64_t>() < 1) {
+      return absl::DataLossError("field 'dimension' is missing or not a positive integer");
+    }
+    e.dimension = j["dimension"].get<int64_t>();
+    if (e.sampling_rate != 1) {
+      return absl::DataLossError(
+          absl::StrCat("a distributed discrete Gaussian release with sampling_rate ",
+                       e.sampling_rate, " (they are accounted unsampled)"));
+    }
+  }
   // Fields added later: absent in older ledgers, whose events were all client-level add/remove.
   auto optional_text = [&](const char* key, std::string* out) -> Status {
     if (!j.contains(key)) return absl::OkStatus();
@@ -183,7 +201,13 @@ Status PrivacyLedger::Append(const LedgerEntry& entry) {
 
 DpEvent LedgerEntry::event() const {
   const double z = adjacency == kReplaceOne ? noise_multiplier / 2 : noise_multiplier;
-  return {sampling_rate, z, steps};
+  DpEvent event{sampling_rate, z, steps};
+  if (mechanism == kMechanismDistributed) {
+    event.mechanism = Mechanism::kDistributedDiscreteGaussian;
+    event.tau = tau;
+    event.dimension = dimension;
+  }
+  return event;
 }
 
 std::vector<DpEvent> PrivacyLedger::Events(std::string_view unit) const {
@@ -196,7 +220,9 @@ std::vector<DpEvent> EventsOf(std::span<const LedgerEntry> entries, std::string_
     if (!unit.empty() && e.unit != unit) continue;
     const DpEvent event = e.event();
     if (!events.empty() && events.back().sampling_rate == event.sampling_rate &&
-        events.back().noise_multiplier == event.noise_multiplier) {
+        events.back().noise_multiplier == event.noise_multiplier &&
+        events.back().mechanism == event.mechanism && events.back().tau == event.tau &&
+        events.back().dimension == event.dimension) {
       events.back().steps += event.steps;
     } else {
       events.push_back(event);

@@ -6,7 +6,13 @@
 //    "clip_norm":1.0,"mode":"central","steps":1,"noise":"os-csprng","unit":"client",
 //    "adjacency":"add_remove"}
 // optionally with "job" and "release" (what was released, for a client's ledger). Lines written
-// before `unit` and `adjacency` existed read as client-level add/remove events.
+// before `unit` and `adjacency` existed read as client-level add/remove events. A distributed-DP
+// round (secure aggregation with the clients' discrete Gaussian shares) is
+//   {"round":3,"mechanism":"distributed_discrete_gaussian","sampling_rate":1,
+//    "noise_multiplier":8.1,...,"adjacency":"replace_one","tau":0,"dimension":50890}
+// whose noise_multiplier is the sum's: sqrt(n s) / Delta for the fewest honest members n whose
+// shares the sum is guaranteed, each of variance s, Delta the clipped update's L2 bound on the
+// grid (accountant.h: tau and dimension enter its RDP bound).
 //
 // Adjacency decides what noise_multiplier means to the accountant. Add/remove: one record is
 // present or absent, the sensitivity is C, and the event is the Gaussian of multiplier z.
@@ -39,12 +45,14 @@ namespace huddle::privacy {
 
 inline constexpr char kUnitClient[] = "client";    // client-level DP (a client's whole data)
 inline constexpr char kUnitExample[] = "example";  // example-level DP (DP-SGD)
+inline constexpr char kMechanismGaussian[] = "poisson_gaussian";
+inline constexpr char kMechanismDistributed[] = "distributed_discrete_gaussian";
 inline constexpr char kAddRemove[] = "add_remove";
 inline constexpr char kReplaceOne[] = "replace_one";
 
 struct LedgerEntry {
   uint64_t round = 0;  // the round (federated) or epoch (datacenter) the release belongs to
-  std::string mechanism = "poisson_gaussian";  // the only mechanism so far
+  std::string mechanism = kMechanismGaussian;  // or kMechanismDistributed
   double sampling_rate = 1.0;                  // q
   double noise_multiplier = 0;  // z: noise std / C (effective, after any split between queries)
   double clip_norm = 0;         // C (for the record; epsilon does not depend on it)
@@ -55,8 +63,11 @@ struct LedgerEntry {
   std::string adjacency = kAddRemove;  // kAddRemove / kReplaceOne (then sampling_rate is 1)
   std::string job;                     // optional: the job the release was made for
   std::string release;                 // optional: an id of the released value (client ledgers)
+  double tau = 0;                      // kMechanismDistributed only (accountant.h)
+  int64_t dimension = 0;               // kMechanismDistributed only: d >= 1
 
-  // The accountant's event: z as given under add/remove, z / 2 under replace-one.
+  // The accountant's event: z as given under add/remove, z / 2 under replace-one (the mechanism,
+  // tau and dimension carried over).
   DpEvent event() const;
 };
 

@@ -15,7 +15,8 @@ std::vector<ReportReleases> GroupReleases(std::span<const LedgerEntry> entries) 
     if (!runs.empty()) {
       ReportReleases& last = runs.back();
       if (last.sampling_rate == e.sampling_rate && last.noise_multiplier == e.noise_multiplier &&
-          last.clip_norm == e.clip_norm && last.adjacency == e.adjacency && last.noise == e.noise) {
+          last.clip_norm == e.clip_norm && last.adjacency == e.adjacency && last.noise == e.noise &&
+          last.mechanism == e.mechanism && last.tau == e.tau) {
         last.last_round = std::max(last.last_round, e.round);
         last.first_round = std::min(last.first_round, e.round);
         ++last.entries;
@@ -33,6 +34,8 @@ std::vector<ReportReleases> GroupReleases(std::span<const LedgerEntry> entries) 
     run.clip_norm = e.clip_norm;
     run.adjacency = e.adjacency;
     run.noise = e.noise;
+    run.mechanism = e.mechanism;
+    run.tau = e.tau;
     runs.push_back(std::move(run));
   }
   return runs;
@@ -67,6 +70,10 @@ std::string PrivacyReportJson(const PrivacyReport& r) {
     g["sampling_rate"] = run.sampling_rate;
     g["noise_multiplier"] = run.noise_multiplier;
     g["accounted_noise_multiplier"] = run.accounted_noise_multiplier;
+    if (run.mechanism == kMechanismDistributed) {
+      g["mechanism"] = run.mechanism;
+      g["tau"] = run.tau;
+    }
     g["clip_norm"] = run.clip_norm;
     g["adjacency"] = run.adjacency;
     g["noise"] = run.noise;

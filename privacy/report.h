@@ -45,6 +45,8 @@ struct ReportReleases {
   double clip_norm = 0;
   std::string adjacency;
   std::string noise;
+  std::string mechanism;  // the ledger's: poisson_gaussian or distributed_discrete_gaussian
+  double tau = 0;         // distributed_discrete_gaussian only (accountant.h)
 };
 
 // Groups a ledger's entries (of one unit) into runs.

@@ -301,6 +301,9 @@ StatusOr<UpdatePrivacy> FromProto(const pb::UpdatePrivacy& p) {
     case pb::UpdatePrivacy::MODE_LOCAL:
       u.mode = UpdatePrivacy::Mode::kLocal;
       break;
+    case pb::UpdatePrivacy::MODE_DISTRIBUTED:
+      u.mode = UpdatePrivacy::Mode::kDistributed;
+      break;
     default:
       return Malformed(
           absl::StrCat("fit_instruction.privacy.mode ", static_cast<int>(p.mode()), " is unknown"));
@@ -423,6 +426,11 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
                          p.nonce(),         privacy, std::nullopt};
       if (p.has_secure_aggregation()) {
         HUDDLE_ASSIGN_OR_RETURN(fit.secure_aggregation, FromProto(p.secure_aggregation()));
+      }
+      if (privacy.mode == UpdatePrivacy::Mode::kDistributed &&
+          (!fit.secure_aggregation || fit.secure_aggregation->noise_variance == 0)) {
+        return Malformed(
+            "fit_instruction.privacy.mode distributed without a secure_aggregation noise_variance");
       }
       return Body(std::move(fit));
     }

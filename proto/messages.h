@@ -94,9 +94,11 @@ struct TrainConfig {
 
 // Client-level DP: what the client does to its update before sending it.
 struct UpdatePrivacy {
-  enum class Mode { kNone = 0, kCentral = 1, kLocal = 2 };
+  // kDistributed: clip, then add the secure aggregation session's noise share (noise_variance)
+  // to the quantized update; only with secure_aggregation.
+  enum class Mode { kNone = 0, kCentral = 1, kLocal = 2, kDistributed = 3 };
   Mode mode = Mode::kNone;
-  double clip_norm = 0;         // central and local: clip the update to this L2 norm
+  double clip_norm = 0;         // every mode: clip the update to this L2 norm
   double noise_multiplier = 0;  // local: add noise of std noise_multiplier * clip_norm
 };
 

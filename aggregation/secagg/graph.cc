@@ -68,10 +68,14 @@ double Bits(int64_t n, double log_p) {
 
 }  // namespace
 
+int64_t Colluders(double corrupt_fraction, int64_t n) {
+  return static_cast<int64_t>(std::floor(corrupt_fraction * static_cast<double>(n)));
+}
+
 double PrivacyBits(int64_t n, int k, int t, double corrupt_fraction) {
   // An honest member's k neighbours are a uniformly random k-subset of the other n - 1 (the
   // Harary graph over a uniformly random order), floor(corrupt_fraction * n) of whom collude.
-  const int64_t bad = static_cast<int64_t>(std::floor(corrupt_fraction * static_cast<double>(n)));
+  const int64_t bad = Colluders(corrupt_fraction, n);
   return Bits(n, LogHypergeometricTail(n - 1, std::min(bad, n - 1), k, t));
 }
 

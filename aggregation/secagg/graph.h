@@ -61,6 +61,9 @@ StatusOr<GraphParameters> ChooseParameters(int64_t n, const GraphOptions& option
 // -log2 of the two union bounds above (privacy: the hypergeometric tail; correctness: the
 // binomial), for tests and logs; +inf where the probability is 0.
 double PrivacyBits(int64_t n, int k, int t, double corrupt_fraction);
+
+// The colluding members a cohort of n is secured against: floor(corrupt_fraction * n).
+int64_t Colluders(double corrupt_fraction, int64_t n);
 double ReliabilityBits(int64_t n, int k, int t, double dropout_fraction);
 
 // neighbours[i]: the sorted neighbours of member i (0-based) in a random Harary graph of degree k

@@ -19,9 +19,14 @@ double TailFactor(int64_t dim) {
 
 double QuantizePlan::Scale() const { return std::ldexp(1.0, scale_exponent); }
 
+double GridSensitivity(double clip_norm, int scale_exponent, int64_t dim) {
+  return std::ldexp(clip_norm, scale_exponent) + std::sqrt(static_cast<double>(dim));
+}
+
 StatusOr<QuantizePlan> PlanQuantization(const QuantizeRequest& r) {
   if (!(r.clip_norm > 0) || !std::isfinite(r.clip_norm) || r.members < 1 || r.dim < 1 ||
-      !(r.noise_multiplier >= 0) || !std::isfinite(r.noise_multiplier) || r.min_survivors < 1 ||
+      !(r.noise_multiplier >= 0) || !std::isfinite(r.noise_multiplier) ||
+      !(r.value_noise_stddev >= 0) || !std::isfinite(r.value_noise_stddev) || r.min_survivors < 1 ||
       r.min_survivors > r.members || (r.bits != 0 && r.bits != 32 && r.bits != 64)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "quantization for secure aggregation needs a clip norm > 0 (", r.clip_norm,
@@ -31,13 +36,13 @@ StatusOr<QuantizePlan> PlanQuantization(const QuantizeRequest& r) {
   }
   const double n = r.members;
   const double tail = TailFactor(r.dim);
-  const double root_d = std::sqrt(static_cast<double>(r.dim));
+  const double value_bound = r.clip_norm + tail * r.value_noise_stddev;  // |a member's value|
   std::string why = "";
   for (int bits : {32, 64}) {
     if (r.bits != 0 && bits != r.bits) continue;
     // The margin covers the floating-point evaluation of the bound.
     const double limit = std::ldexp(1.0, bits - 1) * (1 - 1e-9);
-    int e = static_cast<int>(std::floor(std::log2(limit / n / r.clip_norm)));
+    int e = static_cast<int>(std::floor(std::log2(limit / n / value_bound)));
     for (; e > -1100; --e) {
       const double base = std::ldexp(r.clip_norm, e);
       if (base < std::ldexp(1.0, kMinPrecisionBits)) {
@@ -48,15 +53,20 @@ StatusOr<QuantizePlan> PlanQuantization(const QuantizeRequest& r) {
       QuantizePlan plan;
       plan.bits = bits;
       plan.scale_exponent = e;
-      plan.sensitivity = base + root_d;
+      plan.sensitivity = GridSensitivity(r.clip_norm, e, r.dim);
       double variance = 0;
       if (r.noise_multiplier > 0) {
         variance = std::ceil(r.noise_multiplier * r.noise_multiplier * plan.sensitivity *
                              plan.sensitivity / r.min_survivors);
+        // The multiplier as the accountant computes it must come out >= z in floating point too.
+        while (std::sqrt(static_cast<double>(r.min_survivors) * variance) / plan.sensitivity <
+               r.noise_multiplier) {
+          variance += 1;
+        }
         if (variance > kMaxNoiseVariance) continue;  // a coarser grid keeps it in range
         plan.noise_variance = static_cast<uint64_t>(variance);
       }
-      const double bound = n * (base + 1) + tail * std::sqrt(n * variance);
+      const double bound = n * (std::ldexp(value_bound, e) + 1) + tail * std::sqrt(n * variance);
       if (bound < limit) return plan;
     }
   }

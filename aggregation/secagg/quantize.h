@@ -8,7 +8,8 @@
 // chooses bits and e so that it does, for every input the protocol admits:
 //
 //   every coordinate of a clipped update has |x| <= C (its L2 norm bounds each coordinate), so a
-//   member's word is at most C 2^e + 1 in magnitude, and n members' at most n (C 2^e + 1);
+//   member's word is at most C 2^e + 1 in magnitude, and n members' at most n (C 2^e + 1); with
+//   local DP noise of standard deviation s already in the values, C + T s instead of C;
 //   with distributed DP each member adds N_Z(0, v) noise (v = noise_variance), whose sum over n
 //   members exceeds T sqrt(n v) in any of the d coordinates with probability below 2^-64 (T from
 //   the Gaussian tail: d * 2 exp(-T^2 / 2) <= 2^-64, the discrete Gaussian's tail being no
@@ -40,8 +41,11 @@ struct QuantizeRequest {
   uint32_t members = 0;         // n: the most members whose words can be summed
   int64_t dim = 0;              // d: coordinates of an update
   double noise_multiplier = 0;  // z: distributed DP (0: no noise)
-  uint32_t min_survivors = 1;   // m: the fewest members whose noise the sum is guaranteed
-  int bits = 0;                 // 0: choose (32, else 64); or force 32 or 64
+  // Gaussian noise already in the values (local DP: each client noised its clipped update), per
+  // coordinate: a member's value is then bounded by C + T * value_noise_stddev (T as above).
+  double value_noise_stddev = 0;
+  uint32_t min_survivors = 1;  // m: the fewest members whose noise the sum is guaranteed
+  int bits = 0;                // 0: choose (32, else 64); or force 32 or 64
 };
 
 struct QuantizePlan {
@@ -51,6 +55,10 @@ struct QuantizePlan {
   double sensitivity = 0;       // Delta = C 2^e + sqrt(d), in grid units
   double Scale() const;         // 2^e
 };
+
+// Delta = C 2^e + sqrt(d): the L2 norm on the grid of an update of norm <= C after stochastic
+// rounding at scale 2^e (each of the d coordinates moves by less than 1).
+double GridSensitivity(double clip_norm, int scale_exponent, int64_t dim);
 
 // InvalidArgument for a request out of range, or one no width can hold (the message says why: too
 // many members for the clip norm's precision, or noise beyond the exact sampler's range).

@@ -26,8 +26,8 @@ std::string ErrorOf(const std::string& text) {
 }
 
 TEST(JobConfigTest, EveryExampleJobParses) {
-  for (const char* name :
-       {"fashion_mnist", "dirichlet", "simulation", "dp_central", "dp_sgd", "dp_schedule"}) {
+  for (const char* name : {"fashion_mnist", "dirichlet", "simulation", "dp_central",
+                           "dp_distributed", "dp_sgd", "dp_schedule", "secure_aggregation"}) {
     auto job = LoadJobConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/" + name + ".yaml");
     EXPECT_TRUE(job.ok()) << name << ": " << job.status();
   }
@@ -87,6 +87,21 @@ TEST(JobConfigTest, HardeningKeysAreReadAndChecked) {
   EXPECT_NE(ErrorOf("coordinator: {max_rounds_without_update: 0}\n")
                 .find("coordinator.max_rounds_without_update"),
             std::string::npos);
+}
+
+TEST(JobConfigTest, DistributedDpNeedsSecureAggregationAndRdp) {
+  auto job = LoadJobConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/dp_distributed.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->coordinator.privacy.mode, privacy::PrivacyMode::kDistributed);
+  EXPECT_TRUE(job->coordinator.secure_aggregation.enabled);
+  EXPECT_NE(ErrorOf("privacy: {mode: distributed, epsilon: 8}\n")
+                .find("privacy.mode distributed needs secure_aggregation"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("privacy: {mode: distributed, epsilon: 8, accountant: pld}\n"
+                    "secure_aggregation: {enabled: true}\n")
+                .find("use accountant: rdp"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("privacy: {mode: distribted}\n").find("distributed"), std::string::npos);
 }
 
 TEST(JobConfigTest, QuickstartMapsOntoTheOptions) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -283,6 +284,114 @@ TEST_F(PrivacyGuardTest, BadPoliciesNameTheKey) {
   p = LocalPolicy();
   p.local->delta = 2;
   EXPECT_FALSE(PrivacyGuard::Open(p).ok());
+}
+
+// Distributed DP: the client checks the session's noise share by its own count of the honest
+// members in any unmasked sum, and accounts each share it adds in its own ledger.
+class DistributedGuardTest : public PrivacyGuardTest {
+ protected:
+  static constexpr int kScale = 20;
+  static constexpr uint32_t kMembers = 10;
+
+  ClientPrivacyPolicy Policy() const {
+    ClientPrivacyPolicy p;
+    p.distributed.emplace();
+    p.distributed->require = true;
+    p.distributed->min_noise_multiplier = 1.0;
+    p.distributed->corrupt_fraction = 0.1;  // 1 of 10
+    p.ledger_path = Ledger();
+    return p;
+  }
+  int64_t Dim() const {
+    int64_t d = 0;
+    for (const Tensor& t : global_) d += static_cast<int64_t>(t.data.size());
+    return d;
+  }
+  double Sensitivity() const { return std::ldexp(1.0, kScale) + std::sqrt(double(Dim())); }
+  // A session whose shares give z to a sum of `honest` members.
+  wire::Message Fit(uint64_t round, uint32_t min_survivors, double z, uint32_t honest) {
+    wire::SecureAggregation s;
+    s.session = std::string(wire::kSecAggKeyBytes, 's');
+    s.index = 0;
+    s.members = kMembers;
+    s.threshold = 3;
+    s.bits = 32;
+    s.length = static_cast<uint64_t>(Dim());
+    s.min_survivors = min_survivors;
+    s.scale_exponent = kScale;
+    s.noise_variance =
+        static_cast<uint64_t>(std::ceil(z * z * Sensitivity() * Sensitivity() / honest));
+    s.clip_norm = 1.0;
+    wire::Message m =
+        PrivacyGuardTest::Fit(round, {wire::UpdatePrivacy::Mode::kDistributed, 1.0, 0});
+    std::get<wire::FitInstruction>(m.body).secure_aggregation = s;
+    return m;
+  }
+  static std::string Refusal(const StatusOr<std::vector<wire::Message>>& replies) {
+    if (!replies.ok() || replies->size() != 1u ||
+        (*replies)[0].type() != wire::MessageType::kError) {
+      return "";
+    }
+    return std::get<wire::Error>((*replies)[0].body).message;
+  }
+};
+
+TEST_F(DistributedGuardTest, ASessionsShareIsCheckedAndAccountedByTheClient) {
+  ClientAgent agent = Agent(Policy());
+  // min_survivors 6, 1 colluder: 5 honest shares, sized for z = 2.
+  auto replies = agent.Handle(Fit(1, 6, 2.0, 5));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  ASSERT_EQ(replies->size(), 1u);
+  EXPECT_EQ((*replies)[0].type(), wire::MessageType::kSecAggAdvertise);
+  ASSERT_EQ(agent.privacy_guard().entries().size(), 1u);
+  const privacy::LedgerEntry& e = agent.privacy_guard().entries()[0];
+  EXPECT_EQ(e.mechanism, privacy::kMechanismDistributed);
+  EXPECT_EQ(e.adjacency, privacy::kReplaceOne);
+  EXPECT_EQ(e.dimension, Dim());
+  EXPECT_GE(e.noise_multiplier, 2.0);
+  EXPECT_LT(e.noise_multiplier, 2.0 * (1 + 1e-6));
+  EXPECT_FALSE(e.release.empty());
+  // Durable: the ledger file has it.
+  auto ledger = privacy::PrivacyLedger::Open(Ledger());
+  ASSERT_TRUE(ledger.ok());
+  EXPECT_EQ(ledger->entries().size(), 1u);
+}
+
+TEST_F(DistributedGuardTest, TooSmallAShareByTheClientsOwnCountIsDeclined) {
+  ClientAgent agent = Agent(Policy());
+  // Sized for z = 2 over 9 shares: the client counts 5 (6 - 1 colluder), z = 2 sqrt(5/9) < 1.6.
+  EXPECT_NE(
+      Refusal(agent.Handle(Fit(1, 6, 1.2, 9))).find("privacy.distributed.min_noise_multiplier"),
+      std::string::npos);
+  // A session unmasking sums of a single input: no honest share is guaranteed.
+  EXPECT_NE(Refusal(agent.Handle(Fit(1, 1, 5.0, 1))).find("no honest noise share"),
+            std::string::npos);
+  // Local DP, or no DP: refused (the policy requires distributed DP).
+  EXPECT_NE(Refusal(agent.Handle(PrivacyGuardTest::Fit(1, LocalDp(5.0)))).find("distributed"),
+            std::string::npos);
+  EXPECT_EQ(agent.rounds_trained(), 0);
+  EXPECT_TRUE(agent.privacy_guard().entries().empty());
+}
+
+TEST_F(DistributedGuardTest, TheClientsEpsilonIsCappedByItsOwnLedger) {
+  ClientPrivacyPolicy p = Policy();
+  p.distributed->max_epsilon = 3.0;
+  ClientAgent agent = Agent(p);
+  int admitted = 0;
+  for (uint64_t round = 1; round <= 20; ++round) {
+    auto replies = agent.Handle(Fit(round, 6, 4.0, 5));  // z / 2 = 2 a round: epsilon ~2 each
+    ASSERT_TRUE(replies.ok());
+    if (!Refusal(replies).empty()) {
+      EXPECT_NE(Refusal(replies).find("privacy.distributed.max_epsilon"), std::string::npos);
+      break;
+    }
+    ++admitted;
+  }
+  EXPECT_GT(admitted, 0);
+  EXPECT_LT(admitted, 20);
+  auto spent = agent.privacy_guard().LocalSpent();
+  ASSERT_TRUE(spent.ok());
+  EXPECT_LE(spent->epsilon, 3.0);
 }
 
 }  // namespace

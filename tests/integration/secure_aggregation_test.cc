@@ -183,7 +183,7 @@ TEST_F(SecureAggregationTest, BelowTheMinimumNothingIsReleased) {
 
 TEST_F(SecureAggregationTest, AHostileMembersMessagesAreRefusedAndTheOthersAggregate) {
   // site-2 replays its advertisement's keys as all zeros (a small-order point), and site-4 sends a
-  // masked input of the wrong width: both are refused, and count as dropouts.
+  // masked input of the wrong width: both are refused, and count as dropouts; so is site-6 below.
   peers_[2]->set_rewrite([](std::vector<wire::Message>& out) {
     for (wire::Message& m : out) {
       if (m.type() == wire::MessageType::kSecAggAdvertise) {
@@ -202,12 +202,106 @@ TEST_F(SecureAggregationTest, AHostileMembersMessagesAreRefusedAndTheOthersAggre
       }
     }
   });
+  // site-6 sends a well-formed masked input whose first tensor has another name.
+  peers_[6]->set_rewrite([](std::vector<wire::Message>& out) {
+    for (wire::Message& m : out) {
+      if (m.type() == wire::MessageType::kSecAggMaskedInput) m.tensors[0].spec.name = "x";
+    }
+  });
   const Status st = Run(Options());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 1u);
-  EXPECT_EQ(metrics_[0].results, 8);
-  EXPECT_EQ(metrics_[0].rejected, 2);
-  ExpectModelMovedBy(WeightedShift({0, 1, 3, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(metrics_[0].results, 7);
+  EXPECT_EQ(metrics_[0].rejected, 3);
+  ExpectModelMovedBy(WeightedShift({0, 1, 3, 5, 7, 8, 9}));
+}
+
+TEST_F(SecureAggregationTest, LocalDpUpdatesAreAggregatedSecurelyToo) {
+  // Each client clips to C = 1 and adds its own noise (z = 0.001: std 0.001 per value) before
+  // masking; the coordinator unmasks the sum of the noised updates and takes their uniform mean.
+  coordinator::CoordinatorOptions o = Options();
+  o.max_update_norm = 0;
+  o.privacy.mode = privacy::PrivacyMode::kLocal;
+  o.privacy.clip_norm = 1.0;
+  o.privacy.schedule = {privacy::ScheduleRange{1, 1, 0.001, std::nullopt, std::nullopt}};
+  o.out_dir = (std::filesystem::temp_directory_path() /
+               ("huddle_secagg_local_" + std::to_string(::getpid())))
+                  .string();
+  std::filesystem::remove_all(o.out_dir);
+  const Status st = Run(o);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(metrics_.size(), 1u);
+  double uniform = 0;
+  for (const Site& site : sites_) uniform += site.shift / 10.0;
+  // The mean of 10 clients' noise: std 0.001 / sqrt(10) per value; 1007 values stay within 6 std.
+  for (const Tensor& t : model_) {
+    for (float v : t.data) ASSERT_NEAR(v, uniform, 6 * 0.001 / std::sqrt(10.0)) << t.name();
+  }
+  std::filesystem::remove_all(o.out_dir);
+}
+
+TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
+  // Each client clips to C = 1, quantizes and adds its own discrete Gaussian share; the shares of
+  // the fewest honest members an unmasked sum may hold (min_survivors 5, less 1 colluder: 4)
+  // carry noise of multiplier z = 0.01. All 10 survive, so the sum holds 10/4 of that variance.
+  coordinator::CoordinatorOptions o = Options();
+  o.max_update_norm = 0;
+  o.privacy.mode = privacy::PrivacyMode::kDistributed;
+  o.privacy.clip_norm = 1.0;
+  o.privacy.schedule = {privacy::ScheduleRange{1, 1, 0.01, std::nullopt, std::nullopt}};
+  o.secure_aggregation.graph.corrupt_fraction = 0.1;
+  o.out_dir = (std::filesystem::temp_directory_path() /
+               ("huddle_secagg_distributed_" + std::to_string(::getpid())))
+                  .string();
+  std::filesystem::remove_all(o.out_dir);
+  const Status st = Run(o);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(metrics_.size(), 1u);
+  ASSERT_TRUE(metrics_[0].privacy.has_value());
+
+  // The ledger holds the round as the sum of 4 honest shares, at least the configured z.
+  auto ledger = privacy::PrivacyLedger::Open(o.out_dir + "/privacy_ledger.jsonl");
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  ASSERT_EQ(ledger->entries().size(), 1u);
+  const privacy::LedgerEntry& e = ledger->entries()[0];
+  EXPECT_EQ(e.mechanism, privacy::kMechanismDistributed);
+  EXPECT_EQ(e.adjacency, privacy::kReplaceOne);
+  EXPECT_EQ(e.sampling_rate, 1.0);
+  EXPECT_EQ(e.dimension, 1007);
+  EXPECT_LT(e.tau, 1e-316);  // every term of tau underflows: a few subnormals
+  EXPECT_GE(e.noise_multiplier, 0.01);
+  EXPECT_LT(e.noise_multiplier, 0.01 * 1.001);
+  EXPECT_GT(metrics_[0].privacy->epsilon, 0);
+
+  // The mean's noise: std z C sqrt(10 / 4) / 10 per value (the grid's rounding adds < 1e-5).
+  double uniform = 0;
+  for (const Site& site : sites_) uniform += site.shift / 10.0;
+  const double sd = e.noise_multiplier * std::sqrt(10.0 / 4.0) / 10.0;
+  double sum_sq = 0;
+  int64_t count = 0;
+  for (const Tensor& t : model_) {
+    for (float v : t.data) {
+      ASSERT_NEAR(v, uniform, 6 * sd) << t.name();
+      sum_sq += (v - uniform) * (v - uniform);
+      ++count;
+    }
+  }
+  // 1007 values: the sample std is within ~4.5% of sd (one standard error); allow 15%.
+  const double measured = std::sqrt(sum_sq / static_cast<double>(count));
+  EXPECT_GT(measured, 0.85 * sd);
+  EXPECT_LT(measured, 1.15 * sd);
+  std::filesystem::remove_all(o.out_dir);
+}
+
+TEST_F(SecureAggregationTest, DistributedDpNeedsSecureAggregation) {
+  coordinator::CoordinatorOptions o = Options();
+  o.max_update_norm = 0;
+  o.secure_aggregation.enabled = false;
+  o.privacy.mode = privacy::PrivacyMode::kDistributed;
+  o.privacy.schedule = {privacy::ScheduleRange{1, 1, 1.0, std::nullopt, std::nullopt}};
+  const Status st = Run(o);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("secure aggregation"), std::string::npos) << st;
 }
 
 TEST_F(SecureAggregationTest, AJobWithoutABoundOnUpdatesIsRefused) {

@@ -52,6 +52,21 @@ TEST(SecAggCodecTest, TheRoundsSessionIsChecked) {
        "noise variance 4503599627370497"},
       {[](pb::Header& h) { Session(h)->set_clip_norm(0); }, "clip norm 0"},
       {[](pb::Header& h) { Session(h)->set_clip_norm(std::nan("")); }, "clip norm nan"},
+      // Distributed DP: only with a session that gives the noise share.
+      {[](pb::Header& h) {
+         auto* p = h.mutable_fit_instruction()->mutable_privacy();
+         p->set_mode(pb::UpdatePrivacy::MODE_DISTRIBUTED);
+         p->set_clip_norm(1);
+         Session(h)->set_noise_variance(0);
+       },
+       "privacy.mode distributed without a secure_aggregation noise_variance"},
+      {[](pb::Header& h) {
+         auto* p = h.mutable_fit_instruction()->mutable_privacy();
+         p->set_mode(pb::UpdatePrivacy::MODE_DISTRIBUTED);
+         p->set_clip_norm(1);
+         h.mutable_fit_instruction()->clear_secure_aggregation();
+       },
+       "privacy.mode distributed without a secure_aggregation noise_variance"},
   };
   for (const Case& c : cases) {
     EXPECT_TRUE(IsError(DecodeCorrupted(fit, c.mutate), kInvalid, c.error)) << c.error;

@@ -100,9 +100,12 @@ inline std::string Key(char fill) { return std::string(kSecAggKeyBytes, fill); }
 inline SecureAggregation SampleSecureAggregation() {
   return SecureAggregation{Key('\x5a'), 3, 10, 4, 32, 101771, 6, -7, 123456789, 4096, 2.5};
 }
+// Under distributed DP: the session's noise_variance is the client's share.
 inline Message SampleSecureFitInstruction() {
   Message m = SampleFitInstruction();
-  std::get<FitInstruction>(m.body).secure_aggregation = SampleSecureAggregation();
+  auto& fit = std::get<FitInstruction>(m.body);
+  fit.secure_aggregation = SampleSecureAggregation();
+  fit.privacy = UpdatePrivacy{UpdatePrivacy::Mode::kDistributed, 2.5, 0};
   return m;
 }
 inline Message SampleSecAggAdvertise() {
