@@ -104,6 +104,14 @@ Status Coordinator::Initialise() {
           "stage_timeout_s > 0, bits 32 or 64 (or unset), and neighbours and threshold given "
           "together"));
     }
+    if (mode == privacy::PrivacyMode::kDistributed &&
+        !(a.min_survivor_fraction > a.graph.corrupt_fraction)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.mode distributed needs secure_aggregation.min_survivors (",
+          a.min_survivor_fraction, ") above corrupt_fraction (", a.graph.corrupt_fraction,
+          "): the noise is carried by the honest members among the fewest whose inputs are "
+          "unmasked, and colluders' shares do not count"));
+    }
   }
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   HUDDLE_RETURN_IF_ERROR(CheckOutputDir(options_));

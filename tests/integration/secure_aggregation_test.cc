@@ -302,6 +302,13 @@ TEST_F(SecureAggregationTest, DistributedDpNeedsSecureAggregation) {
   const Status st = Run(o);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("secure aggregation"), std::string::npos) << st;
+  // Nor with a minimum that the colluders alone could make up.
+  o.secure_aggregation.enabled = true;
+  o.secure_aggregation.min_survivor_fraction = 0.1;
+  o.secure_aggregation.graph.corrupt_fraction = 0.1;
+  const Status few = Run(o);
+  EXPECT_EQ(few.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(few.message().find("above corrupt_fraction"), std::string::npos) << few;
 }
 
 TEST_F(SecureAggregationTest, AJobWithoutABoundOnUpdatesIsRefused) {
