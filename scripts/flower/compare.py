@@ -342,6 +342,10 @@ def wait_flower(args, link: subprocess.Popen, cli: subprocess.Popen, metrics: Pa
     while not [r for r in read_jsonl(metrics) if r.get("round") == args.rounds]:
         if link.poll() is not None:
             raise RuntimeError("flower-superlink exited; see logs/superlink.log")
+        if cli.poll() is not None and not [r for r in read_jsonl(metrics)
+                                           if r.get("round") == args.rounds]:
+            raise RuntimeError(f"flwr run ended (exit {cli.returncode}) before round "
+                               f"{args.rounds}; see logs/flwr_run.log")
         if time.time() > deadline:
             raise TimeoutError(f"no round {args.rounds} within {args.timeout_s} s")
         time.sleep(0.5)
