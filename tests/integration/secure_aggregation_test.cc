@@ -293,6 +293,30 @@ TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
   std::filesystem::remove_all(o.out_dir);
 }
 
+TEST_F(SecureAggregationTest, DistributedDpStopsBeforeTheRoundThatWouldPassTheBudget) {
+  // z = 2 a round (z / 2 under replace-one): epsilon ~4.9 after one round, ~7 after two, ~8.6
+  // after three at delta 1e-5; a total of 7.5 stops the job after round 2.
+  coordinator::CoordinatorOptions o = Options();
+  o.rounds = 3;
+  o.max_update_norm = 0;
+  o.privacy.mode = privacy::PrivacyMode::kDistributed;
+  o.privacy.schedule = {privacy::ScheduleRange{1, 3, 2.0, std::nullopt, std::nullopt}};
+  o.privacy.total_epsilon = 7.5;
+  o.out_dir = (std::filesystem::temp_directory_path() /
+               ("huddle_secagg_budget_" + std::to_string(::getpid())))
+                  .string();
+  std::filesystem::remove_all(o.out_dir);
+  const Status st = Run(o);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(metrics_.size(), 2u);
+  ASSERT_TRUE(metrics_.back().privacy.has_value());
+  EXPECT_LE(metrics_.back().privacy->epsilon, 7.5);
+  auto ledger = privacy::PrivacyLedger::Open(o.out_dir + "/privacy_ledger.jsonl");
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  EXPECT_EQ(ledger->entries().size(), 2u);
+  std::filesystem::remove_all(o.out_dir);
+}
+
 TEST_F(SecureAggregationTest, DistributedDpNeedsSecureAggregation) {
   coordinator::CoordinatorOptions o = Options();
   o.max_update_norm = 0;
