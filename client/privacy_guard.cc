@@ -184,8 +184,15 @@ StatusOr<privacy::LedgerEntry> PrivacyGuard::DistributedRelease(const RoundReque
         colluders, " of which may collude (privacy.distributed.corrupt_fraction ", fraction, " of ",
         session.members, "): no honest noise share is guaranteed in a sum")));
   }
-  // The words of the update (a weight word, used only without DP, carries no noise).
+  // The words of the update (a weight word, used only without DP, carries no noise): as many as
+  // the model has values, or the session is not this round's.
   const auto dim = static_cast<int64_t>(session.length - (session.weight_cap > 0 ? 1 : 0));
+  int64_t values = 0;
+  for (const Tensor& t : *request.global) values += static_cast<int64_t>(t.data.size());
+  if (dim != values) {
+    return absl::FailedPreconditionError(
+        Refuse(absl::StrCat("the session masks ", dim, " values and the model has ", values)));
+  }
   const double sensitivity = aggregation::secagg::GridSensitivity(
       std::min(session.clip_norm, fit.privacy.clip_norm), session.scale_exponent, dim);
   const privacy::DpEvent sum =

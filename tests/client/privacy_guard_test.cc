@@ -366,6 +366,10 @@ TEST_F(DistributedGuardTest, TooSmallAShareByTheClientsOwnCountIsDeclined) {
   // A session unmasking sums of a single input: no honest share is guaranteed.
   EXPECT_NE(Refusal(agent.Handle(Fit(1, 1, 5.0, 1))).find("no honest noise share"),
             std::string::npos);
+  // A session for another model: its words are not this model's values.
+  wire::Message other = Fit(1, 6, 2.0, 5);
+  std::get<wire::FitInstruction>(other.body).secure_aggregation->length += 5;
+  EXPECT_NE(Refusal(agent.Handle(other)).find("values and the model has"), std::string::npos);
   // Local DP, or no DP: refused (the policy requires distributed DP).
   EXPECT_NE(Refusal(agent.Handle(PrivacyGuardTest::Fit(1, LocalDp(5.0)))).find("distributed"),
             std::string::npos);
