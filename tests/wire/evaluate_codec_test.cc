@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "huddle.pb.h"
 #include "proto/codec.h"
+#include "tests/wire/corrupt.h"
 #include "tests/wire/wire_testing.h"
 
 namespace huddle::wire {
@@ -22,17 +23,7 @@ using testutil::IsError;
 
 constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
 
-// `msg` encoded with its header edited by `mutate`.
-StatusOr<Message> DecodeCorrupted(const Message& msg,
-                                  const std::function<void(pb::Header&)>& mutate) {
-  std::vector<Frame> frames = EncodeToFrames(msg);
-  pb::Header h;
-  EXPECT_TRUE(h.ParseFromArray(frames[0].bytes.data(), static_cast<int>(frames[0].bytes.size())));
-  mutate(h);
-  auto header = std::make_shared<std::string>(h.SerializeAsString());
-  frames[0] = Frame{header, std::as_bytes(std::span<const char>(*header))};
-  return Decode(frames);
-}
+using testutil::DecodeCorrupted;
 
 pb::ModelSpec* Model(pb::Header& h) { return h.mutable_welcome()->mutable_model(); }
 

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "huddle.pb.h"
 #include "proto/codec.h"
+#include "tests/wire/corrupt.h"
 #include "tests/wire/wire_testing.h"
 
 namespace huddle::wire {
@@ -16,15 +17,7 @@ using testutil::IsError;
 constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
 using Mutation = std::function<void(pb::Header&)>;
 
-StatusOr<Message> DecodeCorrupted(const Message& msg, const Mutation& mutate) {
-  std::vector<Frame> frames = EncodeToFrames(msg);
-  pb::Header h;
-  EXPECT_TRUE(h.ParseFromArray(frames[0].bytes.data(), static_cast<int>(frames[0].bytes.size())));
-  mutate(h);
-  auto header = std::make_shared<std::string>(h.SerializeAsString());
-  frames[0] = Frame{header, std::as_bytes(std::span<const char>(*header))};
-  return Decode(frames);
-}
+using testutil::DecodeCorrupted;
 
 pb::SecureAggregation* Session(pb::Header& h) {
   return h.mutable_fit_instruction()->mutable_secure_aggregation();
