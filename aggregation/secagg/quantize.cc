@@ -58,12 +58,17 @@ StatusOr<QuantizePlan> PlanQuantization(const QuantizeRequest& r) {
       if (r.noise_multiplier > 0) {
         variance = std::ceil(r.noise_multiplier * r.noise_multiplier * plan.sensitivity *
                              plan.sensitivity / r.min_survivors);
-        // The multiplier as the accountant computes it must come out >= z in floating point too.
-        while (std::sqrt(static_cast<double>(r.min_survivors) * variance) / plan.sensitivity <
-               r.noise_multiplier) {
-          variance += 1;
-        }
-        if (variance > kMaxNoiseVariance) continue;  // a coarser grid keeps it in range
+        // Range first: above 2^52 a double no longer holds every integer (variance + 1 could
+        // equal variance), and the sampler refuses it. A coarser grid keeps it in range.
+        if (!(variance <= kMaxNoiseVariance)) continue;
+        // The multiplier as the accountant computes it must come out >= z in floating point too:
+        // the ceiling is within a few ulps of that, so a few exact steps of 1 reach it.
+        auto enough = [&](double v) {
+          return std::sqrt(static_cast<double>(r.min_survivors) * v) / plan.sensitivity >=
+                 r.noise_multiplier;
+        };
+        for (int step = 0; step < 64 && !enough(variance); ++step) variance += 1;
+        if (!enough(variance) || variance > kMaxNoiseVariance) continue;
         plan.noise_variance = static_cast<uint64_t>(variance);
       }
       const double bound = n * (std::ldexp(value_bound, e) + 1) + tail * std::sqrt(n * variance);

@@ -58,6 +58,25 @@ TEST(Quantize, DistributedNoiseIsCalibratedForTheFewestSurvivors) {
             std::ldexp(1.0, 31));
 }
 
+// 64-bit words with distributed noise (examples/dp_distributed.yaml with bits: 64) once hung the
+// coordinator: the finest 64-bit grid asks for a variance above 2^52, where adding 1 to a double
+// changes nothing. The plan now takes a coarser grid, whose variance the sampler can draw.
+TEST(Quantize, SixtyFourBitWordsWithDistributedNoiseTakeAGridTheSamplerCanDraw) {
+  QuantizeRequest r = Request(1.0, 1000, 50890);
+  r.noise_multiplier = 9.01;
+  r.min_survivors = 850;
+  r.bits = 64;
+  auto plan = PlanQuantization(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->bits, 64);
+  EXPECT_LE(static_cast<double>(plan->noise_variance), std::ldexp(1.0, 52));
+  EXPECT_GE(std::sqrt(850.0 * static_cast<double>(plan->noise_variance)) / plan->sensitivity,
+            9.01);
+  // The largest grid whose variance fits: one step finer would not.
+  const double finer = GridSensitivity(1.0, plan->scale_exponent + 1, 50890);
+  EXPECT_GT(9.01 * 9.01 * finer * finer / 850, std::ldexp(1.0, 52));
+}
+
 TEST(Quantize, BadRequestsAreRefused) {
   EXPECT_FALSE(PlanQuantization(Request(0, 10, 10)).ok());
   EXPECT_FALSE(PlanQuantization(Request(std::nan(""), 10, 10)).ok());
