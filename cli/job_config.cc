@@ -573,9 +573,13 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
         ": privacy.mode distributed needs secure_aggregation: {enabled: true}: the clients' "
         "noise shares protect only a sum the coordinator cannot take apart"));
   }
-  if (o.privacy.mode == privacy::PrivacyMode::kCentral && !o.privacy.expected_cohort_size) {
+  const bool derive_denominator =
+      o.privacy.mode == privacy::PrivacyMode::kCentral && !o.privacy.expected_cohort_size;
+  if (derive_denominator && (job.simulation || top.Has("clients"))) {
     // The DP mean's fixed denominator: the population the job's own configuration names (the
-    // clients `huddle run` starts or simulates), never the clients that happen to enrol.
+    // clients `huddle run` starts or simulates), never the clients that happen to enrol. A job
+    // that names none (a standalone coordinator's: `clients:` is what `huddle run` starts) gets
+    // no guess: the plan below refuses it.
     const double population =
         static_cast<double>(job.simulation ? job.simulation->clients : job.local_clients);
     o.privacy.expected_cohort_size = std::max(1.0, o.cohort.rate * population);

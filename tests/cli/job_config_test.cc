@@ -195,6 +195,7 @@ TEST(JobConfigTest, SecuritySectionsMapOntoTheOptions) {
 TEST(JobConfigTest, PrivacySectionMapsOntoTheOptions) {
   auto job = LoadJobConfig(Write("priv", R"(
 cohort: {sampling: poisson, rate: 0.1}
+clients: 10
 rounds: 30
 train: {dp_sgd: {noise_multiplier: 1.2, clip_norm: 0.5, expected_batch_size: 128, delta: 1.0e-6}}
 privacy:
@@ -233,7 +234,7 @@ TEST(JobConfigTest, PrivacyMistakesAreClearErrors) {
   EXPECT_NE(
       ErrorOf("cohort: {sampling: poisson}\nprivacy: {mode: central}").find("privacy.epsilon"),
       std::string::npos);
-  EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\nrounds: 5\nprivacy: {mode: central, schedule: "
+  EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\nrounds: 5\nclients: 10\nprivacy: {mode: central, schedule: "
                     "[{rounds: [1, 3], noise_multiplier: 1}]}")
                 .find("does not cover round 4"),
             std::string::npos);
@@ -257,6 +258,16 @@ TEST(JobConfigTest, TheDpDenominatorIsConfiguredNotEnrolment) {
                                  "privacy: {mode: central, epsilon: 8}\n"));
   ASSERT_TRUE(sim.ok()) << sim.status();
   EXPECT_DOUBLE_EQ(*sim->coordinator.privacy.expected_cohort_size, 100.0);
+  // A standalone coordinator's job that names no population is refused, not given a guess.
+  EXPECT_NE(ErrorOf("cohort: {sampling: poisson, rate: 0.1}\n"
+                    "privacy: {mode: central, epsilon: 8}\n")
+                .find("privacy.expected_cohort_size is required"),
+            std::string::npos);
+  auto named = LoadJobConfig(Write("denom_named",
+                                   "cohort: {sampling: poisson, rate: 0.5}\nclients: 6\n"
+                                   "privacy: {mode: central, epsilon: 8}\n"));
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_DOUBLE_EQ(*named->coordinator.privacy.expected_cohort_size, 3.0);
   auto set =
       LoadJobConfig(Write("denom_set",
                           "cohort: {sampling: poisson, rate: 0.1}\n"
