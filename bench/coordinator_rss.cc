@@ -146,7 +146,7 @@ int Run(const Args& a, const fs::path& dir) {
   // 2. The idle coordinator.
   Write(dir / "shard.csv", TinyCsv());
   Write(dir / "job.yaml", JobYaml(a, dir));
-  if (a.encrypted) {
+  if (a.encrypted || a.secagg) {  // secure aggregation's members sign with certified keys
     std::vector<std::string> ids;
     for (int i = 0; i < a.clients; ++i) ids.push_back(ClientId(i));
     if (Status st = cli::GenerateLocalKeys((dir / "keys").string(), ids); !st.ok()) {
@@ -160,6 +160,9 @@ int Run(const Args& a, const fs::path& dir) {
       a.huddle, "coordinator", "--config", (dir / "job.yaml").string(),
       "--bind", endpoint,      "--out",    (dir / "out").string()};
   if (!a.encrypted) coord_argv.push_back("--insecure");
+  if (!a.encrypted && a.secagg) {
+    coord_argv.insert(coord_argv.end(), {"--allow", (dir / "keys/allowed").string()});
+  }
   auto coord = cli::Spawn(coord_argv, (dir / "coordinator.log").string(), false);
   if (!coord.ok()) return std::fprintf(stderr, "%s\n", coord.status().ToString().c_str()), 1;
   std::this_thread::sleep_for(std::chrono::seconds(a.idle_s));
@@ -183,7 +186,12 @@ int Run(const Args& a, const fs::path& dir) {
       }
     } else {
       argv.push_back("--insecure");
+      if (a.secagg) {
+        argv.insert(argv.end(),
+                    {"--key", (dir / "keys/clients" / (ClientId(i) + ".key")).string()});
+      }
     }
+    if (a.secagg) argv.insert(argv.end(), {"--project-key", (dir / "keys/project.pub").string()});
     auto pid = cli::Spawn(argv, (dir / (ClientId(i) + ".log")).string(), false);
     if (!pid.ok()) return std::fprintf(stderr, "%s\n", pid.status().ToString().c_str()), 1;
     clients.push_back(*pid);

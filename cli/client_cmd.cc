@@ -47,6 +47,7 @@ Status ApplyFlags(const ClientFlags& f, ClientConfig* c) {
   if (!f.log_level.empty()) c->log_level = f.log_level;
   if (!f.server_key.empty()) c->security.server_public_key = f.server_key;
   if (!f.key.empty()) c->security.secret_key = f.key;
+  if (!f.project_key.empty()) c->security.project_public_key = f.project_key;
   if (!f.device.empty()) {
     if (Status st = kernels::ParseDeviceRequest(f.device).status(); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--device: ", st.message()));
@@ -109,6 +110,10 @@ int RunClientCommand(const ClientFlags& flags) {
   auto guard = client::OpenPrivacyGuard(config);
   if (!guard.ok()) return SetupError(config, guard.status());
   agent.set_privacy_guard(*std::move(guard));
+  auto identity = client::SecAggIdentityOf(config);
+  if (!identity.ok()) return SetupError(config, identity.status());
+  if (*identity) agent.set_secagg_identity(**std::move(identity));
+  agent.set_max_sessions_per_round(config.secure_aggregation.max_sessions_per_round);
   if (config.silo_nproc > 1) {
     // A silo: several ranks train as this one client; they connect once, here.
     client::SiloOptions silo_options;

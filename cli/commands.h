@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/job_config.h"
+#include "common/member_certificate.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -48,10 +51,11 @@ struct ClientFlags {
   int64_t partition_seed = -1;
   double give_up_after_s = -1;
   std::string log_level;
-  std::string server_key;  // the coordinator's .pub (overrides security.server_public_key)
-  std::string key;         // this client's .key (overrides security.secret_key)
-  std::string device;      // auto | cpu | cuda[:N] (overrides the config's device)
-  int64_t silo_nproc = 0;  // > 0: overrides silo.nproc
+  std::string server_key;   // the coordinator's .pub (overrides security.server_public_key)
+  std::string key;          // this client's .key (overrides security.secret_key)
+  std::string project_key;  // the project's .pub (overrides security.project_public_key)
+  std::string device;       // auto | cpu | cuda[:N] (overrides the config's device)
+  int64_t silo_nproc = 0;   // > 0: overrides silo.nproc
   bool insecure = false;
 };
 int RunClientCommand(const ClientFlags& flags);
@@ -65,11 +69,23 @@ struct RunFlags {
 };
 
 struct KeygenFlags {
-  std::string role;  // server | client
-  std::string id;    // client id (client), name (server; default "server")
+  std::string role;  // server | client | project
+  std::string id;    // client id (client), name (server: default "server"; project: "project")
   std::string out_dir = "keys";
 };
 int RunKeygenCommand(const KeygenFlags& flags);
+// `huddle certify --project project.key [--days N] a.pub b.pub ...`: each client's certificate by
+// the project key (common/member_certificate.h), written into its .pub.
+struct CertifyFlags {
+  std::string project_key;
+  int64_t days = 0;  // 0: no expiry
+  std::vector<std::string> files;
+};
+int RunCertifyCommand(const CertifyFlags& flags);
+// The certificates in an allow-list directory (re-read when its files change, at most once a
+// second), for the coordinator's secure-aggregation sessions.
+std::function<std::optional<MemberCertificate>(const std::string&)> AllowListCertificates(
+    std::string path);
 // `huddle run`: the whole federation on this machine (processes, or in-process simulation).
 int RunLocalCommand(const RunFlags& flags, const std::string& self_exe);
 

@@ -127,6 +127,17 @@ int RunCoordinatorCommand(const CoordinatorFlags& flags) {
   if (!flags.server_key.empty()) job->security.server_secret_key = flags.server_key;
   if (!flags.allow.empty()) job->security.allowed_clients = flags.allow;
   if (Status st = SetupLogging(job->log_level, "coordinator"); !st.ok()) return 2;
+  if (job->coordinator.secure_aggregation.enabled) {
+    if (job->security.allowed_clients.empty()) {
+      std::fprintf(stderr,
+                   "huddle coordinator: secure aggregation lists each member with its certificate "
+                   "from the allow-list: set security.allowed_clients (or --allow), a directory "
+                   "of certified client .pub files (huddle certify)\n");
+      return 2;
+    }
+    job->coordinator.secure_aggregation.certificates =
+        AllowListCertificates(job->security.allowed_clients);
+  }
   auto zopts = CoordinatorTransportOptions(*job, flags.insecure);
   if (!zopts.ok()) {
     std::fprintf(stderr, "huddle coordinator: %s\n", std::string(zopts.status().message()).c_str());

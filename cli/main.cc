@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   client->add_option("--server-key", kf.server_key,
                      "The coordinator's public key file, pinned (security.server_public_key)");
   client->add_option("--key", kf.key, "This client's secret key file (security.secret_key)");
+  client->add_option("--project-key", kf.project_key,
+                     "The project's public key file, pinned (security.project_public_key)");
   client->add_option("--device", kf.device,
                      "Where to train: auto (a GPU if one is usable), cpu, cuda or cuda:N");
   client
@@ -107,13 +109,28 @@ int main(int argc, char** argv) {
                "Rank 0 does not serve the tcp:// rendezvous (another process does)");
 
   huddle::cli::KeygenFlags gf;
-  CLI::App* keygen = app.add_subcommand("keygen", "Create a CurveZMQ key pair (Z85)");
-  keygen->add_option("role", gf.role, "server or client")
+  CLI::App* keygen = app.add_subcommand(
+      "keygen",
+      "Create a key pair: a CurveZMQ server or client key (a client's with its signing "
+      "key), or a project key that certifies clients");
+  keygen->add_option("role", gf.role, "server, client or project")
       ->required()
-      ->check(CLI::IsMember({"server", "client"}));
-  keygen->add_option("--id", gf.id, "Client id (client keys); file name (server keys)");
+      ->check(CLI::IsMember({"server", "client", "project"}));
+  keygen->add_option("--id", gf.id,
+                     "Client id (client keys); file name (server keys, default server; project "
+                     "keys, default project)");
   keygen->add_option("--out", gf.out_dir, "Directory for NAME.key (0600) and NAME.pub")
       ->capture_default_str();
+
+  huddle::cli::CertifyFlags tf;
+  CLI::App* certify = app.add_subcommand(
+      "certify", "Certify enrolled clients with the project key (writes each .pub's certificate)");
+  certify->add_option("--project", tf.project_key, "The project's secret key file (project.key)")
+      ->required();
+  certify->add_option("--days", tf.days, "Valid for this many days (0: no expiry)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 36500));
+  certify->add_option("pub", tf.files, "Client .pub files to certify")->required();
 
   huddle::cli::PrivacyFlags pf;
   CLI::App* privacy =
@@ -145,6 +162,7 @@ int main(int argc, char** argv) {
   if (*coord) return huddle::cli::RunCoordinatorCommand(cf);
   if (*client) return huddle::cli::RunClientCommand(kf);
   if (*keygen) return huddle::cli::RunKeygenCommand(gf);
+  if (*certify) return huddle::cli::RunCertifyCommand(tf);
   if (*privacy) {
     pf.command = *privacy_eps ? "epsilon" : *privacy_rdp ? "rdp" : "noise";
     return huddle::cli::RunPrivacyCommand(pf);

@@ -61,7 +61,6 @@ client::ClientPrivacyPolicy PolicyForJob(const JobConfig& job, std::string ledge
     // it tolerates, the plan's smallest z, the budget.
     client::DistributedDpPolicy dist;
     dist.require = true;
-    dist.corrupt_fraction = o.secure_aggregation.graph.corrupt_fraction;
     dist.delta = o.privacy.delta;
     dist.max_epsilon = o.privacy.total_epsilon;
     dist.min_noise_multiplier = smallest_z();
@@ -75,12 +74,36 @@ client::ClientPrivacyPolicy PolicyForJob(const JobConfig& job, std::string ledge
     policy.dp_sgd = dp;
   }
   if (policy.any()) policy.ledger_path = std::move(ledger_path);
+  // One machine, one operator: the reply time shows nothing it does not already know, and holding
+  // replies would only slow the run (a deployed client holds them: privacy_guard.h).
+  policy.reply_after_ms = 0;
   return policy;
 }
 
-// The policy as a client YAML (`huddle client --config`), numbers in round-trip form.
-std::string PolicyYaml(const client::ClientPrivacyPolicy& p) {
-  std::string y = fmt::format("privacy:\n  ledger: \"{}\"\n", p.ledger_path);
+// What `huddle run` gives each of its clients to assume in secure aggregation: the job's own
+// threat model (the colluders it tolerates, the failure it accepts).
+client::ClientSecAgg SecAggForJob(const JobConfig& job) {
+  const aggregation::secagg::GraphOptions& g = job.coordinator.secure_aggregation.graph;
+  client::ClientSecAgg c;
+  c.corrupt_fraction = g.corrupt_fraction;
+  c.security_bits = g.security_bits;
+  return c;
+}
+
+// The policy as a client YAML (`huddle client --config`), numbers in round-trip form; with secure
+// aggregation, the client's assumptions and the project key it pins too.
+std::string ClientYaml(const client::ClientPrivacyPolicy& p, const JobConfig& job,
+                       const std::string& project_public_key) {
+  std::string y;
+  if (job.coordinator.secure_aggregation.enabled) {
+    const client::ClientSecAgg a = SecAggForJob(job);
+    y += fmt::format("security: {{project_public_key: \"{}\"}}\n", project_public_key);
+    y += fmt::format("secure_aggregation: {{corrupt_fraction: {}, security_bits: {}}}\n",
+                     a.corrupt_fraction, a.security_bits);
+  }
+  if (!p.any()) return y;
+  y += fmt::format("privacy:\n  ledger: \"{}\"\n  reply_after_s: {}\n", p.ledger_path,
+                   static_cast<double>(p.reply_after_ms.value_or(0)) / 1000);
   if (p.local) {
     y += fmt::format(
         "  local: {{require: {}, min_noise_multiplier: {}, delta: {}, adjacency: {}{}}}\n",
@@ -89,10 +112,8 @@ std::string PolicyYaml(const client::ClientPrivacyPolicy& p) {
   }
   if (p.distributed) {
     y += fmt::format(
-        "  distributed: {{require: {}, min_noise_multiplier: {}, corrupt_fraction: {}, delta: "
-        "{}{}}}\n",
-        p.distributed->require, p.distributed->min_noise_multiplier,
-        p.distributed->corrupt_fraction, p.distributed->delta,
+        "  distributed: {{require: {}, min_noise_multiplier: {}, delta: {}{}}}\n",
+        p.distributed->require, p.distributed->min_noise_multiplier, p.distributed->delta,
         p.distributed->max_epsilon ? fmt::format(", max_epsilon: {}", *p.distributed->max_epsilon)
                                    : "");
   }
@@ -123,13 +144,16 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
     std::snprintf(id, sizeof(id), "client-%03lld", static_cast<long long>(i));
     ids.push_back(id);
   }
-  // Even a local federation is encrypted and authenticated: fresh keys for every run.
+  // Even a local federation is encrypted and authenticated: fresh keys for every run. Secure
+  // aggregation needs them even in plaintext: its members sign with certified keys.
   const std::string keys = out + "/keys";
-  if (insecure) {
-    WarnInsecure("run");
-  } else if (Status st = GenerateLocalKeys(keys, ids); !st.ok()) {
-    std::fprintf(stderr, "huddle run: generating keys: %s\n", std::string(st.message()).c_str());
-    return 1;
+  const bool secagg = job.coordinator.secure_aggregation.enabled;
+  if (insecure) WarnInsecure("run");
+  if (!insecure || secagg) {
+    if (Status st = GenerateLocalKeys(keys, ids); !st.ok()) {
+      std::fprintf(stderr, "huddle run: generating keys: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
   }
   std::printf("huddle run: coordinator on %s, %lld client processes, %s, logs in %s\n",
               endpoint.c_str(), static_cast<long long>(job.local_clients),
@@ -142,6 +166,7 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
   if (flags.force) coord_argv.push_back("--force");
   if (insecure) {
     coord_argv.push_back("--insecure");
+    if (secagg) coord_argv.insert(coord_argv.end(), {"--allow", keys + "/allowed"});
   } else {
     coord_argv.insert(coord_argv.end(),
                       {"--server-key", keys + "/server.key", "--allow", keys + "/allowed"});
@@ -166,16 +191,18 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
     }
     if (insecure) {
       argv.push_back("--insecure");
+      if (secagg) argv.insert(argv.end(), {"--key", keys + "/clients/" + id + ".key"});
     } else {
       argv.insert(argv.end(), {"--server-key", keys + "/server.pub", "--key",
                                keys + "/clients/" + id + ".key"});
     }
     const client::ClientPrivacyPolicy policy =
         PolicyForJob(job, fmt::format("{}/clients/{}/privacy_ledger.jsonl", out, id));
-    if (policy.any()) {
+    if (policy.any() || secagg) {
       const std::string dir = fmt::format("{}/clients/{}", out, id);
       const std::string yaml = dir + "/client.yaml";
-      if (Status st = MakeDirs(dir); !st.ok() || !WriteFileAtomic(yaml, PolicyYaml(policy)).ok()) {
+      const std::string text = ClientYaml(policy, job, keys + "/project.pub");
+      if (Status st = MakeDirs(dir); !st.ok() || !WriteFileAtomic(yaml, text).ok()) {
         std::fprintf(stderr, "huddle run: cannot write %s\n", yaml.c_str());
         ::kill(*coord, SIGTERM);
         return 1;
@@ -247,9 +274,11 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
 // One simulated client: the real agent behind the in-process transport.
 class SimulatedClient final : public transport::InProcPeer {
  public:
-  SimulatedClient(std::string id, data::DatasetView view, client::PrivacyGuard guard)
+  SimulatedClient(std::string id, data::DatasetView view, client::PrivacyGuard guard,
+                  std::optional<client::SecAggIdentity> identity)
       : view_(std::move(view)), agent_(std::move(id), &view_, /*routine_logs_at_info=*/false) {
     agent_.set_privacy_guard(std::move(guard));
+    if (identity) agent_.set_secagg_identity(*std::move(identity));
   }
   std::vector<wire::Message> OnStart() override {
     std::vector<wire::Message> out;
@@ -286,6 +315,13 @@ int RunSimulation(JobConfig job) {
   }
   std::vector<std::unique_ptr<SimulatedClient>> clients;
   std::vector<transport::InProcPeer*> peers;
+  // Secure aggregation: an ephemeral project key certifies every simulated client (held by this
+  // process alone); the members share one cache of verified signatures (every member verifies
+  // the same member list's n signatures; a deployed client verifies them itself).
+  const bool secagg = job.coordinator.secure_aggregation.enabled;
+  const SigningKey project = SigningKey::Generate();
+  auto certificates = std::make_shared<std::map<std::string, MemberCertificate>>();
+  auto verified = std::make_shared<aggregation::secagg::SignatureCache>();
   for (int64_t i = 0; i < sim.clients; ++i) {
     data::DatasetView view;
     view.base = &train.value();
@@ -298,8 +334,33 @@ int RunSimulation(JobConfig job) {
       std::fprintf(stderr, "huddle run: %s\n", std::string(guard.status().message()).c_str());
       return 1;
     }
-    clients.push_back(std::make_unique<SimulatedClient>(id, std::move(view), *std::move(guard)));
+    std::optional<client::SecAggIdentity> identity;
+    if (secagg) {
+      identity.emplace();
+      identity->id = id;
+      MemberCertificate c;
+      c.id = id;
+      c.transport_key = aggregation::secagg::Hash(
+          std::span(reinterpret_cast<const uint8_t*>(c.id.data()), c.id.size()));
+      c.signing_key = identity->key.public_key();
+      (*certificates)[id] = Certify(c, project);
+      const client::ClientSecAgg assumed = SecAggForJob(job);
+      identity->policy.project_key = project.public_key();
+      identity->policy.corrupt_fraction = assumed.corrupt_fraction;
+      identity->policy.security_bits = assumed.security_bits;
+      identity->policy.cache = verified.get();
+    }
+    clients.push_back(std::make_unique<SimulatedClient>(id, std::move(view), *std::move(guard),
+                                                        std::move(identity)));
     peers.push_back(clients.back().get());
+  }
+  if (secagg) {
+    job.coordinator.secure_aggregation.certificates =
+        [certificates](const std::string& id) -> std::optional<MemberCertificate> {
+      auto it = certificates->find(id);
+      if (it == certificates->end()) return std::nullopt;
+      return it->second;
+    };
   }
   std::printf("huddle run: simulating %lld clients in-process on %lld threads\n",
               static_cast<long long>(sim.clients), static_cast<long long>(sim.threads));

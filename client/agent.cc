@@ -2,9 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
 #include <exception>
+#include <thread>
 
+#include "aggregation/secagg/wire.h"
 #include "common/clock.h"
 #include "common/rng.h"
 #include "models/dp_sgd.h"
@@ -150,9 +153,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::Handle(const wire::Message& ms
       return OnGrant(msg);
     case wire::MessageType::kEvaluateInstruction:
       return OnEvaluate(msg, std::get<wire::EvaluateInstruction>(msg.body));
-    case wire::MessageType::kSecAggKeyList:
-    case wire::MessageType::kSecAggShareList:
-    case wire::MessageType::kSecAggUnmask:
+    case wire::MessageType::kSecAggData:
       return OnSecAgg(msg);
     case wire::MessageType::kHeartbeat:
       return Replies{};
@@ -177,6 +178,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     spdlog::warn("round {}: fit instruction before welcome; rejoining", msg.round);
     return Replies{MakeJoin()};
   }
+  const int64_t received_ms = SteadyClock::Get()->NowMs();
   TensorList global = wire::ToTensors(msg.tensors);
   Status params_ok = models::CheckParams(*model_, global);
   if (!params_ok.ok()) {
@@ -191,7 +193,42 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   request.round = msg.round;
   request.fit = &fit;
   request.global = &global;
+  request.model_values = TotalElements(LayoutOf(global));
   request.local_examples = n;
+  if (fit.secure_aggregation) {
+    // This client's own view of the planned session, before anything is trained: its identity,
+    // how many sessions it already joined this round (at most one masked input), and what the
+    // session would guarantee.
+    Status refused = absl::OkStatus();
+    if (pending_ && pending_->round == msg.round && pending_->masked_input_sent) {
+      refused = absl::FailedPreconditionError(
+          absl::StrCat("this client already sent its masked input for round ", msg.round));
+    } else if (!secagg_identity_) {
+      refused = absl::FailedPreconditionError(
+          "this client has no identity for secure aggregation: it needs its certified signing "
+          "key (its key file, `huddle certify`) and the project's public key "
+          "(security.project_public_key)");
+    } else if (sessions_round_ == msg.round && sessions_joined_ >= max_sessions_per_round_) {
+      refused = absl::FailedPreconditionError(
+          absl::StrCat("this client already joined ", sessions_joined_,
+                       " secure-aggregation sessions for round ", msg.round, ", its most"));
+    } else {
+      request.honest_shares =
+          SecAggMember::PlannedHonestShares(*fit.secure_aggregation, secagg_identity_->policy);
+      if (!request.honest_shares.ok()) refused = request.honest_shares.status();
+    }
+    if (!refused.ok()) {
+      spdlog::warn("round {}: secure aggregation refused: {}", msg.round, refused.message());
+      return Replies{wire::MakeError(
+          wire::ErrorCode::kRejected,
+          absl::StrCat("secure aggregation refused: ", refused.message()), msg.round)};
+    }
+    if (sessions_round_ != msg.round) {
+      sessions_round_ = msg.round;
+      sessions_joined_ = 0;
+    }
+    ++sessions_joined_;
+  }
   StatusOr<Admission> admission = guard_.Admit(request);
   if (!admission.ok()) {
     spdlog::warn("round {}: {}", msg.round, admission.status().message());
@@ -206,7 +243,17 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   pending.round = msg.round;
   pending.result.model_version = fit.model_version;
   pending.result.nonce = fit.nonce;
-  if (admission->again) {
+  // A new secure-aggregation session for a round whose session ended before this client's
+  // masked input left (the coordinator started it again without a member that did not reveal):
+  // the update trained for it is masked in the new session (with fresh noise under distributed
+  // DP: the old share never left).
+  const bool resumed = fit.secure_aggregation && pending_ && pending_->round == msg.round &&
+                       pending_->result.model_version == fit.model_version &&
+                       !pending_->masked_input_sent;
+  if (resumed) {
+    pending.result.num_examples = pending_->result.num_examples;
+    pending.delta = pending_->delta;
+  } else if (admission->again) {
     // Asked again for a release already made (the coordinator restarted, or this client rejoined
     // mid-round): the same tensors, so that no second noised version of the update exists.
     spdlog::log(routine_level_, "round {}: sending again the update released for it before",
@@ -242,7 +289,7 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
     spdlog::log(routine_level_,
                 "round {}: trained on {} examples, loss {:.4f}, accuracy {:.4f}, {:.2f}s",
                 msg.round, stats.examples, stats.loss, stats.accuracy, stats.seconds);
-    LogSpend(msg.round, local || distributed, dp_sgd);
+    LogSpend(msg.round, local, dp_sgd);  // distributed: when its share leaves (OnGrant)
     ++rounds_trained_;
   }
   if (local || distributed || dp_sgd || guard_.reports_nothing()) {
@@ -256,22 +303,49 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   secagg_.reset();
   if (fit.secure_aggregation) {
     // The update is quantized and masked; the coordinator will see only the cohort's sum.
-    StatusOr<SecAggMember> member =
-        SecAggMember::Create(*fit.secure_aggregation, fit.nonce, *pending.delta,
-                             static_cast<int64_t>(pending.result.num_examples), noise());
+    StatusOr<SecAggMember> member = SecAggMember::Create(
+        *fit.secure_aggregation, fit.nonce, *pending.delta,
+        static_cast<int64_t>(pending.result.num_examples), noise(), *secagg_identity_);
     if (!member.ok()) {
       spdlog::error("round {}: {}", msg.round, member.status().message());
       return Replies{wire::MakeError(wire::ErrorCode::kInternal,
                                      std::string(member.status().message()), msg.round)};
     }
     secagg_.emplace(*std::move(member));
+    if (distributed) {
+      pending.fit = fit;
+      pending.model_values = request.model_values;
+      pending.release = ReleaseId(request);
+    }
     pending_ = std::move(pending);
-    return Replies{wire::MakeMessage(secagg_->Advertise(), msg.round, client_id_)};
+    HoldReply(msg.round, received_ms, fit);
+    return Replies{secagg_->Advertise(msg.round, client_id_)};
   }
   pending_ = std::move(pending);
+  HoldReply(msg.round, received_ms, fit);
   return Replies{
       wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce},
                         msg.round, client_id_)};
+}
+
+void ClientAgent::set_secagg_identity(SecAggIdentity identity) {
+  if (identity.policy.cache == nullptr) {
+    if (!own_cache_) own_cache_ = std::make_unique<aggregation::secagg::SignatureCache>();
+    identity.policy.cache = own_cache_.get();
+  }
+  secagg_identity_ = std::move(identity);
+}
+
+std::vector<wire::Message> ClientAgent::LeaveSecAgg(uint64_t round, const Status& why) {
+  spdlog::warn("round {}: secure aggregation: {}", round, why.message());
+  secagg_.reset();
+  pending_.reset();
+  std::vector<wire::Message> out;
+  out.push_back(wire::MakeError(absl::IsFailedPrecondition(why) || absl::IsPermissionDenied(why)
+                                    ? wire::ErrorCode::kRejected
+                                    : wire::ErrorCode::kInvalidUpdate,
+                                std::string(why.message()), round));
+  return out;
 }
 
 std::vector<wire::Message> ClientAgent::OnSecAgg(const wire::Message& msg) {
@@ -280,46 +354,57 @@ std::vector<wire::Message> ClientAgent::OnSecAgg(const wire::Message& msg) {
                  msg.round, wire::MessageTypeName(msg.type()));
     return {};
   }
-  std::vector<wire::Message> out;
-  Status st;
-  switch (msg.type()) {
-    case wire::MessageType::kSecAggKeyList: {
-      StatusOr<wire::SecAggShares> shares =
-          secagg_->OnKeyList(std::get<wire::SecAggKeyList>(msg.body));
-      st = shares.status();
-      if (st.ok()) out.push_back(wire::MakeMessage(*std::move(shares), msg.round, client_id_));
-      break;
-    }
-    case wire::MessageType::kSecAggShareList:
-      st = secagg_->OnShareList(std::get<wire::SecAggShareList>(msg.body));
-      if (st.ok()) {
-        out.push_back(wire::MakeMessage(
-            wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce}, msg.round,
-            client_id_));
-      }
-      break;
-    case wire::MessageType::kSecAggUnmask: {
-      StatusOr<wire::SecAggUnmaskResponse> response =
-          secagg_->OnUnmask(std::get<wire::SecAggUnmask>(msg.body));
-      st = response.status();
-      if (st.ok()) out.push_back(wire::MakeMessage(*std::move(response), msg.round, client_id_));
-      secagg_.reset();  // done: every secret of this round is gone with it
-      pending_.reset();
-      break;
-    }
-    default:
-      break;
+  const auto stage = std::get<wire::SecAggData>(msg.body).stage;
+  StatusOr<std::vector<wire::Message>> replies = secagg_->OnMessage(msg, client_id_);
+  if (!replies.ok()) return LeaveSecAgg(msg.round, replies.status());
+  if (stage == static_cast<uint32_t>(aggregation::secagg::Stage::kMemberList) && pending_->fit) {
+    // Distributed DP: the session's release by this client's own count, now that the member list
+    // fixes it; refused before this client reveals anything.
+    RoundRequest request;
+    request.job = job_name_;
+    request.round = msg.round;
+    request.fit = &*pending_->fit;
+    request.model_values = pending_->model_values;
+    request.honest_shares = secagg_->guarantee()->honest_shares;
+    StatusOr<privacy::LedgerEntry> entry = guard_.Distributed(request, pending_->release);
+    if (!entry.ok()) return LeaveSecAgg(msg.round, entry.status());
+    pending_->distributed = *std::move(entry);
   }
-  if (!st.ok()) {
-    spdlog::warn("round {}: secure aggregation: {}", msg.round, st.message());
-    secagg_.reset();
+  if (stage == static_cast<uint32_t>(aggregation::secagg::Stage::kMask)) {
+    replies->push_back(wire::MakeMessage(
+        wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce}, msg.round,
+        client_id_));
+  }
+  if (secagg_->done()) {
+    secagg_.reset();  // done: every secret of this round is gone with it
     pending_.reset();
-    out.clear();
-    out.push_back(wire::MakeError(absl::IsFailedPrecondition(st) ? wire::ErrorCode::kRejected
-                                                                 : wire::ErrorCode::kInvalidUpdate,
-                                  std::string(st.message()), msg.round));
   }
-  return out;
+  return *std::move(replies);
+}
+
+void ClientAgent::HoldReply(uint64_t round, int64_t received_ms, const wire::FitInstruction& fit) {
+  const ClientPrivacyPolicy& p = guard_.policy();
+  if (!reply_hold_ms_) {
+    reply_hold_ms_ = p.reply_after_ms           ? *p.reply_after_ms
+                     : p.local || p.distributed ? static_cast<int64_t>(fit.deadline_ms) / 2
+                                                : 0;
+    if (*reply_hold_ms_ > 0) {
+      spdlog::log(routine_level_,
+                  "this job's replies are held {:.1f} s after each instruction (the reply time "
+                  "does not show the data's size)",
+                  static_cast<double>(*reply_hold_ms_) / 1000);
+    }
+  }
+  const int64_t left = received_ms + *reply_hold_ms_ - SteadyClock::Get()->NowMs();
+  if (left > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(left));
+  } else if (*reply_hold_ms_ > 0) {
+    spdlog::warn(
+        "round {}: training took {:.1f} s, past the reply time {:.1f} s: this reply's "
+        "time shows it took longer",
+        round, static_cast<double>(*reply_hold_ms_ - left) / 1000,
+        static_cast<double>(*reply_hold_ms_) / 1000);
+  }
 }
 
 privacy::NoiseSource& ClientAgent::noise() {
@@ -438,11 +523,28 @@ std::vector<wire::Message> ClientAgent::OnGrant(const wire::Message& msg) {
   }
   if (secagg_) {
     if (!secagg_->masked()) {
-      spdlog::warn("round {}: upload grant before the secure aggregation's shares arrived",
+      spdlog::warn("round {}: upload grant before the secure aggregation's mask request",
                    msg.round);
       return {};
     }
+    if (pending_->fit && !pending_->distributed_recorded) {
+      // Distributed DP: this client's noise share is in its ledger before it leaves.
+      if (!pending_->distributed) {
+        return LeaveSecAgg(msg.round, absl::InternalError("no checked release to record"));
+      }
+      Status recorded = guard_.RecordDistributed(*pending_->distributed, noise().Describe());
+      if (!recorded.ok()) {
+        spdlog::error(
+            "round {}: the privacy ledger could not record this round's noise share, "
+            "so the masked input is not sent: {}",
+            msg.round, recorded.message());
+        return LeaveSecAgg(msg.round, recorded);
+      }
+      pending_->distributed_recorded = true;
+      LogSpend(msg.round, true, false);
+    }
     // The masked input; the member stays for the unmasking (pending_ with it).
+    pending_->masked_input_sent = true;
     std::vector<wire::Message> out;
     out.push_back(secagg_->MaskedInput(msg.round, pending_->result.model_version, client_id_,
                                        models::Layout(*model_)));

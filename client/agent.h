@@ -22,11 +22,13 @@
 //                              asked for again (a coordinator restart) is the same tensors, not a
 //                              new draw
 //                              -> UploadRequest (the delta waits for a grant)
-//                              (with secure aggregation, the update is quantized and masked in
-//                              four stages instead, client/secagg_member.h:
-//                              -> SecAggAdvertise; SecAggKeyList -> SecAggShares;
-//                              SecAggShareList -> UploadRequest, UploadGrant -> SecAggMaskedInput;
-//                              SecAggUnmask -> SecAggUnmaskResponse)
+//                              (with secure aggregation, the update is quantized and masked
+//                              instead, client/secagg_member.h: -> advertise, then each of the
+//                              coordinator's SecAggData stages gets its answer; the mask request
+//                              -> UploadRequest, UploadGrant -> SecAggMaskedInput. Under
+//                              distributed DP the session is checked against the client's policy
+//                              once its member list is known, and the noise share is in the
+//                              ledger before the masked input that carries it leaves)
 //   UploadGrant             -> FitResult + delta tensors
 //   Heartbeat               -> (nothing; the coordinator is alive)
 //   Error unknown_client    -> Join (the coordinator restarted or forgot us)
@@ -96,12 +98,23 @@ class ClientAgent {
   // in tests. A seeded source is NOT PRIVATE.
   void set_noise_source(privacy::NoiseSource source) { noise_.emplace(std::move(source)); }
 
+  // This client's identity in secure aggregation (its certified signing key, the project key it
+  // pins, what it assumes). Without one it refuses every round that aggregates securely. Its
+  // policy's signature cache, when null, is the agent's own (kept for the agent's life, so that
+  // the same certificates are verified once).
+  void set_secagg_identity(SecAggIdentity identity);
+  // Sessions of secure aggregation this client joins for one round at most (a coordinator that
+  // aborts sessions to draw other graphs gets no more; default 4).
+  void set_max_sessions_per_round(int64_t n) { max_sessions_per_round_ = n; }
+
  private:
   StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
                                              const wire::FitInstruction& fit);
   std::vector<wire::Message> OnGrant(const wire::Message& msg);
-  // Secure aggregation's stages 1-3 (the member of the round in secagg_).
+  // Secure aggregation's stages (the member of the round in secagg_).
   std::vector<wire::Message> OnSecAgg(const wire::Message& msg);
+  // Ends this client's part in the round's secure aggregation with `why` (logged and answered).
+  std::vector<wire::Message> LeaveSecAgg(uint64_t round, const Status& why);
   // Federated evaluation (client/agent_evaluate.cc): the instruction's model, checked against the
   // job's layout, evaluated by the trainer on its data -> EvaluateResult; or an Error: kRejected
   // when the trainer cannot evaluate, the privacy guard reports nothing computed from the data
@@ -121,6 +134,9 @@ class ClientAgent {
   // The trainer's example count (0 when it throws).
   int64_t num_examples() const;
   StatusOr<std::vector<wire::Message>> OnError(const wire::Message& msg, const wire::Error& err);
+  // Holds the round's first reply until the policy's reply time after `received_ms` (the
+  // instruction's arrival), whatever the training took (privacy_guard.h, reply_after_ms).
+  void HoldReply(uint64_t round, int64_t received_ms, const wire::FitInstruction& fit);
 
   std::string client_id_;
   std::unique_ptr<BuiltinTrainer> builtin_;  // the built-in trainer, when the agent owns one
@@ -138,10 +154,24 @@ class ClientAgent {
     uint64_t round = 0;
     wire::FitResult result;
     std::shared_ptr<const TensorList> delta;
+    // Distributed DP: the round as the guard sees it (no model: its values counted), the release's
+    // identity, and the entry to record before the masked input leaves (set at the member list).
+    std::optional<wire::FitInstruction> fit;
+    int64_t model_values = 0;
+    std::string release;
+    std::optional<privacy::LedgerEntry> distributed;
+    bool distributed_recorded = false;
+    bool masked_input_sent = false;  // secure aggregation: this round's input left (once a round)
   };
   std::optional<Pending> pending_;
   // The round's secure aggregation, from its FitInstruction to the unmasking (pending_.round).
   std::optional<SecAggMember> secagg_;
+  std::optional<SecAggIdentity> secagg_identity_;
+  std::unique_ptr<aggregation::secagg::SignatureCache> own_cache_;
+  int64_t max_sessions_per_round_ = 4;
+  std::optional<int64_t> reply_hold_ms_;  // the job's, fixed at its first instruction
+  uint64_t sessions_round_ = 0;           // the round sessions_joined_ counts for
+  int64_t sessions_joined_ = 0;
 };
 
 }  // namespace huddle::client

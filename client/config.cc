@@ -19,6 +19,11 @@ Status ReadMaxEpsilon(ConfigMap& m, std::optional<double>* out) {
 // The client's `privacy` section (ClientPrivacyPolicy).
 Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
   HUDDLE_RETURN_IF_ERROR(m.OptionalPath("ledger", &p->ledger_path));
+  if (m.Has("reply_after_s")) {
+    int64_t ms = 0;
+    HUDDLE_RETURN_IF_ERROR(m.OptionalSeconds("reply_after_s", &ms, 0, 86400));
+    p->reply_after_ms = ms;
+  }
   if (m.Has("local")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap l, m.Child("local"));
     LocalDpPolicy local;
@@ -57,7 +62,12 @@ Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
     HUDDLE_RETURN_IF_ERROR(d.Optional("require", &dist.require));
     HUDDLE_RETURN_IF_ERROR(
         d.Optional("min_noise_multiplier", &dist.min_noise_multiplier, 0.0, 1e6));
-    HUDDLE_RETURN_IF_ERROR(d.Optional("corrupt_fraction", &dist.corrupt_fraction, 0.0, 0.4999));
+    if (d.Has("corrupt_fraction")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          d.Where("corrupt_fraction"),
+          ": moved to secure_aggregation.corrupt_fraction (it now also decides the threshold and "
+          "graph this client requires of every secure-aggregation session)"));
+    }
     HUDDLE_RETURN_IF_ERROR(ReadMaxEpsilon(d, &dist.max_epsilon));
     HUDDLE_RETURN_IF_ERROR(d.Optional("delta", &dist.delta, 1e-300, 0.5));
     HUDDLE_RETURN_IF_ERROR(d.Finish());
@@ -105,7 +115,17 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
   HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("server_public_key", &c.security.server_public_key));
   HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("secret_key", &c.security.secret_key));
+  HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("project_public_key", &c.security.project_public_key));
   HUDDLE_RETURN_IF_ERROR(sec.Finish());
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap agg, top.Child("secure_aggregation"));
+  HUDDLE_RETURN_IF_ERROR(
+      agg.Optional("corrupt_fraction", &c.secure_aggregation.corrupt_fraction, 0.0, 0.4999));
+  int64_t security_bits = c.secure_aggregation.security_bits;
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("security_bits", &security_bits, 8, 128));
+  c.secure_aggregation.security_bits = static_cast<int>(security_bits);
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_sessions_per_round",
+                                      &c.secure_aggregation.max_sessions_per_round, 1, 1000));
+  HUDDLE_RETURN_IF_ERROR(agg.Finish());
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap conn, top.Child("connection"));
   HUDDLE_RETURN_IF_ERROR(
       conn.OptionalSeconds("coordinator_timeout_s", &c.runner.coordinator_timeout_ms, 0.1, 86400));
@@ -134,6 +154,31 @@ Status ValidateClientConfig(const ClientConfig& c) {
                                                    c.data.partition.num_shards, " shards"));
   }
   return absl::OkStatus();
+}
+
+StatusOr<std::optional<SecAggIdentity>> SecAggIdentityOf(const ClientConfig& config) {
+  const ClientSecurity& s = config.security;
+  if (s.project_public_key.empty()) return std::optional<SecAggIdentity>();
+  if (s.secret_key.empty()) {
+    return absl::InvalidArgumentError(
+        "security.project_public_key is set but no security.secret_key: secure aggregation signs "
+        "with this client's key (huddle keygen client)");
+  }
+  HUDDLE_ASSIGN_OR_RETURN(transport::CurveKeyPair project,
+                          transport::ReadRoleKey(s.project_public_key, "project", false,
+                                                 "security.project_public_key"));
+  HUDDLE_ASSIGN_OR_RETURN(
+      transport::CurveKeyPair mine,
+      transport::ReadRoleKey(s.secret_key, "client", true, "security.secret_key"));
+  SecAggIdentity identity;
+  identity.id = config.client_id.empty() ? mine.id : config.client_id;
+  HUDDLE_ASSIGN_OR_RETURN(identity.key,
+                          transport::SigningKeyOf(mine, "security.secret_key " + s.secret_key));
+  HUDDLE_ASSIGN_OR_RETURN(identity.policy.project_key,
+                          transport::SigningPublicKeyOf(project, s.project_public_key));
+  identity.policy.corrupt_fraction = config.secure_aggregation.corrupt_fraction;
+  identity.policy.security_bits = config.secure_aggregation.security_bits;
+  return std::optional<SecAggIdentity>(std::move(identity));
 }
 
 StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, bool insecure) {

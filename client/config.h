@@ -6,6 +6,7 @@
 #include <string>
 
 #include "client/privacy_guard.h"
+#include "client/secagg_member.h"
 #include "common/config_reader.h"
 #include "common/status.h"
 #include "data/client_data.h"
@@ -25,6 +26,18 @@ struct RunnerOptions {
 struct ClientSecurity {
   std::string server_public_key;  // the coordinator's .pub file, pinned
   std::string secret_key;         // this client's .key file (huddle keygen client)
+  // The project's .pub file (huddle keygen project), pinned: in secure aggregation this client
+  // accepts only members the project certified. Without it, it refuses secure aggregation.
+  std::string project_public_key;
+};
+
+// `secure_aggregation:` what this client assumes in secure aggregation, whatever the coordinator
+// says (aggregation/secagg/protocol.h's MemberPolicy): it refuses a session whose threshold,
+// graph and minimum do not hold against these, and counts its distributed-DP release by them.
+struct ClientSecAgg {
+  double corrupt_fraction = 0.1;  // of a session, colluding with the coordinator, in [0, 0.5)
+  int security_bits = 40;         // a session may fail its guarantee with probability 2^-this
+  int64_t max_sessions_per_round = 4;
 };
 
 struct ClientConfig {
@@ -41,6 +54,7 @@ struct ClientConfig {
   // `privacy:` the client's own policy and ledger (client/privacy_guard.h). Empty: the
   // coordinator's settings are trusted and releases are accounted in memory only.
   ClientPrivacyPolicy privacy;
+  ClientSecAgg secure_aggregation;
 };
 
 // Reads a client YAML. Errors name the key, the value and what is allowed.
@@ -52,6 +66,12 @@ Status ValidateClientConfig(const ClientConfig& config);
 // client's key pair (security.*), the client id taken from the key file when none is given (and
 // refused when it differs), or plaintext when `insecure` (the caller warns).
 StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, bool insecure);
+
+// This client's identity in secure aggregation: its signing key (security.secret_key) and the
+// project key it pins (security.project_public_key), with its secure_aggregation assumptions.
+// nullopt without a project key (the agent then refuses secure aggregation, saying why); an
+// error for a key file without a signing key, or a project file that is not one.
+StatusOr<std::optional<SecAggIdentity>> SecAggIdentityOf(const ClientConfig& config);
 
 // `device: auto | cpu | cuda[:N]` of *map, checked so that a typo fails before anything starts.
 Status ReadDevice(ConfigMap& map, std::string* device);

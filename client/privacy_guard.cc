@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 
-#include "aggregation/secagg/graph.h"
 #include "aggregation/secagg/quantize.h"
 #include "common/digest.h"
 #include "common/file_util.h"
@@ -110,10 +109,6 @@ StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
     const DistributedDpPolicy& d = *policy.distributed;
     HUDDLE_RETURN_IF_ERROR(
         CheckLimits("distributed", d.min_noise_multiplier, d.max_epsilon, d.delta));
-    if (!(d.corrupt_fraction >= 0 && d.corrupt_fraction < 0.5)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "privacy.distributed.corrupt_fraction must lie in [0, 0.5), got ", d.corrupt_fraction));
-    }
   }
   std::optional<privacy::PrivacyLedger> ledger;
   if (!policy.ledger_path.empty()) {
@@ -171,30 +166,30 @@ StatusOr<privacy::Spend> PrivacyGuard::DpSgdSpent() const {
   return privacy::ComputeSpend(privacy::EventsOf(entries(), privacy::kUnitExample), delta, kind);
 }
 
-StatusOr<privacy::LedgerEntry> PrivacyGuard::DistributedRelease(const RoundRequest& request) const {
+StatusOr<privacy::LedgerEntry> PrivacyGuard::Distributed(const RoundRequest& request,
+                                                         const std::string& release) const {
   const wire::FitInstruction& fit = *request.fit;
   const wire::SecureAggregation& session = *fit.secure_aggregation;  // the codec requires it
-  const double fraction = policy_.distributed ? policy_.distributed->corrupt_fraction
-                                              : DistributedDpPolicy{}.corrupt_fraction;
-  const int64_t colluders = aggregation::secagg::Colluders(fraction, session.members);
-  const int64_t honest = static_cast<int64_t>(session.min_survivors) - colluders;
+  if (!request.honest_shares.ok()) {
+    return absl::FailedPreconditionError(
+        Refuse(std::string(request.honest_shares.status().message())));
+  }
+  const int64_t honest = *request.honest_shares;
   if (honest < 1) {
-    return absl::FailedPreconditionError(Refuse(absl::StrCat(
-        "the session unmasks sums of as few as ", session.min_survivors, " inputs, up to ",
-        colluders, " of which may collude (privacy.distributed.corrupt_fraction ", fraction, " of ",
-        session.members, "): no honest noise share is guaranteed in a sum")));
+    return absl::FailedPreconditionError(
+        Refuse("no honest noise share is guaranteed in a sum of the session"));
   }
   // The words of the update (a weight word, used only without DP, carries no noise): as many as
   // the model has values, or the session is not this round's.
   const auto dim = static_cast<int64_t>(session.length - (session.weight_cap > 0 ? 1 : 0));
-  int64_t values = 0;
-  for (const Tensor& t : *request.global) values += static_cast<int64_t>(t.data.size());
+  const int64_t values = request.model_values;
   if (dim != values) {
     return absl::FailedPreconditionError(
         Refuse(absl::StrCat("the session masks ", dim, " values and the model has ", values)));
   }
-  const double sensitivity = aggregation::secagg::GridSensitivity(
-      std::min(session.clip_norm, fit.privacy.clip_norm), session.scale_exponent, dim);
+  const double clip = std::min(session.clip_norm, fit.privacy.clip_norm);
+  const double sensitivity =
+      aggregation::secagg::GridSensitivity(clip, session.scale_exponent, dim);
   const privacy::DpEvent sum =
       privacy::DistributedDiscreteGaussianEvent(session.noise_variance, honest, sensitivity, dim);
   privacy::LedgerEntry e;
@@ -206,10 +201,29 @@ StatusOr<privacy::LedgerEntry> PrivacyGuard::DistributedRelease(const RoundReque
   e.noise_multiplier = sum.noise_multiplier;
   e.tau = sum.tau;
   e.dimension = dim;
-  e.clip_norm = std::min(session.clip_norm, fit.privacy.clip_norm);
+  e.clip_norm = clip;
   e.unit = privacy::kUnitClient;
   e.adjacency = privacy::kReplaceOne;
+  e.release = release;
+  if (policy_.distributed) {
+    const DistributedDpPolicy& d = *policy_.distributed;
+    if (!(e.noise_multiplier >= d.min_noise_multiplier)) {
+      return absl::FailedPreconditionError(Refuse(absl::StrCat(
+          "the session's noise shares give the sum a noise multiplier of ", e.noise_multiplier,
+          " by this client's count (", honest, " honest shares at least), below the minimum ",
+          d.min_noise_multiplier, " (privacy.distributed.min_noise_multiplier)")));
+    }
+    if (d.max_epsilon) {
+      HUDDLE_RETURN_IF_ERROR(CheckClientLevelCap(e.event(), d.delta, *d.max_epsilon,
+                                                 "privacy.distributed.max_epsilon"));
+    }
+  }
   return e;
+}
+
+Status PrivacyGuard::RecordDistributed(privacy::LedgerEntry entry, const std::string& noise) {
+  entry.noise = noise;
+  return Append(entry);
 }
 
 Status PrivacyGuard::CheckClientLevelCap(const privacy::DpEvent& next, double delta,
@@ -236,22 +250,7 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
   a.dp_release = local || dp_sgd;
   a.clip_norm = fit.privacy.clip_norm;
   if (distributed) {
-    HUDDLE_ASSIGN_OR_RETURN(a.distributed, DistributedRelease(request));
-    if (policy_.distributed) {
-      const DistributedDpPolicy& d = *policy_.distributed;
-      const double z = a.distributed->noise_multiplier;
-      if (!(z >= d.min_noise_multiplier)) {
-        return absl::FailedPreconditionError(Refuse(absl::StrCat(
-            "the session's noise shares give the sum a noise multiplier of ", z,
-            " by this client's count (", fit.secure_aggregation->min_survivors,
-            " inputs at least, corrupt_fraction ", d.corrupt_fraction, "), below the minimum ",
-            d.min_noise_multiplier, " (privacy.distributed.min_noise_multiplier)")));
-      }
-      if (d.max_epsilon) {
-        HUDDLE_RETURN_IF_ERROR(CheckClientLevelCap(a.distributed->event(), d.delta, *d.max_epsilon,
-                                                   "privacy.distributed.max_epsilon"));
-      }
-    }
+    HUDDLE_ASSIGN_OR_RETURN(a.distributed, Distributed(request, ReleaseId(request)));
   } else if (policy_.distributed && policy_.distributed->require) {
     return absl::FailedPreconditionError(Refuse(
         "it requires distributed DP (privacy.distributed.require) and the round asks for another "
@@ -329,12 +328,6 @@ Status PrivacyGuard::Record(const RoundRequest& request, const Admission& admiss
                             const std::optional<privacy::DpEvent>& dp_sgd,
                             const std::string& noise) {
   if (admission.again) return absl::OkStatus();
-  if (admission.distributed) {
-    privacy::LedgerEntry e = *admission.distributed;
-    e.noise = noise;
-    e.release = ReleaseId(request);
-    HUDDLE_RETURN_IF_ERROR(Append(e));
-  }
   if (!admission.dp_release) return absl::OkStatus();
   const wire::FitInstruction& fit = *request.fit;
   privacy::LedgerEntry base;

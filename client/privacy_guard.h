@@ -68,14 +68,14 @@ struct DpSgdPolicy {
 
 // Client-level distributed DP: under secure aggregation the client adds its share of the noise
 // (client/secagg_member.h). The coordinator sizes the share; the client checks it by its own
-// count: the session unmasks sums of at least min_survivors inputs, of which this client assumes
-// up to floor(corrupt_fraction * members) collude, so m = min_survivors - that many honest shares
-// of variance s at least are in any sum, a noise multiplier sqrt(m s) / Delta (Delta = C 2^e +
-// sqrt(d) on the session's grid). Each release is accounted in its own ledger under replace-one.
+// count: m honest shares of variance s at least are in any sum the coordinator can unmask, m from
+// the session by this client's own assumptions (aggregation/secagg/graph.h's HonestShares: the
+// session's minimum, less the colluders it assumes, less what dropping members can split away),
+// a noise multiplier sqrt(m s) / Delta (Delta = C 2^e + sqrt(d) on the session's grid). Each
+// release is accounted in its own ledger under replace-one.
 struct DistributedDpPolicy {
   bool require = false;             // refuse every round that is not in distributed DP mode
   double min_noise_multiplier = 0;  // refuse a session whose sum's z, by the count above, is less
-  double corrupt_fraction = 0.1;    // the fraction of a cohort this client assumes may collude
   std::optional<double> max_epsilon;
   double delta = 1e-5;
 };
@@ -85,6 +85,12 @@ struct ClientPrivacyPolicy {
   std::optional<DpSgdPolicy> dp_sgd;
   std::optional<DistributedDpPolicy> distributed;
   std::string ledger_path;  // the client's ledger; "" = in memory only
+  // `privacy.reply_after_s`: the client holds its first reply to a round (after training) until
+  // this long after the instruction arrived, so that the coordinator, the adversary of local and
+  // distributed DP, cannot read the size of its data from when it answers. Unset: under a local
+  // or distributed DP policy, half the deadline of the job's first instruction (fixed for the
+  // job: a coordinator varying its deadlines learns nothing more), otherwise off; 0: off.
+  std::optional<int64_t> reply_after_ms;
   bool any() const { return local.has_value() || dp_sgd.has_value() || distributed.has_value(); }
 };
 
@@ -93,15 +99,19 @@ struct RoundRequest {
   std::string job;  // the job's name (Welcome)
   uint64_t round = 0;
   const wire::FitInstruction* fit = nullptr;
-  const TensorList* global = nullptr;
-  int64_t local_examples = 0;  // n, for DP-SGD's sampling rate and steps
+  const TensorList* global = nullptr;  // may be null for Distributed (model_values says the size)
+  int64_t model_values = 0;            // the model's values (distributed DP: the session's length)
+  int64_t local_examples = 0;          // n, for DP-SGD's sampling rate and steps
+  // Distributed DP: the honest inputs any sum of the session holds, by this client's own count
+  // (client/secagg_member.h), or the error that count refused the session with.
+  StatusOr<int64_t> honest_shares = int64_t{0};
 };
 
 struct Admission {
   std::string release;      // the release's identity (hex digest)
   bool dp_release = false;  // the update is a DP release (local noise and/or DP-SGD)
-  // Distributed DP: the client-level release its noise share makes, by this client's count
-  // (never sent again from a kept copy: every session's share is a new release).
+  // Distributed DP: the client-level release its noise share would make in the planned session,
+  // by this client's count (checked again, exactly, once the member list is known: Distributed).
   std::optional<privacy::LedgerEntry> distributed;
   double clip_norm = 0;  // local DP: the C to clip to (the instruction's, or less)
   std::shared_ptr<const TensorList> again;  // the release was made before: send exactly this
@@ -121,10 +131,18 @@ class PrivacyGuard {
   StatusOr<Admission> Admit(const RoundRequest& request) const;
   // Before `released` leaves the client: the ledger entries of this release (local DP with z and
   // C; DP-SGD with its event), then the kept copy (shared, not copied: the tensors must not change
-  // afterwards). `noise` describes the noise source.
+  // afterwards). `noise` describes the noise source. (Distributed DP: RecordDistributed.)
   Status Record(const RoundRequest& request, const Admission& admission,
                 std::shared_ptr<const TensorList> released,
                 const std::optional<privacy::DpEvent>& dp_sgd, const std::string& noise);
+  // Distributed DP: the release a session's noise share makes, by request.honest_shares, checked
+  // against the policy (FailedPrecondition naming the rule and the numbers).
+  // `release` is ReleaseId of the round (the ledger entry's identity).
+  StatusOr<privacy::LedgerEntry> Distributed(const RoundRequest& request,
+                                             const std::string& release) const;
+  // Appends a distributed-DP release to the ledger: before the masked input that carries the
+  // share leaves the client (a session that never gets it is then over-counted, never under).
+  Status RecordDistributed(privacy::LedgerEntry entry, const std::string& noise);
 
   // This client's spend so far (every job it took part in) at the policy's delta (1e-5 when the
   // policy has no such section). LocalSpent: client-level (local and distributed DP together).
@@ -144,8 +162,6 @@ class PrivacyGuard {
  private:
   PrivacyGuard(ClientPrivacyPolicy policy, std::optional<privacy::PrivacyLedger> ledger);
   Status Append(const privacy::LedgerEntry& entry);
-  // Distributed DP: the release the session's noise share makes, by this client's count.
-  StatusOr<privacy::LedgerEntry> DistributedRelease(const RoundRequest& request) const;
   // FailedPrecondition naming `key` when `next` would take the client-level spend (every local
   // and distributed release in the ledger) past max_epsilon at delta.
   Status CheckClientLevelCap(const privacy::DpEvent& next, double delta, double max_epsilon,

@@ -33,6 +33,9 @@ StatusOr<ClientConfig> ConfigOf(const ClientOptions& options) {
   if (!options.server_key_file.empty()) {
     config.security.server_public_key = options.server_key_file;
   }
+  if (!options.project_key_file.empty()) {
+    config.security.project_public_key = options.project_key_file;
+  }
   if (!options.privacy_ledger.empty()) config.privacy.ledger_path = options.privacy_ledger;
   if (options.give_up_after_s < 0 || !(options.give_up_after_s <= 7 * 86400.0)) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions::give_up_after_s is ",
@@ -60,6 +63,9 @@ Status RunTrainer(Trainer& trainer, const ClientOptions& options) {
   ClientAgent agent(config.client_id, &trainer);
   HUDDLE_ASSIGN_OR_RETURN(PrivacyGuard guard, OpenPrivacyGuard(config));
   agent.set_privacy_guard(std::move(guard));
+  HUDDLE_ASSIGN_OR_RETURN(std::optional<SecAggIdentity> identity, SecAggIdentityOf(config));
+  if (identity) agent.set_secagg_identity(*std::move(identity));
+  agent.set_max_sessions_per_round(config.secure_aggregation.max_sessions_per_round);
   HUDDLE_RETURN_IF_ERROR(RunConfiguredClient(config, zopts, agent, options.stop));
   spdlog::info("finished after training {} rounds", agent.rounds_trained());
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "aggregation/secagg/graph.h"
 #include "aggregation/secagg/quantize.h"
 #include "aggregation/secagg/wire.h"
 
@@ -10,11 +11,23 @@ namespace huddle::client {
 
 namespace secagg = aggregation::secagg;
 
+StatusOr<int64_t> SecAggMember::PlannedHonestShares(const wire::SecureAggregation& instruction,
+                                                    const secagg::MemberPolicy& policy) {
+  const int64_t n = instruction.members;
+  return secagg::HonestShares(n, instruction.edge_threshold,
+                              static_cast<int>(instruction.threshold),
+                              secagg::Colluders(policy.corrupt_fraction, n),
+                              instruction.min_survivors, policy.security_bits);
+}
+
 StatusOr<SecAggMember> SecAggMember::Create(const wire::SecureAggregation& instruction,
                                             const std::string& nonce, const TensorList& update,
-                                            int64_t examples, privacy::NoiseSource& noise) {
+                                            int64_t examples, privacy::NoiseSource& noise,
+                                            const SecAggIdentity& identity) {
   HUDDLE_ASSIGN_OR_RETURN(secagg::SessionConfig config, secagg::SessionFromWire(instruction));
-  HUDDLE_ASSIGN_OR_RETURN(secagg::Client client, secagg::Client::Create(config, instruction.index));
+  HUDDLE_ASSIGN_OR_RETURN(secagg::Client client,
+                          secagg::Client::Create(config, instruction.index, identity.id,
+                                                 identity.key, identity.policy));
   const int64_t values = TotalElements(LayoutOf(update));
   const bool weighted = instruction.weight_cap > 0;
   if (config.length != static_cast<uint64_t>(values) + (weighted ? 1 : 0)) {
@@ -64,19 +77,63 @@ StatusOr<SecAggMember> SecAggMember::Create(const wire::SecureAggregation& instr
                       static_cast<int>(instruction.bits));
 }
 
-wire::SecAggAdvertise SecAggMember::Advertise() const {
-  return secagg::ToWire(client_.Advertise(), nonce_);
+wire::Message SecAggMember::Advertise(uint64_t round, const std::string& sender) const {
+  return secagg::ToMessage(client_.Advertise(), round, sender, nonce_);
 }
 
-StatusOr<wire::SecAggShares> SecAggMember::OnKeyList(const wire::SecAggKeyList& list) {
-  HUDDLE_ASSIGN_OR_RETURN(secagg::ShareKeys shares, client_.SealShares(secagg::FromWire(list)));
-  return secagg::ToWire(shares, nonce_);
-}
-
-Status SecAggMember::OnShareList(const wire::SecAggShareList& list) {
-  HUDDLE_ASSIGN_OR_RETURN(masked_, client_.MaskInput(secagg::FromWire(list), input_));
-  std::fill(input_.begin(), input_.end(), 0);  // the unmasked input is no longer needed
-  return absl::OkStatus();
+StatusOr<std::vector<wire::Message>> SecAggMember::OnMessage(const wire::Message& msg,
+                                                             const std::string& sender) {
+  const auto& data = std::get<wire::SecAggData>(msg.body);
+  if (!secagg::IsStage(data.stage) || secagg::FromMember(data.stage)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: stage ", data.stage, " is not the coordinator's"));
+  }
+  HUDDLE_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, secagg::PayloadOf(msg));
+  const uint64_t round = msg.round;
+  std::vector<wire::Message> out;
+  auto reply = [&](const auto& m) { out.push_back(secagg::ToMessage(m, round, sender, nonce_)); };
+  switch (static_cast<secagg::Stage>(data.stage)) {
+    case secagg::Stage::kMemberList: {
+      HUDDLE_ASSIGN_OR_RETURN(auto list, secagg::Decode<secagg::MemberList>(bytes));
+      HUDDLE_ASSIGN_OR_RETURN(auto reveal, client_.OnMemberList(list));
+      reply(reveal);
+      break;
+    }
+    case secagg::Stage::kSeeds: {
+      HUDDLE_ASSIGN_OR_RETURN(auto seeds, secagg::Decode<secagg::SeedList>(bytes));
+      HUDDLE_ASSIGN_OR_RETURN(auto shares, client_.OnSeeds(seeds));
+      reply(shares);
+      break;
+    }
+    case secagg::Stage::kShareList: {
+      HUDDLE_ASSIGN_OR_RETURN(auto list, secagg::Decode<secagg::ShareList>(bytes));
+      HUDDLE_ASSIGN_OR_RETURN(auto verdict, client_.OnShareList(list));
+      reply(verdict);
+      break;
+    }
+    case secagg::Stage::kMask: {
+      HUDDLE_ASSIGN_OR_RETURN(auto request, secagg::Decode<secagg::MaskRequest>(bytes));
+      HUDDLE_ASSIGN_OR_RETURN(masked_, client_.MaskInput(request, input_));
+      std::fill(input_.begin(), input_.end(), 0);  // the unmasked input is no longer needed
+      break;
+    }
+    case secagg::Stage::kSurvivors: {
+      HUDDLE_ASSIGN_OR_RETURN(auto sets, secagg::Decode<secagg::Survivors>(bytes));
+      HUDDLE_ASSIGN_OR_RETURN(auto consistency, client_.OnSurvivors(sets));
+      reply(consistency);
+      break;
+    }
+    case secagg::Stage::kUnmask: {
+      HUDDLE_ASSIGN_OR_RETURN(auto request, secagg::Decode<secagg::UnmaskRequest>(bytes));
+      HUDDLE_ASSIGN_OR_RETURN(auto response, client_.OnUnmask(request));
+      reply(response);
+      done_ = true;
+      break;
+    }
+    default:
+      break;
+  }
+  return out;
 }
 
 wire::Message SecAggMember::MaskedInput(uint64_t round, uint64_t model_version,
@@ -114,12 +171,6 @@ wire::Message SecAggMember::MaskedInput(uint64_t round, uint64_t model_version,
   }
   if (at < masked_.size()) add(kWeightName, {1}, 1);
   return msg;
-}
-
-StatusOr<wire::SecAggUnmaskResponse> SecAggMember::OnUnmask(const wire::SecAggUnmask& request) {
-  HUDDLE_ASSIGN_OR_RETURN(secagg::UnmaskResponse response,
-                          client_.Unmask(secagg::FromWire(request)));
-  return secagg::ToWire(response, nonce_);
 }
 
 }  // namespace huddle::client

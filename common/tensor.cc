@@ -15,6 +15,8 @@ const char* DTypeName(DType dtype) {
       return "uint32";
     case DType::kUint64:
       return "uint64";
+    case DType::kUint8:
+      return "uint8";
   }
   return "unknown";
 }
@@ -26,6 +28,8 @@ size_t DTypeSize(DType dtype) {
       return 4;
     case DType::kUint64:
       return 8;
+    case DType::kUint8:
+      return 1;
   }
   return 0;
 }

@@ -19,7 +19,7 @@ namespace huddle {
 // Element type of a tensor frame: float32 for models and updates; unsigned integers only for the
 // words of a securely aggregated update (aggregation/secagg/), which the codec accepts on that
 // message alone.
-enum class DType : uint8_t { kFloat32 = 1, kUint32 = 2, kUint64 = 3 };
+enum class DType : uint8_t { kFloat32 = 1, kUint32 = 2, kUint64 = 3, kUint8 = 4 };
 
 const char* DTypeName(DType dtype);
 size_t DTypeSize(DType dtype);

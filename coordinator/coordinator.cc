@@ -371,7 +371,7 @@ Status Coordinator::RunRound(uint64_t number) {
 std::vector<std::string> Coordinator::SampleCohort() {
   std::vector<std::string> live;
   for (const auto& [id, c] : clients_) {
-    if (Alive(c)) live.push_back(id);
+    if (Alive(c) && secagg_excluded_.count(id) == 0) live.push_back(id);
   }
   std::vector<std::string> cohort;
   if (options_.cohort.sampling == CohortOptions::Sampling::kPoisson) {
@@ -532,10 +532,8 @@ void Coordinator::Handle(transport::Inbound in) {
     case wire::MessageType::kEvaluateResult:
       OnEvaluateResult(id, msg);
       return;
-    case wire::MessageType::kSecAggAdvertise:
-    case wire::MessageType::kSecAggShares:
+    case wire::MessageType::kSecAggData:
     case wire::MessageType::kSecAggMaskedInput:
-    case wire::MessageType::kSecAggUnmaskResponse:
       OnSecAgg(id, msg);
       return;
     default: {
@@ -868,6 +866,7 @@ void Coordinator::FailMember(const std::string& id, const char* why) {
     transport_->SetUploadAllowance(clients_.at(id).peer, 0);
   }
   m->second = MemberState::kFailed;
+  if (round.secagg) round.secagg->awaiting.erase(id);  // a stage no longer waits for it
   spdlog::warn("round {}: client {} {}", round.number, id, why);
   GrantSlots();
 }
@@ -903,7 +902,10 @@ void Coordinator::Refuse(const transport::PeerId& peer, wire::ErrorCode code,
 Status Coordinator::FinishRound(Round& round) {
   RoundMetrics& m = round.metrics;
   m.dropped = m.clients_sampled - m.results;
-  if (m.results > 0 && !dp()) m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
+  // Secure aggregation's members report no loss (and, weighing uniformly, no example count).
+  if (m.results > 0 && !dp() && !round.secagg && m.examples > 0) {
+    m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
+  }
   if (dp()) {
     // Under DP every round releases its noised update, whatever the number of results (skipping
     // a round for want of quorum would reveal that number without noise).
@@ -914,21 +916,21 @@ Status Coordinator::FinishRound(Round& round) {
           round.number, m.results, options_.quorum);
     }
     TensorList mean;
-    if (round.secagg) {
-      // Local DP: the secure sum of the private updates (nothing, when it was refused).
-      TensorList none;
-      if (!round.secagg->sum) {
-        none = model_;
-        for (Tensor& t : none) std::fill(t.data.begin(), t.data.end(), 0.0f);
-      }
-      HUDDLE_RETURN_IF_ERROR(
-          PrivateMean(round, &mean, round.secagg->sum ? &*round.secagg->sum : &none));
+    if (round.secagg && !round.secagg->sum) {
+      // The secure aggregation released nothing (refused before unmasking, or its sum was
+      // discarded): no update, and nothing charged unless the unmasking began (the ledger then
+      // holds the round: SecAggStep appended it before asking for any share).
+      HUDDLE_RETURN_IF_ERROR(NoRelease(round));
     } else {
-      HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean));
+      if (round.secagg) {
+        HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean, &*round.secagg->sum));
+      } else {
+        HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean));
+      }
+      HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
+      ++model_version_;
+      m.updated = true;
     }
-    HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
-    ++model_version_;
-    m.updated = true;
   } else if (m.results >= options_.quorum && m.results > 0) {
     TensorList mean;
     if (round.secagg) {
@@ -954,6 +956,12 @@ Status Coordinator::FinishRound(Round& round) {
   }
   ++rounds_this_run_;
   results_this_run_ += m.results;
+  if (m.secure_aggregation) {
+    const RoundMetrics::SecureAggregation& a = *m.secure_aggregation;
+    ++(a.released ? summary_.secure_rounds_released : summary_.secure_rounds_refused);
+    summary_.secure_restarts += a.restarts;
+    for (const auto& [id, why] : a.blamed) summary_.secure_blamed.push_back(id);
+  }
   // Rounds that accepted nothing, in a row. Not under DP: there every round releases its noised
   // update, and stopping on the count of results would reveal it without noise.
   if (!dp() && !m.updated) {
@@ -1098,6 +1106,27 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
                      {"elapsed_s", elapsed_s},
                      {"bytes_in", bytes_in},
                      {"bytes_out", bytes_out}};
+  }
+  if (options.secure_aggregation.enabled) {
+    // The settings are the configuration's; which rounds released and who lied, the operator's
+    // (under DP, counts of clients are not covered by the guarantee).
+    const aggregation::secagg::GraphOptions& g = options.secure_aggregation.graph;
+    nlohmann::ordered_json a;
+    a["enabled"] = true;
+    a["corrupt_fraction"] = g.corrupt_fraction;
+    a["security_bits"] = g.security_bits;
+    a["weight_by_examples"] = options.secure_aggregation.weight_by_examples;
+    nlohmann::ordered_json outcome = {{"rounds_released", secure_rounds_released},
+                                      {"rounds_refused", secure_rounds_refused},
+                                      {"restarts", secure_restarts},
+                                      {"blamed", secure_blamed}};
+    if (dp) {
+      outcome["note"] = privacy::kOperatorOnly;
+      a["operator"] = std::move(outcome);
+    } else {
+      a.update(outcome);
+    }
+    j["secure_aggregation"] = std::move(a);
   }
   if (options.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
     nlohmann::ordered_json e;

@@ -31,6 +31,7 @@
 
 #include "aggregation/secagg/protocol.h"
 #include "aggregation/secagg/quantize.h"
+#include "aggregation/secagg/wire.h"
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
 #include "common/clock.h"
@@ -71,6 +72,12 @@ struct JobSummary {
   int64_t federated_evaluations = 0;
   int64_t evaluations_without_answers = 0;
   bool final_evaluation_unanswered = false;
+  // Secure aggregation (this run): rounds whose sum was unmasked, rounds that released nothing,
+  // sessions started again, and the clients found lying (left out of later rounds).
+  int64_t secure_rounds_released = 0;
+  int64_t secure_rounds_refused = 0;
+  int64_t secure_restarts = 0;
+  std::vector<std::string> secure_blamed;
   std::string ToJson(const CoordinatorOptions& options) const;
 };
 
@@ -95,7 +102,7 @@ class Coordinator {
   const JobSummary& summary() const { return summary_; }
 
  private:
-  // kSecAgg: in secure aggregation's stages 0-3 past training (SecAggRound says which);
+  // kSecAgg: in secure aggregation's stages past training (SecAggRound says which);
   // kSecAggMasking: its masked input is due (it asks for an upload slot as for a FitResult).
   enum class MemberState {
     kTraining,
@@ -109,21 +116,26 @@ class Coordinator {
   // The round's secure aggregation (coordinator/secagg_round.cc).
   struct SecAggRound {
     std::optional<aggregation::secagg::Server> server;
-    std::vector<std::string> ids;            // index -> client id (the sorted cohort)
-    std::map<std::string, uint32_t> index;   // client id -> index
-    aggregation::secagg::QuantizePlan plan;  // bits, scale, noise share
-    uint64_t weight_cap = 0;                 // 0: uniform weights, no weight word
+    std::vector<std::string> ids;              // cohort index -> client id (the sorted cohort)
+    std::map<std::string, uint32_t> index;     // client id -> cohort index
+    std::vector<std::string> listed;           // member-list position -> client id
+    std::map<std::string, uint32_t> position;  // client id -> member-list position
+    aggregation::secagg::QuantizePlan plan;    // bits, scale, noise share
+    uint64_t weight_cap = 0;                   // 0: uniform weights, no weight word
     double clip_norm = 0;
-    int stage = 0;  // 0 advertise, 1 share keys, 2 masked inputs, 3 unmask, 4 over
+    // 0 advertise, 1 reveal, 2 shares, 3 verdicts, 4 masked inputs, 5 consistency, 6 unmask,
+    // 7 over.
+    int stage = 0;
     int64_t stage_deadline_ms = 0;
+    int restarts = 0;                // sessions started again without members that did not reveal
     std::set<std::string> awaiting;  // members whose answer to the current stage is due
-    std::optional<TensorList> sum;   // stage 4: the survivors' decoded sum (weighted)
+    std::optional<TensorList> sum;   // at the end: the survivors' decoded sum (weighted)
     uint64_t total_weight = 0;       // its weight word's sum (weighted rounds)
     std::string failure;             // why it released nothing ("" when it did)
-    // Distributed DP: the fewest honest members whose noise shares an unmasked sum holds (the
-    // minimum survivors less the colluders), and the round's ledger entry (its sum's noise
+    // Distributed DP: the fewest honest members whose noise shares an unmasked sum holds (by the
+    // coordinator's count, graph.h's HonestShares), and the round's ledger entry (its sum's noise
     // multiplier, tau and dimension).
-    uint32_t noise_members = 0;
+    int64_t noise_members = 0;
     std::optional<privacy::LedgerEntry> distributed;
     bool accounted = false;  // its entry is in the ledger (appended before unmasking)
   };
@@ -196,12 +208,29 @@ class Coordinator {
   // its deadline passed, and sends the next stage's messages; false once the protocol is over.
   StatusOr<bool> StartSecAgg(Round& round, const std::vector<std::string>& cohort);
   bool SecAggStep(Round& round);
-  // A client's message of a secure aggregation stage (advertise, shares, masked input, unmask).
+  // A client's message of a secure aggregation stage (SecAggData, or its masked input).
   void OnSecAgg(const std::string& id, const wire::Message& msg);
+  // A SecAggData from member `id` (its stage's message decoded and handed to the server).
+  Status OnSecAggData(const std::string& id, const wire::Message& msg);
+  // Ends the round's secure aggregation with `why`: nothing is released; members still in it fail.
+  bool RefuseSecAgg(Round& round, const Status& why);
+  // Starts the round's session again, with a new session id, for the members that revealed their
+  // randomness (a member that did not blocks the graph): they get a new FitInstruction and mask
+  // the update they trained. False when no restart is left or too few members remain.
+  bool RestartSecAgg(Round& round, const Status& why);
+  // Sends the same encoded bytes of `stage` to each member in `ids` (a failed send fails it).
+  void BroadcastSecAgg(Round& round, aggregation::secagg::Stage stage,
+                       std::shared_ptr<const std::string> bytes,
+                       const std::vector<std::string>& ids);
+  // The session's settings, counts and blames into the round's metrics.
+  void RecordSecAgg(Round& round);
   // The fields of member `id`'s FitInstruction.
   wire::SecureAggregation SecAggInstruction(const std::string& id) const;
   // The round's released update: the survivors' weighted mean (or, under local DP, their mean).
   Status SecAggMean(Round& round, TensorList* mean) const;
+  // DataLoss when the unmasked sum is longer than its survivors' clipped inputs (and noise) can
+  // make: some member's input was out of range.
+  Status CheckSecureSum(const Round& round, const TensorList& sum) const;
   int64_t SecAggTimeoutMs(const Round& round) const;
   // DP (coordinator/dp_round.cc).
   bool dp() const { return privacy_ && privacy_->enabled(); }
@@ -220,6 +249,12 @@ class Coordinator {
   // `secure_sum`: the sum of the round's updates from secure aggregation (local mode), instead of
   // the aggregator's.
   Status PrivateMean(Round& round, TensorList* mean, const TensorList* secure_sum = nullptr);
+  // A DP round whose secure aggregation released nothing: the spend so far into its metrics.
+  Status NoRelease(Round& round);
+  // The round's privacy metrics without the spend; RecordSpent adds the ledger's total to them
+  // and to the summary.
+  RoundMetrics::Privacy PrivacyInfo(const Round& round) const;
+  Status RecordSpent(Round& round, RoundMetrics::Privacy info);
   // OUT/privacy.json from the ledger and the job's settings (privacy/report.h); for a job without
   // client-level DP whose clients train with DP-SGD, the example-level statement
   // (WriteDpSgdReport). Nothing for a job without DP.
@@ -289,7 +324,10 @@ class Coordinator {
   std::vector<std::string> no_update_reasons_;  // of those rounds
   uint64_t evaluated_version_ = UINT64_MAX;     // model version of the last evaluation
   TensorList clip_scratch_;  // a result clipped to max_update_norm (reused; empty until needed)
-  std::vector<uint64_t> secagg_scratch_;    // a masked input's words, gathered from its tensors
+  // A masked input's words, gathered from its tensors (64-bit sessions; 32-bit ones).
+  std::vector<uint64_t> secagg_scratch_;
+  std::vector<uint32_t> secagg_scratch32_;
+  std::set<std::string> secagg_excluded_;   // clients found lying in secure aggregation
   std::map<std::string, LogSummary> logs_;  // Warn()'s, by kind
 
   std::optional<privacy::PrivacyPlan> privacy_;

@@ -184,15 +184,32 @@ Status Coordinator::CheckUpdateNorm(const Round& round,
   return absl::OkStatus();
 }
 
-Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList* secure_sum) {
+RoundMetrics::Privacy Coordinator::PrivacyInfo(const Round& round) const {
   const privacy::PrivacyOptions& p = options_.privacy;
-  const bool central = p.mode == PrivacyMode::kCentral;
   RoundMetrics::Privacy info;
   info.mode = privacy::PrivacyModeName(p.mode);
   info.is_private = noise_->is_private();
   info.noise_multiplier = round.noise_multiplier;
   info.clip_norm = round.clip_norm;
   info.budget_epsilon = p.total_epsilon;
+  return info;
+}
+
+Status Coordinator::RecordSpent(Round& round, RoundMetrics::Privacy info) {
+  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
+  info.epsilon = spent.epsilon;
+  info.delta = spent.delta;
+  info.accountant = privacy::AccountantName(spent.accountant);
+  summary_.epsilon = spent.epsilon;
+  summary_.delta = spent.delta;
+  round.metrics.privacy = std::move(info);
+  return absl::OkStatus();
+}
+
+Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList* secure_sum) {
+  const privacy::PrivacyOptions& p = options_.privacy;
+  const bool central = p.mode == PrivacyMode::kCentral;
+  RoundMetrics::Privacy info = PrivacyInfo(round);
   double next_clip = clip_norm_;
   if (central) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -250,20 +267,21 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
       entry.dimension = static_cast<int64_t>(aggregator_->size());
     }
     info.noise_multiplier = entry.noise_multiplier;
-    info.noise_stddev = entry.noise_multiplier * round.clip_norm;
+    if (round.secagg) {
+      // The std of the noise the honest shares guarantee in the sum, per value, in the model's
+      // units (as central DP's: before the mean divides it): sqrt(m s) grid steps.
+      const SecAggRound& a = *round.secagg;
+      info.noise_stddev = std::sqrt(static_cast<double>(a.noise_members) *
+                                    static_cast<double>(a.plan.noise_variance)) *
+                          std::ldexp(1.0, -a.plan.scale_exponent);
+    }
   }
   // Distributed DP appends before unmasking (SecAggStep); a round refused earlier released no
   // sum, and is accounted here all the same.
   const bool accounted = round.secagg && round.secagg->accounted;
   if (!accounted) HUDDLE_RETURN_IF_ERROR(ledger_->Append(entry));
-  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
-  info.epsilon = spent.epsilon;
-  info.delta = spent.delta;
-  info.accountant = privacy::AccountantName(spent.accountant);
-  summary_.epsilon = spent.epsilon;
-  summary_.delta = spent.delta;
+  HUDDLE_RETURN_IF_ERROR(RecordSpent(round, std::move(info)));
   clip_norm_ = next_clip;
-  round.metrics.privacy = info;
   // Central: divide by the expected cohort size, never the realized count (that would make the
   // sensitivity depend on the cohort). Local: the updates are already private; the same estimator.
   if (secure_sum != nullptr) {
@@ -274,6 +292,16 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
     return absl::OkStatus();
   }
   return aggregator_->Finalize(round.expected_cohort, mean);
+}
+
+Status Coordinator::NoRelease(Round& round) {
+  HUDDLE_RETURN_IF_ERROR(RecordSpent(round, PrivacyInfo(round)));
+  spdlog::warn("round {}: secure aggregation released nothing; the model is unchanged{}",
+               round.number,
+               round.secagg && round.secagg->accounted
+                   ? " (the round is in the ledger: its unmasking had begun)"
+                   : " and nothing is charged");
+  return absl::OkStatus();
 }
 
 Status Coordinator::WriteDpSgdReport() const {
@@ -374,28 +402,37 @@ Status Coordinator::WritePrivacyReport() const {
   } else if (p.mode == PrivacyMode::kDistributed) {
     const SecureAggregationOptions& a = options_.secure_aggregation;
     r.mechanism = fmt::format(
-        "distributed DP under secure aggregation (SecAgg+): each client clips its update to L2 "
-        "norm C, quantizes it onto the round's integer grid (stochastic rounding, so the L2 "
-        "sensitivity on the grid is Delta = C 2^e + sqrt(d)), adds exact discrete Gaussian noise "
-        "of variance s itself and masks it; the coordinator can unmask only the sum of at least "
-        "min_survivors inputs, of which at most a fraction {:g} of the cohort may collude with "
-        "it, and s is sized so that the remaining honest shares sum to noise of std >= z Delta. "
-        "Accounted per round by the RDP bound of Kairouz, Liu and Steinke 2021 for a sum of "
-        "discrete Gaussians (each ledger entry's noise_multiplier is sqrt(m s) / Delta, with its "
-        "tau and dimension)",
-        a.graph.corrupt_fraction);
+        "distributed DP under secure aggregation (SecAgg with certified members, a consistency "
+        "round and a graph drawn from the members' joint randomness, aggregation/secagg/"
+        "protocol.h): each client clips its update to L2 norm C, quantizes it onto the round's "
+        "integer grid (stochastic rounding, so the L2 sensitivity on the grid is Delta = C 2^e + "
+        "sqrt(d)), adds exact discrete Gaussian noise of variance s itself and masks it; any sum "
+        "the coordinator can unmask, cheating or not, holds at least m = min_survivors - c - cut "
+        "honest inputs (c = floor({:g} n) colluders, cut: the most that dropping members can "
+        "split away, bounded over the graph's randomness to 2^-{}), and s is sized so that m "
+        "honest shares sum to noise of std >= z Delta. Accounted per round by the RDP bound of "
+        "Kairouz, Liu and Steinke 2021 for a sum of discrete Gaussians (each ledger entry's "
+        "noise_multiplier is sqrt(m s) / Delta, with its tau and dimension)",
+        a.graph.corrupt_fraction, a.graph.security_bits);
     r.sampling =
         "none assumed: the coordinator knows who took part, so every round is accounted as if "
         "each client took part (q = 1)";
     r.assumptions = {
-        "the coordinator is honest but curious: it follows the protocol (it unmasks only sums of "
-        "at least min_survivors inputs) and may collude with up to corrupt_fraction of each "
-        "cohort; an actively malicious coordinator is not covered (docs/security.md)",
+        fmt::format(
+            "holds against the coordinator even when it deviates from the protocol, with up to "
+            "corrupt_fraction {:g} of each session colluding with it (each client checks the "
+            "session against its own fraction and refuses a weaker one); it fails with "
+            "probability at most 2^-{} per session over the graph's randomness "
+            "(docs/security.md)",
+            a.graph.corrupt_fraction, a.graph.security_bits),
+        "the project key that certifies the members is held by someone who does not collude with "
+        "the coordinator (it could otherwise certify members of its own)",
         "replace-one adjacency: a client's data replaced by any other changes its quantized "
         "update by up to 2 Delta, so each round is accounted with multiplier z / 2",
-        "every honest client added the noise share the session asked for (a colluding client's "
-        "share is not counted)",
-        "the unit of privacy is one client's whole data",
+        "every honest client added the noise share it checked (a colluding client's share is not "
+        "counted)",
+        "the unit of privacy is one client's whole data; who took part, and when each client "
+        "answered, are not protected (clients hold their replies to a fixed time by default)",
     };
   } else {
     r.mechanism =

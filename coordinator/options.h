@@ -9,6 +9,7 @@
 #include "aggregation/secagg/graph.h"
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
+#include "common/member_certificate.h"
 #include "models/model.h"
 #include "privacy/budget.h"
 #include "proto/messages.h"
@@ -47,10 +48,19 @@ struct SecureAggregationOptions {
   int neighbours = 0;
   int threshold = 0;
   // A round unmasks nothing with fewer masked inputs than max(threshold, quorum, this fraction of
-  // the cohort, rounded up).
+  // the cohort rounded up, the consistency quorum: more than half the cohort, its colluders aside).
   double min_survivor_fraction = 0.5;
-  int64_t stage_timeout_ms = 30000;  // stages 1-3 each; stage 0 ends at the round's deadline
+  int64_t stage_timeout_ms = 30000;  // every stage after training; the first ends at the deadline
   int bits = 0;                      // word width: 0 chooses 32 (64 when 32 is too narrow)
+  // Without DP, whether updates are weighted by their example counts (FedAvg) inside the secure
+  // sum: a masked weight word no one can check but for its total, which a lying member can move
+  // within [survivors, survivors x the cap] (docs/security.md). Off (default): every survivor
+  // weighs 1.
+  bool weight_by_examples = false;
+  // Each member's certificate (common/member_certificate.h) by client id, as the project key
+  // certified it: what the coordinator lists the member with. A member without one cannot join a
+  // session (members accept only certified peers). The CLI reads them from the allow-list.
+  std::function<std::optional<MemberCertificate>(const std::string& id)> certificates;
 };
 
 struct CoordinatorOptions {

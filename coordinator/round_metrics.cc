@@ -61,6 +61,38 @@ Json FederatedJson(const RoundMetrics::FederatedEval& f) {
   return j;
 }
 
+// The session's settings: public, the configuration fixes them.
+Json SecAggSettings(const RoundMetrics::SecureAggregation& a) {
+  Json j;
+  j["enabled"] = true;
+  j["members"] = a.members;
+  j["threshold"] = a.threshold;
+  j["neighbours"] = a.neighbours;
+  j["min_survivors"] = a.min_survivors;
+  j["bits"] = a.bits;
+  j["consistency_quorum"] = a.consistency_quorum;
+  if (a.honest_shares > 0) j["honest_shares"] = a.honest_shares;
+  return j;
+}
+
+// What happened in the session: counts of members by stage, complaints, who lied, the outcome.
+Json SecAggOutcome(const RoundMetrics::SecureAggregation& a) {
+  Json j;
+  j["listed"] = a.listed;
+  j["shared"] = a.shared;
+  j["masked"] = a.masked;
+  j["signed"] = a.signed_survivors;
+  j["answered"] = a.answered;
+  j["complaints"] = a.complaints;
+  Json blamed = Json::array();
+  for (const auto& [id, why] : a.blamed) blamed.push_back({{"client", id}, {"reason", why}});
+  j["blamed"] = blamed;
+  j["restarts"] = a.restarts;
+  j["released"] = a.released;
+  j["failure"] = a.failure.empty() ? Json(nullptr) : Json(a.failure);
+  return j;
+}
+
 // ... and timings and traffic.
 void AddTimings(const RoundMetrics& m, Json* j) {
   (*j)["duration_s"] = m.duration_s;
@@ -81,6 +113,7 @@ std::string RoundMetrics::PublicJson() const {
   j["epsilon"] = privacy->is_private ? Json(privacy->epsilon) : Json(nullptr);
   j["delta"] = privacy->delta;
   j["privacy"] = PublicPrivacy(*privacy);
+  if (secure_aggregation) j["secure_aggregation"] = SecAggSettings(*secure_aggregation);
   return j.dump();
 }
 
@@ -88,13 +121,14 @@ std::string RoundMetrics::OperatorJson() const {
   Json j;
   j["round"] = round;
   AddCounts(*this, &j);
-  j["examples"] = examples;
+  j["examples"] = examples >= 0 ? Json(examples) : Json(nullptr);
   j["train_loss"] = Maybe(train_loss);
   AddTimings(*this, &j);
   if (privacy) {
     j["within_clip"] = privacy->within_clip >= 0 ? Json(privacy->within_clip) : Json(nullptr);
     j["noise_seconds"] = privacy->noise_seconds;
   }
+  if (secure_aggregation) j["secure_aggregation"] = SecAggOutcome(*secure_aggregation);
   return j.dump();
 }
 
@@ -104,11 +138,16 @@ std::string RoundMetrics::ToJson() const {
   j["round"] = round;
   AddCounts(*this, &j);
   j["updated"] = updated;
-  j["examples"] = examples;
+  j["examples"] = examples >= 0 ? Json(examples) : Json(nullptr);
   j["train_loss"] = Maybe(train_loss);
   j["test_accuracy"] = Maybe(test_accuracy);
   j["test_loss"] = Maybe(test_loss);
   if (federated_eval) j["evaluation"] = FederatedJson(*federated_eval);
+  if (secure_aggregation) {
+    Json a = SecAggSettings(*secure_aggregation);
+    a.update(SecAggOutcome(*secure_aggregation));
+    j["secure_aggregation"] = a;
+  }
   AddTimings(*this, &j);
   return j.dump();
 }
@@ -128,7 +167,15 @@ std::string RoundMetrics::ProgressLine() const {
   if (clipped > 0) line += fmt::format(" | {} clipped", clipped);
   if (weight_capped > 0) line += fmt::format(" | {} weights capped", weight_capped);
   if (connections_cut > 0) line += fmt::format(" | {} connections cut", connections_cut);
-  if (!updated) line += " | no quorum, model unchanged";
+  if (secure_aggregation) {
+    const SecureAggregation& a = *secure_aggregation;
+    line += a.released ? fmt::format(" | secure sum of {} (t {})", a.masked, a.threshold)
+                       : " | secure aggregation released nothing";
+    if (!a.blamed.empty()) line += fmt::format(", {} blamed", a.blamed.size());
+  }
+  if (!updated)
+    line += secure_aggregation && !secure_aggregation->released ? ", model unchanged"
+                                                                : " | no quorum, model unchanged";
   if (test_accuracy)
     line += fmt::format(" | test acc {:.4f} loss {:.4f}", *test_accuracy, *test_loss);
   if (federated_eval && test_accuracy) {

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace huddle::coordinator {
 
@@ -36,7 +38,7 @@ struct RoundMetrics {
   int64_t weight_capped = 0;  // accepted updates whose example count was capped (max_weight_ratio)
   int64_t connections_cut = 0;       // connections the transport cut (undelivered bytes over bound)
   bool updated = false;              // quorum met and the model changed
-  int64_t examples = 0;              // sum of the accepted results' example counts
+  int64_t examples = 0;  // sum of the accepted results' example counts (-1: unknown, null)
   std::optional<double> train_loss;  // example-weighted mean over accepted results
   std::optional<double> test_accuracy;  // evaluation of the round's model, when due
   std::optional<double> test_loss;
@@ -52,6 +54,31 @@ struct RoundMetrics {
     int64_t weight_capped = 0;  // accepted answers whose example count was capped
   };
   std::optional<FederatedEval> federated_eval;
+  // Secure aggregation, when the round used it (aggregation/secagg/protocol.h): the session's
+  // settings (what the configuration fixes: public) and what happened (operator-only under DP).
+  struct SecureAggregation {
+    int64_t members = 0;        // the cohort the session was planned for
+    int threshold = 0;          // t
+    double neighbours = 0;      // the graph's expected degree
+    int64_t min_survivors = 0;  // m
+    int bits = 0;
+    int64_t consistency_quorum = 0;  // signatures over one survivor set before anyone unmasks
+    int64_t honest_shares = 0;  // honest inputs in any sum it can unmask, the coordinator's count
+    // What happened: the members listed (advertised keys), whose secrets enough others hold (U2),
+    // that sent a masked input (S), that signed S, that answered the unmasking; complaints of
+    // unreadable shares; members found lying (client id, what it did).
+    int64_t listed = 0;
+    int64_t shared = 0;
+    int64_t masked = 0;
+    int64_t signed_survivors = 0;
+    int64_t answered = 0;
+    int64_t complaints = 0;
+    std::vector<std::pair<std::string, std::string>> blamed;
+    int restarts = 0;       // sessions started again without members that did not reveal
+    bool released = false;  // the sum was unmasked
+    std::string failure;    // why it was not ("" when it was)
+  };
+  std::optional<SecureAggregation> secure_aggregation;
   double duration_s = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;

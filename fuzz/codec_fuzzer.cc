@@ -1,6 +1,7 @@
-// libFuzzer target over the wire decoder (proto/codec.h) and the update validator
-// (coordinator/update_check.h + aggregation/streaming_aggregator.h): everything a coordinator does
-// with the bytes of an incoming message before its round logic.
+// libFuzzer target over the wire decoder (proto/codec.h), secure aggregation's stage decoders
+// (aggregation/secagg/wire.h) and the update validator (coordinator/update_check.h +
+// aggregation/streaming_aggregator.h): everything a coordinator or member does with the bytes of
+// an incoming message before its round logic.
 //
 // Input: a multipart message as a sequence of frames, each [u32 little-endian word][bytes]; the
 // word's low 31 bits are the frame's length (a length larger than what remains takes the rest) and
@@ -12,17 +13,22 @@
 //      "malformed message: ..." or FailedPrecondition "protocol version mismatch ...".
 //   2. A decoded message keeps the codec's promises: protocol version, every extra frame a chunk of
 //      a tensor (fuzz inputs use kChunkBytes = 32, so small inputs reach multi-chunk tensors and
-//      their reassembly), tensors only on FitInstruction/FitResult/EvaluateInstruction (float32)
-//      and SecAggMaskedInput (all uint32 or all uint64), valid and 4-byte aligned tensors whose
-//      bytes equal their frames', string limits (and an external model's tensor specs within the
-//      tensor limits), 16-byte nonces, 32-byte keys, secure aggregation's lists within their
-//      limit, finite doubles, a known error code.
+//      their reassembly), tensors only on FitInstruction/FitResult/EvaluateInstruction (float32),
+//      SecAggMaskedInput (all uint32 or all uint64) and SecAggData (exactly one one-dimensional
+//      uint8 frame named "secagg"), valid and 4-byte aligned tensors whose bytes equal their
+//      frames', string limits (and an external model's tensor specs within the tensor limits),
+//      16-byte nonces (a SecAggData's: empty or 16 bytes), a 32-byte secure-aggregation session
+//      within its ranges, a SecAggData stage in 1-12, finite doubles, a known error code.
 //   3. Round trip: EncodeToFrames then Decode succeeds and gives a message equal in every field
 //      (doubles and tensor bytes bitwise), and encodes to the same header bytes again.
 //   4. For a FitResult: CheckUpdate against TheFuzzRound() never crashes; if it passes, the spans
 //      match the layout, and Fold into a StreamingAggregator holding one known update either
 //      succeeds (the weighted mean is then within the documented precision of the exact mean and
 //      inside +-max_abs_value) or fails leaving the aggregator bitwise unchanged (rollback).
+//   5. For a SecAggData: PayloadOf gives its frame, and the Decode<T> of its stage
+//      (aggregation/secagg/wire.h) either refuses the bytes with InvalidArgument
+//      "malformed secure-aggregation ..." or decodes a message that re-encodes to exactly the same
+//      bytes (the encoding is canonical).
 //
 // Reproduce a finding: build-fuzz/fuzz/codec_fuzzer build-fuzz/artifacts/crash-<sha1>
 #include <bit>
@@ -36,6 +42,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "aggregation/secagg/wire.h"
 #include "aggregation/streaming_aggregator.h"
 #include "coordinator/update_check.h"
 #include "fuzz/fuzz_input.h"
@@ -43,6 +50,8 @@
 
 namespace huddle::fuzz {
 namespace {
+
+namespace secagg = aggregation::secagg;
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "codec_fuzzer: property violated: %s\n", what.c_str());
@@ -160,10 +169,14 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
   Require(tensor_frames + 1 == frames.size(), "tensor chunks != frames - 1");
   Require(m.sender.size() <= limits.max_string_bytes, "sender over the limit");
   const bool masked = m.type() == wire::MessageType::kSecAggMaskedInput;
+  const bool stage = m.type() == wire::MessageType::kSecAggData;
   const bool carries = m.type() == wire::MessageType::kFitInstruction ||
                        m.type() == wire::MessageType::kFitResult ||
-                       m.type() == wire::MessageType::kEvaluateInstruction || masked;
+                       m.type() == wire::MessageType::kEvaluateInstruction || masked || stage;
   Require(carries || m.tensors.empty(), "tensors on a message type that carries none");
+  Require(!stage || (m.tensors.size() == 1 && m.tensors[0].spec.name == "secagg" &&
+                     m.tensors[0].spec.shape.size() == 1),
+          "a secagg_data without exactly one one-dimensional frame named 'secagg'");
   size_t next_frame = 1;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const wire::TensorPayload& t = m.tensors[i];
@@ -173,6 +186,8 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
       Require(t.spec.dtype == m.tensors[0].spec.dtype &&
                   (t.spec.dtype == DType::kUint32 || t.spec.dtype == DType::kUint64),
               "masked input words not all uint32 or all uint64");
+    } else if (stage) {
+      Require(t.spec.dtype == DType::kUint8, "secagg_data frame is not uint8");
     } else {
       Require(t.spec.dtype == DType::kFloat32, "tensor dtype is not float32");
     }
@@ -218,9 +233,13 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
       Require(b.nonce.size() == wire::kNonceBytes, "fit_instruction.nonce size");
       if (b.secure_aggregation) {
         const wire::SecureAggregation& a = *b.secure_aggregation;
-        Require(a.session.size() == wire::kSecAggKeyBytes && (a.bits == 32 || a.bits == 64) &&
+        Require(a.session.size() == wire::kSecAggSessionBytes && (a.bits == 32 || a.bits == 64) &&
                     a.members >= 2 && a.index < a.members && a.threshold >= 1 &&
-                    a.threshold < a.members && a.min_survivors <= a.members && a.length >= 1 &&
+                    a.threshold < a.members && a.min_survivors >= 1 &&
+                    a.min_survivors <= a.members && a.edge_threshold >= 1 &&
+                    a.edge_threshold <= (uint64_t{1} << 32) && a.length >= 1 &&
+                    a.length <= (uint64_t{1} << 36) && a.scale_exponent >= -1100 &&
+                    a.scale_exponent <= 1100 && a.noise_variance <= (uint64_t{1} << 52) &&
                     std::isfinite(a.clip_norm) && a.clip_norm > 0,
                 "fit_instruction.secure_aggregation out of range");
       }
@@ -259,46 +278,12 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
     }
     void operator()(const wire::UploadGrant&) const {}
     void operator()(const wire::Heartbeat&) const {}
-    static void Key(const std::string& k, const char* what) {
-      Require(k.size() == wire::kSecAggKeyBytes, what);
-    }
-    static void Count(size_t n, const char* what) {
-      Require(n <= wire::kMaxSecAggNeighbours, what);
-    }
-    void Sealed(const std::vector<wire::SecAggSealedShare>& shares) const {
-      Count(shares.size(), "secagg shares over the limit");
-      for (const auto& s : shares) {
-        Require(s.ciphertext.size() <= limits.max_string_bytes, "secagg ciphertext over the limit");
-      }
-    }
-    void operator()(const wire::SecAggAdvertise& b) const {
-      Require(b.nonce.size() == wire::kNonceBytes, "secagg_advertise.nonce size");
-      Key(b.cipher_key, "secagg_advertise.cipher_key size");
-      Key(b.mask_key, "secagg_advertise.mask_key size");
-    }
-    void operator()(const wire::SecAggKeyList& b) const {
-      Count(b.neighbours.size(), "secagg_key_list over the limit");
-      for (const auto& n : b.neighbours) {
-        Key(n.cipher_key, "secagg_key_list cipher_key size");
-        Key(n.mask_key, "secagg_key_list mask_key size");
-      }
-    }
-    void operator()(const wire::SecAggShares& b) const {
-      Require(b.nonce.size() == wire::kNonceBytes, "secagg_shares.nonce size");
-      Key(b.self_mask_commitment, "secagg_shares.self_mask_commitment size");
-      Sealed(b.shares);
-    }
-    void operator()(const wire::SecAggShareList& b) const { Sealed(b.shares); }
     void operator()(const wire::SecAggMaskedInput& b) const {
       Require(b.nonce.size() == wire::kNonceBytes, "secagg_masked_input.nonce size");
     }
-    void operator()(const wire::SecAggUnmask& b) const {
-      Count(b.survivors.size() - 1, "secagg_unmask over the limit");
-    }
-    void operator()(const wire::SecAggUnmaskResponse& b) const {
-      Require(b.nonce.size() == wire::kNonceBytes, "secagg_unmask_response.nonce size");
-      Count(b.self_mask_shares.size(), "secagg self-mask shares over the limit");
-      Count(b.mask_key_shares.size(), "secagg mask-key shares over the limit");
+    void operator()(const wire::SecAggData& b) const {
+      Require(secagg::IsStage(b.stage), "secagg_data.stage outside 1-12");
+      Require(b.nonce.empty() || b.nonce.size() == wire::kNonceBytes, "secagg_data.nonce size");
     }
   };
   std::visit(Body{limits}, m.body);
@@ -312,6 +297,65 @@ void CheckRoundTrip(const wire::Message& m) {
   const std::string diff = Difference(m, *again);
   if (!diff.empty()) Fail("re-encoded message differs in " + diff);
   Require(wire::EncodeHeader(*again) == wire::EncodeHeader(m), "header encoding is not stable");
+}
+
+// Property 5: a stage's bytes decoded with the Decode<T> of that stage, and encoded again.
+template <class T>
+StatusOr<std::string> DecodeAndEncode(std::span<const std::byte> bytes) {
+  HUDDLE_ASSIGN_OR_RETURN(T m, secagg::Decode<T>(bytes));
+  return secagg::Encode(m);
+}
+StatusOr<std::string> Reencode(uint32_t stage, std::span<const std::byte> bytes) {
+  switch (static_cast<secagg::Stage>(stage)) {
+    case secagg::Stage::kAdvertise:
+      return DecodeAndEncode<secagg::Advertisement>(bytes);
+    case secagg::Stage::kMemberList:
+      return DecodeAndEncode<secagg::MemberList>(bytes);
+    case secagg::Stage::kReveal:
+      return DecodeAndEncode<secagg::Reveal>(bytes);
+    case secagg::Stage::kSeeds:
+      return DecodeAndEncode<secagg::SeedList>(bytes);
+    case secagg::Stage::kShares:
+      return DecodeAndEncode<secagg::ShareKeys>(bytes);
+    case secagg::Stage::kShareList:
+      return DecodeAndEncode<secagg::ShareList>(bytes);
+    case secagg::Stage::kVerdict:
+      return DecodeAndEncode<secagg::Verdict>(bytes);
+    case secagg::Stage::kMask:
+      return DecodeAndEncode<secagg::MaskRequest>(bytes);
+    case secagg::Stage::kSurvivors:
+      return DecodeAndEncode<secagg::Survivors>(bytes);
+    case secagg::Stage::kConsistency:
+      return DecodeAndEncode<secagg::Consistency>(bytes);
+    case secagg::Stage::kUnmask:
+      return DecodeAndEncode<secagg::UnmaskRequest>(bytes);
+    case secagg::Stage::kUnmaskResponse:
+      return DecodeAndEncode<secagg::UnmaskResponse>(bytes);
+  }
+  Fail(absl::StrFormat("the codec accepted secagg_data.stage %d", stage));
+}
+
+void CheckStagePayload(const wire::Message& m) {
+  const uint32_t stage = std::get<wire::SecAggData>(m.body).stage;
+  StatusOr<std::span<const std::byte>> payload = secagg::PayloadOf(m);
+  if (!payload.ok())
+    Fail("PayloadOf refused a decoded secagg_data: " + payload.status().ToString());
+  // An exactly-sized copy: the payload may be a view into a larger reassembly buffer, and ASan
+  // must see a read past the message's end.
+  const std::vector<std::byte> bytes(payload->begin(), payload->end());
+  StatusOr<std::string> again = Reencode(stage, bytes);
+  if (!again.ok()) {
+    if (again.status().code() != absl::StatusCode::kInvalidArgument ||
+        !absl::StartsWith(again.status().message(), "malformed secure-aggregation ")) {
+      Fail("a stage's decoder failed with an undocumented error: " + again.status().ToString());
+    }
+    return;
+  }
+  if (again->size() != bytes.size() ||
+      (!bytes.empty() && std::memcmp(again->data(), bytes.data(), bytes.size()) != 0)) {
+    Fail(absl::StrFormat("stage %d: %d bytes decode but re-encode to %d other bytes", stage,
+                         bytes.size(), again->size()));
+  }
 }
 
 // The aggregator of property 4, holding exactly one known update (kBaseWeight x BaseUpdate()).
@@ -442,5 +486,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::CheckDecoded(*msg, frames);
   fuzz::CheckRoundTrip(*msg);
   if (msg->type() == wire::MessageType::kFitResult) fuzz::CheckUpdateAndFold(*msg);
+  if (msg->type() == wire::MessageType::kSecAggData) fuzz::CheckStagePayload(*msg);
   return 0;
 }

@@ -5,10 +5,13 @@
 // pass CheckUpdate and Fold against TheFuzzRound() (aligned and misaligned frames, the largest
 // weight and values), and near misses that fail one check each (shape, NaN, inf, bound, nonce,
 // round, model version, examples, tensor count, frame size, protocol version, tensors on a
-// Heartbeat).
+// Heartbeat), and one SecAggData per secure-aggregation stage with near misses of the stage
+// decoders (a count past its bound, truncation, a trailing byte, a reason or share value out of
+// range, a ciphertext too long, another stage's bytes).
 //
 // It checks its own valid FitResults with CheckUpdate and Fold, so the corpus cannot silently drift
 // away from the round the fuzzer expects. Exit status 0 on success, 1 on any error.
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,13 +20,18 @@
 #include <string>
 #include <vector>
 
+#include "aggregation/secagg/wire.h"
 #include "aggregation/streaming_aggregator.h"
+#include "common/member_certificate.h"
+#include "common/signing.h"
 #include "coordinator/update_check.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/codec.h"
 
 namespace huddle::fuzz {
 namespace {
+
+namespace secagg = aggregation::secagg;
 
 // Tensors of the fuzz round's layout holding small recognisable values (|x| < 0.1).
 TensorList UpdateTensors() {
@@ -77,6 +85,17 @@ class SeedWriter {
   void Write(const std::string& name, const wire::Message& m, uint64_t misaligned_mask = 0) {
     Write(name, SerializeFrames(wire::EncodeToFrames(m, kChunkBytes), misaligned_mask));
   }
+  // A message the codec must accept (what happens next is another decoder's).
+  void WriteDecodable(const std::string& name, const wire::Message& m,
+                      uint64_t misaligned_mask = 0) {
+    StatusOr<wire::Message> got = wire::Decode(wire::EncodeToFrames(m, kChunkBytes), FuzzLimits());
+    if (!got.ok()) {
+      std::fprintf(stderr, "make_seed_corpus: seed %s does not decode: %s\n", name.c_str(),
+                   got.status().ToString().c_str());
+      ok_ = false;
+    }
+    Write(name, m, misaligned_mask);
+  }
   // A FitResult that must pass CheckUpdate and Fold.
   void WriteValid(const std::string& name, const wire::Message& m, uint64_t misaligned_mask = 0) {
     const Status st = Accepts(m);
@@ -96,6 +115,109 @@ class SeedWriter {
   bool ok_ = true;
   int count_ = 0;
 };
+
+// N bytes first, first + 1, ... (mod 256).
+template <size_t N>
+std::array<uint8_t, N> Pattern(uint8_t first) {
+  std::array<uint8_t, N> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = static_cast<uint8_t>(first + i);
+  return out;
+}
+
+secagg::ShareRecord Record(uint32_t peer) {
+  secagg::ShareRecord r;
+  r.peer = peer;
+  r.ciphertext.assign(120, static_cast<uint8_t>(0x30 + peer));
+  r.self_mask_hash = Pattern<32>(0x01);
+  r.mask_key_hash = Pattern<32>(0x21);
+  r.self_mask_commitment = Pattern<32>(0x41);
+  r.signature = Pattern<64>(0x61);
+  return r;
+}
+
+// The SecAggData of `m` in the fuzz round: a member's with the round's nonce, the coordinator's
+// without.
+template <class T>
+wire::Message AsStageMessage(const T& m) {
+  const bool member = secagg::FromMember(static_cast<uint32_t>(secagg::StageOf<T>()));
+  return secagg::ToMessage(m, kRound, member ? "client-17" : "coordinator",
+                           member ? FuzzNonce() : std::string());
+}
+
+// One SecAggData per stage, and near misses of the stage decoders (a count past its bound, a
+// truncated list, a trailing byte, a field outside its range, another stage's bytes).
+void WriteStages(SeedWriter& w) {
+  const SigningKey project = SigningKey::FromSeed(Pattern<32>(0x70));
+  secagg::MemberList list;
+  for (uint32_t i : {0u, 2u, 3u}) {
+    MemberCertificate c;
+    c.id = "client-" + std::to_string(i);
+    c.transport_key = Pattern<32>(static_cast<uint8_t>(0xe0 + i));
+    c.signing_key = SigningKey::FromSeed(Pattern<32>(static_cast<uint8_t>(i))).public_key();
+    c.not_after = i == 0 ? 0 : 1893456000;
+    list.members.push_back(
+        {i, Certify(c, project), {Pattern<32>(0x10), Pattern<32>(0x30), Pattern<32>(0x50)}});
+  }
+  const secagg::Reveal reveal{Pattern<32>(0x90), Pattern<64>(0xa0)};
+  secagg::UnmaskResponse response;
+  response.self_mask_shares = {{0, secagg::Share{0, {1, 2, 3, 4, secagg::kFieldPrime - 1}}}};
+  response.mask_key_shares = {{2, secagg::Share{0, {6, 7, 8, 9, 0}}}};
+  const wire::Message stages[] = {
+      AsStageMessage(list.members[0].keys),
+      AsStageMessage(list),
+      AsStageMessage(reveal),
+      AsStageMessage(secagg::SeedList{{reveal, reveal, reveal}}),
+      AsStageMessage(secagg::ShareKeys{Pattern<32>(0x41), {Record(0), Record(3)}}),
+      AsStageMessage(secagg::ShareList{{Record(0), Record(3)}}),
+      AsStageMessage(
+          secagg::Verdict{{{0, secagg::Complaint::kMissing}, {3, secagg::Complaint::kWrongShare}}}),
+      AsStageMessage(secagg::MaskRequest{{0, 1, 2}}),
+      AsStageMessage(secagg::Survivors{{0, 1, 2}, {0, 2}}),
+      AsStageMessage(secagg::Consistency{Pattern<64>(0xc0)}),
+      AsStageMessage(secagg::UnmaskRequest{{{0, Pattern<64>(0xd0)}, {2, Pattern<64>(0xd2)}}}),
+      AsStageMessage(response),
+  };
+  for (const wire::Message& m : stages) {
+    const uint32_t stage = std::get<wire::SecAggData>(m.body).stage;
+    const std::string name = "secagg_stage_" + std::to_string(stage);
+    w.WriteDecodable(name, m);
+    if (stage == 2) w.WriteDecodable(name + "_misaligned", m, ~uint64_t{0});
+  }
+  // Near misses, each refused by its stage's decoder (the codec accepts them).
+  auto bytes = [](std::string b) { return std::make_shared<const std::string>(std::move(b)); };
+  auto word = [](uint32_t v) {
+    std::string out;
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+    return out;
+  };
+  auto coordinator = [&](secagg::Stage stage, std::string b) {
+    return secagg::ToMessage(stage, bytes(std::move(b)), kRound, "coordinator");
+  };
+  auto member = [&](secagg::Stage stage, std::string b) {
+    return secagg::ToMessage(stage, bytes(std::move(b)), kRound, "client-17", FuzzNonce());
+  };
+  const std::string encoded_list = secagg::Encode(list);
+  w.WriteDecodable("secagg_members_over_bound",
+                   coordinator(secagg::Stage::kMemberList,
+                               word(static_cast<uint32_t>(secagg::kMaxMembers) + 1) + "xxxx"));
+  w.WriteDecodable(
+      "secagg_member_list_truncated",
+      coordinator(secagg::Stage::kMemberList, encoded_list.substr(0, encoded_list.size() - 1)));
+  w.WriteDecodable("secagg_member_list_trailing_byte",
+                   coordinator(secagg::Stage::kMemberList, encoded_list + '\0'));
+  w.WriteDecodable("secagg_member_list_as_unmask",
+                   coordinator(secagg::Stage::kUnmask, encoded_list));
+  w.WriteDecodable("secagg_complaint_reason_5",
+                   member(secagg::Stage::kVerdict, word(1) + word(3) + word(5)));
+  secagg::UnmaskResponse outside = response;
+  outside.mask_key_shares[0].share.y[4] = secagg::kFieldPrime;
+  w.WriteDecodable("secagg_share_outside_field",
+                   member(secagg::Stage::kUnmaskResponse, secagg::Encode(outside)));
+  secagg::ShareList long_ciphertext{{Record(0)}};
+  long_ciphertext.shares[0].ciphertext.assign(257, 0x33);
+  w.WriteDecodable("secagg_ciphertext_257",
+                   coordinator(secagg::Stage::kShareList, secagg::Encode(long_ciphertext)));
+}
 
 void WriteOtherTypes(SeedWriter& w) {
   using namespace wire;
@@ -139,21 +261,22 @@ void WriteOtherTypes(SeedWriter& w) {
   result_with_tensors.tensors = Payloads(UpdateTensors());
   w.Write("evaluate_result_with_tensors", result_with_tensors);
 
-  // Secure aggregation's messages (version 4).
-  const std::string key(kSecAggKeyBytes, '\x42');
+  // Secure aggregation (version 5): the session, the masked input, and one SecAggData per stage.
   Message secure = instruction;
   std::get<FitInstruction>(secure.body).secure_aggregation =
-      SecureAggregation{key, 1, 5, 2, 32, 83, 3, 10, 4096, 100, 1.0};
+      SecureAggregation{.session = std::string(kSecAggSessionBytes, '\x42'),
+                        .index = 1,
+                        .members = 5,
+                        .threshold = 2,
+                        .bits = 32,
+                        .length = 83,
+                        .min_survivors = 3,
+                        .edge_threshold = uint64_t{1} << 31,
+                        .scale_exponent = 10,
+                        .noise_variance = 4096,
+                        .weight_cap = 100,
+                        .clip_norm = 1.0};
   w.Write("fit_instruction_secagg", secure);
-  w.Write("secagg_advertise",
-          MakeMessage(SecAggAdvertise{FuzzNonce(), key, key}, kRound, "client-17"));
-  w.Write("secagg_key_list",
-          MakeMessage(SecAggKeyList{{{0, key, key}, {2, key, key}}}, kRound, "coordinator"));
-  const std::string sealed(120, '\x07');
-  w.Write("secagg_shares", MakeMessage(SecAggShares{FuzzNonce(), key, {{0, sealed}, {2, sealed}}},
-                                       kRound, "client-17"));
-  w.Write("secagg_share_list",
-          MakeMessage(SecAggShareList{{{0, sealed}, {2, sealed}}}, kRound, "coordinator"));
   for (DType dtype : {DType::kUint32, DType::kUint64}) {
     Message masked =
         MakeMessage(SecAggMaskedInput{FuzzNonce(), kModelVersion}, kRound, "client-17");
@@ -168,11 +291,7 @@ void WriteOtherTypes(SeedWriter& w) {
     }
     w.Write(dtype == DType::kUint32 ? "secagg_masked_input_32" : "secagg_masked_input_64", masked);
   }
-  w.Write("secagg_unmask", MakeMessage(SecAggUnmask{{0, 1, 2}, 4}, kRound, "coordinator"));
-  w.Write(
-      "secagg_unmask_response",
-      MakeMessage(SecAggUnmaskResponse{FuzzNonce(), {{0, {1, 2, 3, 4, 5}}}, {{2, {6, 7, 8, 9, 0}}}},
-                  kRound, "client-17"));
+  WriteStages(w);
 
   Message old_version = MakeMessage(Heartbeat{}, kRound, "client-17");
   old_version.protocol_version = 1;

@@ -15,11 +15,12 @@
 //    share of discrete Gaussian noise, sized so that the fewest honest members whose inputs the
 //    coordinator may unmask (secure_aggregation.min_survivors less the colluders it tolerates)
 //    together carry noise of std at least z times the update's sensitivity on the grid
-//    (aggregation/secagg/quantize.h). The guarantee is against an honest-but-curious coordinator
-//    too (one that follows the secure-aggregation protocol; docs/security.md), which knows the
-//    cohort: unsampled (q = 1) and replace-one, as local DP, but the noise is that of one
-//    sum, not of every update. Accounted by Kairouz et al. 2021's RDP bound for a sum of discrete
-//    Gaussians (accountant.h), so with the RDP accountant only.
+//    (aggregation/secagg/quantize.h, graph.h's HonestShares). The guarantee is against the
+//    coordinator too, even one that deviates from the protocol, with up to corrupt_fraction of a
+//    session colluding with it (docs/security.md); it knows the cohort: unsampled (q = 1) and
+//    replace-one, as local DP, but the noise is that of one sum, not of every update. Accounted by
+//    Kairouz et al. 2021's RDP bound for a sum of discrete Gaussians (accountant.h), so with the
+//    RDP accountant only.
 //
 // The budget is either a total (epsilon, delta), from which z is calibrated so that all `rounds`
 // rounds fit, or a per-round schedule (ranges of rounds, each with its noise multiplier or its

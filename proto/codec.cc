@@ -76,16 +76,6 @@ void ToProto(const TrainConfig& t, pb::TrainConfig* p) {
   }
 }
 
-void ToProto(const SecAggSealedShare& s, pb::SecAggSealedShare* p) {
-  p->set_peer(s.peer);
-  p->set_ciphertext(s.ciphertext);
-}
-
-void ToProto(const SecAggRevealedShare& s, pb::SecAggRevealedShare* p) {
-  p->set_owner(s.owner);
-  for (uint64_t y : s.y) p->add_y(y);
-}
-
 pb::DType DTypeToProto(DType d) {
   switch (d) {
     case DType::kFloat32:
@@ -94,6 +84,8 @@ pb::DType DTypeToProto(DType d) {
       return pb::DTYPE_UINT32;
     case DType::kUint64:
       return pb::DTYPE_UINT64;
+    case DType::kUint8:
+      return pb::DTYPE_UINT8;
   }
   return pb::DTYPE_UNSPECIFIED;
 }
@@ -133,6 +125,7 @@ struct BodyToProto {
       q->set_bits(a.bits);
       q->set_length(a.length);
       q->set_min_survivors(a.min_survivors);
+      q->set_edge_threshold(a.edge_threshold);
       q->set_scale_exponent(a.scale_exponent);
       q->set_noise_variance(a.noise_variance);
       q->set_weight_cap(a.weight_cap);
@@ -176,46 +169,15 @@ struct BodyToProto {
     p->set_model_version(b.model_version);
     p->set_nonce(b.nonce);
   }
-  void operator()(const SecAggAdvertise& b) {
-    auto* p = h->mutable_secagg_advertise();
-    p->set_nonce(b.nonce);
-    p->set_cipher_key(b.cipher_key);
-    p->set_mask_key(b.mask_key);
-  }
-  void operator()(const SecAggKeyList& b) {
-    auto* p = h->mutable_secagg_key_list();
-    for (const SecAggNeighbour& n : b.neighbours) {
-      auto* q = p->add_neighbours();
-      q->set_index(n.index);
-      q->set_cipher_key(n.cipher_key);
-      q->set_mask_key(n.mask_key);
-    }
-  }
-  void operator()(const SecAggShares& b) {
-    auto* p = h->mutable_secagg_shares();
-    p->set_nonce(b.nonce);
-    p->set_self_mask_commitment(b.self_mask_commitment);
-    for (const SecAggSealedShare& s : b.shares) ToProto(s, p->add_shares());
-  }
-  void operator()(const SecAggShareList& b) {
-    auto* p = h->mutable_secagg_share_list();
-    for (const SecAggSealedShare& s : b.shares) ToProto(s, p->add_shares());
-  }
   void operator()(const SecAggMaskedInput& b) {
     auto* p = h->mutable_secagg_masked_input();
     p->set_nonce(b.nonce);
     p->set_model_version(b.model_version);
   }
-  void operator()(const SecAggUnmask& b) {
-    auto* p = h->mutable_secagg_unmask();
-    for (uint32_t i : b.survivors) p->add_survivors(i);
-    p->set_total(b.total);
-  }
-  void operator()(const SecAggUnmaskResponse& b) {
-    auto* p = h->mutable_secagg_unmask_response();
+  void operator()(const SecAggData& b) {
+    auto* p = h->mutable_secagg_data();
+    p->set_stage(b.stage);
     p->set_nonce(b.nonce);
-    for (const SecAggRevealedShare& s : b.self_mask_shares) ToProto(s, p->add_self_mask_shares());
-    for (const SecAggRevealedShare& s : b.mask_key_shares) ToProto(s, p->add_mask_key_shares());
   }
 };
 
@@ -320,31 +282,22 @@ StatusOr<UpdatePrivacy> FromProto(const pb::UpdatePrivacy& p) {
   return u;
 }
 
-Status CheckKey(const std::string& key, absl::string_view field) {
-  if (key.size() != kSecAggKeyBytes) {
-    return Malformed(absl::StrCat(field, " is ", key.size(), " bytes, expected ", kSecAggKeyBytes));
-  }
-  return absl::OkStatus();
-}
-
-Status CheckCount(int count, absl::string_view field) {
-  if (static_cast<size_t>(count) > kMaxSecAggNeighbours) {
-    return Malformed(absl::StrCat(field, " has ", count, " entries, limit ", kMaxSecAggNeighbours));
-  }
-  return absl::OkStatus();
-}
-
 StatusOr<SecureAggregation> FromProto(const pb::SecureAggregation& p) {
   constexpr absl::string_view kField = "fit_instruction.secure_aggregation";
-  HUDDLE_RETURN_IF_ERROR(CheckKey(p.session(), absl::StrCat(kField, ".session")));
+  if (p.session().size() != kSecAggSessionBytes) {
+    return Malformed(absl::StrCat(kField, ".session is ", p.session().size(), " bytes, expected ",
+                                  kSecAggSessionBytes));
+  }
   if (p.bits() != 32 && p.bits() != 64) {
     return Malformed(absl::StrCat(kField, ".bits ", p.bits(), " is not 32 or 64"));
   }
   if (p.members() < 2 || p.index() >= p.members() || p.threshold() < 1 ||
-      p.threshold() >= p.members() || p.min_survivors() > p.members()) {
+      p.threshold() >= p.members() || p.min_survivors() < 1 || p.min_survivors() > p.members() ||
+      p.edge_threshold() < 1 || p.edge_threshold() > (uint64_t{1} << 32)) {
     return Malformed(absl::StrCat(kField, ": index ", p.index(), ", members ", p.members(),
                                   ", threshold ", p.threshold(), ", min_survivors ",
-                                  p.min_survivors(), " are inconsistent"));
+                                  p.min_survivors(), ", edge_threshold ", p.edge_threshold(),
+                                  " are inconsistent"));
   }
   if (p.length() < 1 || p.length() > (uint64_t{1} << 36) || p.scale_exponent() < -1100 ||
       p.scale_exponent() > 1100 || p.noise_variance() > (uint64_t{1} << 52) ||
@@ -361,44 +314,12 @@ StatusOr<SecureAggregation> FromProto(const pb::SecureAggregation& p) {
   a.bits = p.bits();
   a.length = p.length();
   a.min_survivors = p.min_survivors();
+  a.edge_threshold = p.edge_threshold();
   a.scale_exponent = p.scale_exponent();
   a.noise_variance = p.noise_variance();
   a.weight_cap = p.weight_cap();
   a.clip_norm = p.clip_norm();
   return a;
-}
-
-StatusOr<std::vector<SecAggSealedShare>> FromProto(
-    const google::protobuf::RepeatedPtrField<pb::SecAggSealedShare>& shares,
-    const CodecLimits& limits, absl::string_view field) {
-  HUDDLE_RETURN_IF_ERROR(CheckCount(shares.size(), field));
-  std::vector<SecAggSealedShare> out;
-  out.reserve(static_cast<size_t>(shares.size()));
-  for (const pb::SecAggSealedShare& s : shares) {
-    HUDDLE_RETURN_IF_ERROR(
-        CheckString(s.ciphertext(), limits.max_string_bytes, absl::StrCat(field, ".ciphertext")));
-    out.push_back({s.peer(), s.ciphertext()});
-  }
-  return out;
-}
-
-StatusOr<std::vector<SecAggRevealedShare>> FromProto(
-    const google::protobuf::RepeatedPtrField<pb::SecAggRevealedShare>& shares,
-    absl::string_view field) {
-  HUDDLE_RETURN_IF_ERROR(CheckCount(shares.size(), field));
-  std::vector<SecAggRevealedShare> out;
-  out.reserve(static_cast<size_t>(shares.size()));
-  for (const pb::SecAggRevealedShare& s : shares) {
-    if (static_cast<size_t>(s.y_size()) != kSecAggShareLimbs) {
-      return Malformed(absl::StrCat(field, " of member ", s.owner(), " has ", s.y_size(),
-                                    " values, expected ", kSecAggShareLimbs));
-    }
-    SecAggRevealedShare r;
-    r.owner = s.owner();
-    std::copy(s.y().begin(), s.y().end(), r.y.begin());
-    out.push_back(r);
-  }
-  return out;
 }
 
 StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
@@ -478,55 +399,18 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       return Body(
           EvaluateResult{p.num_examples(), p.loss(), p.accuracy(), p.model_version(), p.nonce()});
     }
-    case pb::Header::kSecaggAdvertise: {
-      const auto& p = h.secagg_advertise();
-      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_advertise.nonce"));
-      HUDDLE_RETURN_IF_ERROR(CheckKey(p.cipher_key(), "secagg_advertise.cipher_key"));
-      HUDDLE_RETURN_IF_ERROR(CheckKey(p.mask_key(), "secagg_advertise.mask_key"));
-      return Body(SecAggAdvertise{p.nonce(), p.cipher_key(), p.mask_key()});
-    }
-    case pb::Header::kSecaggKeyList: {
-      const auto& p = h.secagg_key_list();
-      HUDDLE_RETURN_IF_ERROR(CheckCount(p.neighbours_size(), "secagg_key_list.neighbours"));
-      SecAggKeyList list;
-      for (const pb::SecAggNeighbour& n : p.neighbours()) {
-        HUDDLE_RETURN_IF_ERROR(CheckKey(n.cipher_key(), "secagg_key_list.neighbours.cipher_key"));
-        HUDDLE_RETURN_IF_ERROR(CheckKey(n.mask_key(), "secagg_key_list.neighbours.mask_key"));
-        list.neighbours.push_back({n.index(), n.cipher_key(), n.mask_key()});
-      }
-      return Body(std::move(list));
-    }
-    case pb::Header::kSecaggShares: {
-      const auto& p = h.secagg_shares();
-      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_shares.nonce"));
-      HUDDLE_RETURN_IF_ERROR(
-          CheckKey(p.self_mask_commitment(), "secagg_shares.self_mask_commitment"));
-      HUDDLE_ASSIGN_OR_RETURN(auto shares, FromProto(p.shares(), limits, "secagg_shares.shares"));
-      return Body(SecAggShares{p.nonce(), p.self_mask_commitment(), std::move(shares)});
-    }
-    case pb::Header::kSecaggShareList: {
-      HUDDLE_ASSIGN_OR_RETURN(auto shares, FromProto(h.secagg_share_list().shares(), limits,
-                                                     "secagg_share_list.shares"));
-      return Body(SecAggShareList{std::move(shares)});
-    }
     case pb::Header::kSecaggMaskedInput: {
       const auto& p = h.secagg_masked_input();
       HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_masked_input.nonce"));
       return Body(SecAggMaskedInput{p.nonce(), p.model_version()});
     }
-    case pb::Header::kSecaggUnmask: {
-      const auto& p = h.secagg_unmask();
-      HUDDLE_RETURN_IF_ERROR(CheckCount(p.survivors_size() - 1, "secagg_unmask.survivors"));
-      return Body(SecAggUnmask{{p.survivors().begin(), p.survivors().end()}, p.total()});
-    }
-    case pb::Header::kSecaggUnmaskResponse: {
-      const auto& p = h.secagg_unmask_response();
-      HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_unmask_response.nonce"));
-      HUDDLE_ASSIGN_OR_RETURN(auto self_mask, FromProto(p.self_mask_shares(),
-                                                        "secagg_unmask_response.self_mask_shares"));
-      HUDDLE_ASSIGN_OR_RETURN(
-          auto mask_key, FromProto(p.mask_key_shares(), "secagg_unmask_response.mask_key_shares"));
-      return Body(SecAggUnmaskResponse{p.nonce(), std::move(self_mask), std::move(mask_key)});
+    case pb::Header::kSecaggData: {
+      const auto& p = h.secagg_data();
+      if (p.stage() < 1 || p.stage() > 12) {
+        return Malformed(absl::StrCat("secagg_data.stage ", p.stage(), " is not 1-12"));
+      }
+      if (!p.nonce().empty()) HUDDLE_RETURN_IF_ERROR(CheckNonce(p.nonce(), "secagg_data.nonce"));
+      return Body(SecAggData{p.stage(), p.nonce()});
     }
     case pb::Header::BODY_NOT_SET:
       break;
@@ -586,12 +470,20 @@ class ReassemblyPool {
 
 bool CarriesTensors(MessageType t) {
   return t == MessageType::kFitInstruction || t == MessageType::kFitResult ||
-         t == MessageType::kEvaluateInstruction || t == MessageType::kSecAggMaskedInput;
+         t == MessageType::kEvaluateInstruction || t == MessageType::kSecAggMaskedInput ||
+         t == MessageType::kSecAggData;
 }
 
-// The element types a message's tensors may have: a model's floats, or secure aggregation's words
-// (one width for the whole message).
+// The element types a message's tensors may have: a model's floats, secure aggregation's words
+// (one width for the whole message), or a secure-aggregation stage's bytes.
 Status CheckDType(MessageType t, pb::DType d, pb::DType first, const std::string& what) {
+  if (t == MessageType::kSecAggData) {
+    if (d != pb::DTYPE_UINT8) {
+      return Malformed(absl::StrCat(what, " has dtype ", static_cast<int>(d),
+                                    ": a secure-aggregation stage's frame is uint8 (4)"));
+    }
+    return absl::OkStatus();
+  }
   if (t != MessageType::kSecAggMaskedInput) {
     if (d != pb::DTYPE_FLOAT32) {
       return Malformed(
@@ -609,6 +501,7 @@ Status CheckDType(MessageType t, pb::DType d, pb::DType first, const std::string
 DType DTypeFromProto(pb::DType d) {
   return d == pb::DTYPE_UINT32   ? DType::kUint32
          : d == pb::DTYPE_UINT64 ? DType::kUint64
+         : d == pb::DTYPE_UINT8  ? DType::kUint8
                                  : DType::kFloat32;
 }
 
@@ -669,6 +562,10 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
     return Malformed(
         absl::StrCat("header lists no tensors but ", frames.size() - 1, " tensor frames follow"));
   }
+  if (msg.type() == MessageType::kSecAggData &&
+      (n != 1 || h.tensors(0).name() != "secagg" || h.tensors(0).shape_size() != 1)) {
+    return Malformed("secagg_data carries exactly one frame, 'secagg', of one dimension");
+  }
   msg.tensors.reserve(n);
   size_t next_frame = 1;
   for (size_t i = 0; i < n; ++i) {
@@ -716,8 +613,8 @@ StatusOr<Message> Decode(std::span<const Frame> frames, const CodecLimits& limit
     } else {
       // Misaligned or chunked: one copy into contiguous, aligned memory (not zero-filled first).
       std::shared_ptr<float[]> copy = chunks == 1
-                                          ? std::shared_ptr<float[]>(new float[expected / 4])
-                                          : ReassemblyPool::Get().Take(expected / sizeof(float));
+                                          ? std::shared_ptr<float[]>(new float[(expected + 3) / 4])
+                                          : ReassemblyPool::Get().Take((expected + 3) / 4);
       auto* dst = reinterpret_cast<std::byte*>(copy.get());
       for (size_t c = 0; c < chunks; ++c) {
         const Frame& part = frames[next_frame + c];

@@ -101,20 +101,10 @@ const char* MessageTypeName(MessageType type) {
       return "EvaluateInstruction";
     case MessageType::kEvaluateResult:
       return "EvaluateResult";
-    case MessageType::kSecAggAdvertise:
-      return "SecAggAdvertise";
-    case MessageType::kSecAggKeyList:
-      return "SecAggKeyList";
-    case MessageType::kSecAggShares:
-      return "SecAggShares";
-    case MessageType::kSecAggShareList:
-      return "SecAggShareList";
     case MessageType::kSecAggMaskedInput:
       return "SecAggMaskedInput";
-    case MessageType::kSecAggUnmask:
-      return "SecAggUnmask";
-    case MessageType::kSecAggUnmaskResponse:
-      return "SecAggUnmaskResponse";
+    case MessageType::kSecAggData:
+      return "SecAggData";
   }
   return "Unknown";
 }

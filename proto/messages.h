@@ -22,7 +22,7 @@
 namespace huddle::wire {
 
 // Bumped on any incompatible change; peers with a different version are refused with an Error.
-inline constexpr uint32_t kProtocolVersion = 4;
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // Size of the per-round, per-client nonce the coordinator puts in each FitInstruction (and
 // EvaluateInstruction) and expects back in the UploadRequest and FitResult (EvaluateResult) that
@@ -129,17 +129,16 @@ struct Welcome {
 };
 // Secure aggregation of a round (aggregation/secagg/protocol.h; the codec checks sizes and ranges,
 // aggregation/secagg/wire.h converts to the protocol's types).
-inline constexpr size_t kSecAggKeyBytes = 32;
-inline constexpr size_t kMaxSecAggNeighbours = 400;  // keeps every stage's header under 64 KiB
-inline constexpr size_t kSecAggShareLimbs = 5;
+inline constexpr size_t kSecAggSessionBytes = 32;
 struct SecureAggregation {
-  std::string session;  // kSecAggKeyBytes
+  std::string session;  // kSecAggSessionBytes
   uint32_t index = 0;
   uint32_t members = 0;
   uint32_t threshold = 0;
   uint32_t bits = 32;
   uint64_t length = 0;
   uint32_t min_survivors = 0;
+  uint64_t edge_threshold = 0;  // the graph's edge probability in 2^-32 units, in [1, 2^32]
   int32_t scale_exponent = 0;
   uint64_t noise_variance = 0;
   uint64_t weight_cap = 0;  // 0: uniform weights, no weight word
@@ -190,60 +189,19 @@ struct EvaluateResult {
   uint64_t model_version = 0;
   std::string nonce;  // the EvaluateInstruction's
 };
-// Secure aggregation's stages (docs/protocol.md): 0 advertise, 1 share keys, 2 masked input (after
-// an UploadRequest and its grant), 3 unmask. Client messages echo the FitInstruction's nonce.
-struct SecAggAdvertise {
-  std::string nonce;
-  std::string cipher_key;  // kSecAggKeyBytes
-  std::string mask_key;    // kSecAggKeyBytes
-  bool operator==(const SecAggAdvertise&) const = default;
-};
-struct SecAggNeighbour {
-  uint32_t index = 0;
-  std::string cipher_key;
-  std::string mask_key;
-  bool operator==(const SecAggNeighbour&) const = default;
-};
-struct SecAggKeyList {
-  std::vector<SecAggNeighbour> neighbours;
-  bool operator==(const SecAggKeyList&) const = default;
-};
-struct SecAggSealedShare {
-  uint32_t peer = 0;
-  std::string ciphertext;
-  bool operator==(const SecAggSealedShare&) const = default;
-};
-struct SecAggShares {
-  std::string nonce;
-  std::string self_mask_commitment;  // kSecAggKeyBytes
-  std::vector<SecAggSealedShare> shares;
-  bool operator==(const SecAggShares&) const = default;
-};
-struct SecAggShareList {
-  std::vector<SecAggSealedShare> shares;
-  bool operator==(const SecAggShareList&) const = default;
+// Secure aggregation's stages (docs/protocol.md): every stage's message but the masked input is a
+// SecAggData whose one tensor payload, a uint8 frame named "secagg", holds the stage's message in
+// aggregation/secagg/wire.h's binary encoding. A member's messages echo the FitInstruction's nonce.
+struct SecAggData {
+  uint32_t stage = 0;  // aggregation/secagg/wire.h's Stage, 1-12 (the codec checks the range)
+  std::string nonce;   // from a member: kNonceBytes; from the coordinator: empty
+  bool operator==(const SecAggData&) const = default;
 };
 // The masked words travel as tensor payloads of dtype uint32 or uint64.
 struct SecAggMaskedInput {
   std::string nonce;
   uint64_t model_version = 0;
   bool operator==(const SecAggMaskedInput&) const = default;
-};
-struct SecAggUnmask {
-  std::vector<uint32_t> survivors;  // among the client and its neighbours
-  uint32_t total = 0;               // masked inputs that arrived
-  bool operator==(const SecAggUnmask&) const = default;
-};
-struct SecAggRevealedShare {
-  uint32_t owner = 0;
-  std::array<uint64_t, kSecAggShareLimbs> y{};
-  bool operator==(const SecAggRevealedShare&) const = default;
-};
-struct SecAggUnmaskResponse {
-  std::string nonce;
-  std::vector<SecAggRevealedShare> self_mask_shares;
-  std::vector<SecAggRevealedShare> mask_key_shares;
-  bool operator==(const SecAggUnmaskResponse&) const = default;
 };
 
 struct Heartbeat {};
@@ -257,8 +215,7 @@ struct Shutdown {
 
 using Body = std::variant<Join, Welcome, FitInstruction, UploadRequest, UploadGrant, FitResult,
                           Heartbeat, Error, Shutdown, EvaluateInstruction, EvaluateResult,
-                          SecAggAdvertise, SecAggKeyList, SecAggShares, SecAggShareList,
-                          SecAggMaskedInput, SecAggUnmask, SecAggUnmaskResponse>;
+                          SecAggMaskedInput, SecAggData>;
 
 // The order of Body's alternatives.
 enum class MessageType {
@@ -273,13 +230,8 @@ enum class MessageType {
   kShutdown,
   kEvaluateInstruction,
   kEvaluateResult,
-  kSecAggAdvertise,
-  kSecAggKeyList,
-  kSecAggShares,
-  kSecAggShareList,
   kSecAggMaskedInput,
-  kSecAggUnmask,
-  kSecAggUnmaskResponse,
+  kSecAggData,
 };
 const char* MessageTypeName(MessageType type);
 

@@ -17,7 +17,7 @@ BUILD_DIR="$(cd "${1:-$SOURCE_DIR/build}" && pwd)"
 ROOT="${EDGE_ROOT:-/tmp/huddle-edge-root}"
 DATA=/usr/share/datasets/fashion-mnist
 # libhuddle_client.so's runtime libraries, as `ldd` + `dpkg -S` name their packages (Debian 12).
-RUNTIME_PACKAGES=(libzmq5 libsodium23 libprotobuf32 libabsl20220623 libyaml-cpp0.7 libspdlog1.10
+RUNTIME_PACKAGES=(libzmq5 libsodium23 libssl3 libprotobuf32 libabsl20220623 libyaml-cpp0.7 libspdlog1.10
   libfmt9 libgloo0 zlib1g)
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/huddle_edge.XXXXXX")"
 pids=()

@@ -2,7 +2,8 @@
 # Issue 21's peer figure: what secure aggregation costs a round under Flower's SecAgg+ and under
 # Huddle's, at the same sizes (100 clients, 1M parameters, SecAgg+ with k = 24 neighbours and
 # t = 13), each beside its own plain round in the same run. scripts/flower/secagg_compare.py has
-# the method; docs/peers/flower.md the results.
+# the method; docs/peers/flower.md the results. Since issue 31 Huddle's side draws its own graph
+# (certified protocol: ~40 expected neighbours, t = 11 at 100 members); k and t set Flower's only.
 #
 #   scripts/flower_secagg_compare.sh                  # Huddle and Flower's simulation engine
 #   ONLY="flower-deploy-plain flower-deploy-secagg" scripts/flower_secagg_compare.sh

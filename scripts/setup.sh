@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git
   clang libclang-rt-14-dev
-  libzmq3-dev cppzmq-dev libsodium-dev
+  libzmq3-dev cppzmq-dev libsodium-dev libssl-dev
   libprotobuf-dev protobuf-compiler
   libeigen3-dev libabsl-dev
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev

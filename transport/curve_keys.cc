@@ -21,6 +21,16 @@ namespace fs = std::filesystem;
 constexpr size_t kZ85KeyChars = 40;
 
 std::string KeyFileText(const CurveKeyPair& keys, bool with_secret) {
+  if (keys.role == "project") {
+    std::string text = absl::StrCat(
+        "# Huddle project key '", keys.id, "'",
+        with_secret ? ": it certifies the members of secure aggregation.\n# SECRET: the privacy "
+                      "owner keeps this file; never on the coordinator's machine. Mode 0600.\n"
+                    : ".\n# Clients pin it: security.project_public_key in their config.\n",
+        "role: project\nid: \"", keys.id, "\"\nsigning_key: \"", keys.signing_public_z85, "\"\n");
+    if (with_secret) absl::StrAppend(&text, "signing_seed: \"", keys.signing_seed_z85, "\"\n");
+    return text;
+  }
   const std::string fp = Fingerprint(keys.public_z85);
   std::string text;
   if (with_secret) {
@@ -39,7 +49,34 @@ std::string KeyFileText(const CurveKeyPair& keys, bool with_secret) {
   absl::StrAppend(&text, "role: ", keys.role, "\nid: \"", keys.id, "\"\npublic_key: \"",
                   keys.public_z85, "\"\n");
   if (with_secret) absl::StrAppend(&text, "secret_key: \"", keys.secret_z85, "\"\n");
+  if (!keys.signing_public_z85.empty()) {
+    absl::StrAppend(&text, "signing_key: \"", keys.signing_public_z85, "\"\n");
+  }
+  if (with_secret && !keys.signing_seed_z85.empty()) {
+    absl::StrAppend(&text, "signing_seed: \"", keys.signing_seed_z85, "\"\n");
+  }
+  if (!with_secret && !keys.certificate_z85.empty()) {
+    absl::StrAppend(&text, "certificate: \"", keys.certificate_z85,
+                    "\"\ncertificate_not_after: ", keys.certificate_not_after, "\n");
+  }
   return text;
+}
+
+// Z85 of 32 or 64 bytes.
+template <size_t N>
+std::string EncodeZ85(const std::array<uint8_t, N>& bytes) {
+  char out[N * 5 / 4 + 1];
+  zmq_z85_encode(out, bytes.data(), N);
+  return std::string(out, N * 5 / 4);
+}
+template <size_t N>
+StatusOr<std::array<uint8_t, N>> DecodeZ85(const std::string& z85, const std::string& what) {
+  std::array<uint8_t, N> out{};
+  if (z85.size() != N * 5 / 4 || zmq_z85_decode(out.data(), z85.c_str()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be ", N * 5 / 4, " Z85 characters (", N, " bytes)"));
+  }
+  return out;
 }
 
 Status CheckNotReadableByOthers(const std::string& path) {
@@ -58,6 +95,17 @@ Status CheckNotReadableByOthers(const std::string& path) {
 }  // namespace
 
 StatusOr<CurveKeyPair> GenerateKeyPair(std::string role, std::string id) {
+  std::string signing_public, signing_seed;
+  if (role == "client" || role == "project") {
+    SigningKey key = SigningKey::Generate();
+    signing_public = EncodeZ85(key.public_key());
+    signing_seed = EncodeZ85(key.seed());
+  }
+  if (role == "project") {
+    CurveKeyPair keys{std::move(role), std::move(id), "", "", signing_public, signing_seed};
+    sodium_memzero(signing_seed.data(), signing_seed.size());
+    return keys;
+  }
   char pub[kZ85KeyChars + 1];
   char sec[kZ85KeyChars + 1];
   if (zmq_curve_keypair(pub, sec) != 0) {
@@ -65,9 +113,62 @@ StatusOr<CurveKeyPair> GenerateKeyPair(std::string role, std::string id) {
         absl::StrCat("cannot generate a CurveZMQ key pair: ", zmq_strerror(zmq_errno()),
                      " (libzmq built without CURVE?)"));
   }
-  CurveKeyPair keys{std::move(role), std::move(id), pub, sec};
+  CurveKeyPair keys{std::move(role), std::move(id), pub, sec, signing_public, signing_seed};
   sodium_memzero(sec, sizeof(sec));
+  sodium_memzero(signing_seed.data(), signing_seed.size());
   return keys;
+}
+
+StatusOr<SigningKey> SigningKeyOf(const CurveKeyPair& keys, const std::string& what) {
+  if (keys.signing_seed_z85.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what,
+        " holds no signing key (a key file from before secure aggregation's certificates, "
+        "or a .pub): make a new one with `huddle keygen ",
+        keys.role, "`"));
+  }
+  HUDDLE_ASSIGN_OR_RETURN(auto seed, DecodeZ85<32>(keys.signing_seed_z85, what + ": signing_seed"));
+  SigningKey key = SigningKey::FromSeed(seed);
+  sodium_memzero(seed.data(), seed.size());
+  HUDDLE_ASSIGN_OR_RETURN(SigningPublicKey pub, SigningPublicKeyOf(keys, what));
+  if (pub != key.public_key()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     ": signing_key does not belong to signing_seed (a corrupted or edited "
+                     "key file)"));
+  }
+  return key;
+}
+
+StatusOr<SigningPublicKey> SigningPublicKeyOf(const CurveKeyPair& keys, const std::string& what) {
+  if (keys.signing_public_z85.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " holds no signing_key (make a new key with `huddle keygen ", keys.role, "`)"));
+  }
+  return DecodeZ85<32>(keys.signing_public_z85, what + ": signing_key");
+}
+
+StatusOr<MemberCertificate> CertificateOf(const CurveKeyPair& keys, const std::string& what) {
+  if (keys.certificate_z85.empty()) {
+    return absl::NotFoundError(absl::StrCat(what, " holds no certificate (`huddle certify`)"));
+  }
+  MemberCertificate c;
+  c.id = keys.id;
+  HUDDLE_ASSIGN_OR_RETURN(c.transport_key, DecodeZ85Key(keys.public_z85, what + ": public_key"));
+  HUDDLE_ASSIGN_OR_RETURN(c.signing_key, SigningPublicKeyOf(keys, what));
+  c.not_after = keys.certificate_not_after;
+  HUDDLE_ASSIGN_OR_RETURN(c.signature, DecodeZ85<64>(keys.certificate_z85, what + ": certificate"));
+  return c;
+}
+
+CurveKeyPair WithCertificate(CurveKeyPair keys, const MemberCertificate& certificate) {
+  keys.certificate_z85 = EncodeZ85(certificate.signature);
+  keys.certificate_not_after = certificate.not_after;
+  return keys;
+}
+
+Status RewritePublicFile(const CurveKeyPair& keys, const std::string& path) {
+  return WriteFileAtomic(path, KeyFileText(keys, false), 0644);
 }
 
 StatusOr<CurveKey> DecodeZ85Key(const std::string& z85, const std::string& what) {
@@ -124,11 +225,30 @@ Status WriteKeyFiles(const CurveKeyPair& keys, const std::string& dir, const std
 StatusOr<CurveKeyPair> ReadKeyFile(const std::string& path, bool need_secret) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap map, ConfigMap::LoadFile(path));
   CurveKeyPair keys;
-  HUDDLE_RETURN_IF_ERROR(map.OptionalChoice("role", &keys.role, {"server", "client"}));
+  HUDDLE_RETURN_IF_ERROR(map.OptionalChoice("role", &keys.role, {"server", "client", "project"}));
   HUDDLE_RETURN_IF_ERROR(map.Optional("id", &keys.id));
   HUDDLE_RETURN_IF_ERROR(map.Optional("public_key", &keys.public_z85));
   HUDDLE_RETURN_IF_ERROR(map.Optional("secret_key", &keys.secret_z85));
+  HUDDLE_RETURN_IF_ERROR(map.Optional("signing_key", &keys.signing_public_z85));
+  HUDDLE_RETURN_IF_ERROR(map.Optional("signing_seed", &keys.signing_seed_z85));
+  HUDDLE_RETURN_IF_ERROR(map.Optional("certificate", &keys.certificate_z85));
+  int64_t not_after = 0;
+  HUDDLE_RETURN_IF_ERROR(map.Optional("certificate_not_after", &not_after, 0, INT64_MAX));
+  keys.certificate_not_after = static_cast<uint64_t>(not_after);
   HUDDLE_RETURN_IF_ERROR(map.Finish());
+  if (!keys.signing_seed_z85.empty()) HUDDLE_RETURN_IF_ERROR(CheckNotReadableByOthers(path));
+  if (keys.role == "project") {
+    if (keys.signing_public_z85.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a project key file needs signing_key (`huddle keygen project`)"));
+    }
+    if (need_secret) HUDDLE_RETURN_IF_ERROR(SigningKeyOf(keys, path).status());
+    if (need_secret && keys.signing_seed_z85.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " holds only the project's public key; this needs its .key file"));
+    }
+    return keys;
+  }
   if (keys.role.empty() || keys.public_z85.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
@@ -203,6 +323,12 @@ StatusOr<AllowList> AllowList::Load(const std::string& path) {
       }
       HUDDLE_ASSIGN_OR_RETURN(CurveKey key, DecodeZ85Key(k.public_z85, f.string()));
       HUDDLE_RETURN_IF_ERROR(list.Add(key, k.id, f.string()));
+      StatusOr<MemberCertificate> certificate = CertificateOf(k, f.string());
+      if (certificate.ok()) {
+        list.certificates_[k.id] = *std::move(certificate);
+      } else if (!absl::IsNotFound(certificate.status())) {
+        return certificate.status();
+      }
     }
     return list;
   }
@@ -243,6 +369,12 @@ std::optional<std::string> AllowList::Lookup(const CurveKey& key) const {
 }
 
 bool AllowList::HasId(const std::string& id) const { return by_id_.count(id) != 0; }
+
+std::optional<MemberCertificate> AllowList::Certificate(const std::string& id) const {
+  auto it = certificates_.find(id);
+  if (it == certificates_.end()) return std::nullopt;
+  return it->second;
+}
 
 std::string AllowList::Signature(const std::string& path) {
   std::error_code ec;

@@ -6,7 +6,14 @@
 //   role: client                         role: client
 //   id: alice                            id: alice
 //   public_key: "<40 Z85 characters>"    public_key: "<40 Z85 characters>"
-//   secret_key: "<40 Z85 characters>"
+//   secret_key: "<40 Z85 characters>"    signing_key: "<40 Z85>"
+//   signing_key: "<40 Z85>"              certificate: "<80 Z85>"        (after `huddle certify`)
+//   signing_seed: "<40 Z85>"             certificate_not_after: 0       (0: no expiry)
+//
+// A client's signing key (Ed25519) is what it signs its secure-aggregation messages with; its
+// certificate is the project key's signature over its id, public_key and signing_key
+// (common/member_certificate.h). A project key (`huddle keygen project`, role: project) has only
+// signing_key (and signing_seed in its .key): it certifies clients and is pinned by them.
 //
 // Reading a secret key file refuses one that group or others can read (like ssh does), and one
 // whose public half does not match its secret half.
@@ -24,6 +31,8 @@
 #include <optional>
 #include <string>
 
+#include "common/member_certificate.h"
+#include "common/signing.h"
 #include "common/status.h"
 
 namespace huddle::transport {
@@ -31,14 +40,31 @@ namespace huddle::transport {
 using CurveKey = std::array<uint8_t, 32>;
 
 struct CurveKeyPair {
-  std::string role;  // "server" or "client"
-  std::string id;    // client id, or the server's name
-  std::string public_z85;
+  std::string role;        // "server", "client" or "project"
+  std::string id;          // client id, or the server's or project's name
+  std::string public_z85;  // CurveZMQ (none for a project)
   std::string secret_z85;  // empty when only the public half is known
+  // Ed25519 (clients and projects): the public key, and the seed in a .key file.
+  std::string signing_public_z85;
+  std::string signing_seed_z85;
+  // A client's certificate by the project key (a .pub after `huddle certify`).
+  std::string certificate_z85;  // the project's signature (64 bytes)
+  uint64_t certificate_not_after = 0;
 };
 
-// A fresh key pair from the OS CSPRNG (libsodium via libzmq).
+// A fresh key pair from the OS CSPRNG (libsodium via libzmq): a CurveZMQ pair for a server or a
+// client, and an Ed25519 signing key for a client or a project (a project has no CurveZMQ pair).
 StatusOr<CurveKeyPair> GenerateKeyPair(std::string role, std::string id);
+
+// The signing key of a client's or project's .key file; its certificate as a .pub holds it.
+StatusOr<SigningKey> SigningKeyOf(const CurveKeyPair& keys, const std::string& what);
+StatusOr<SigningPublicKey> SigningPublicKeyOf(const CurveKeyPair& keys, const std::string& what);
+// NotFound when `keys` holds no certificate; InvalidArgument for one that does not decode.
+StatusOr<MemberCertificate> CertificateOf(const CurveKeyPair& keys, const std::string& what);
+// `keys` with `certificate`'s signature and expiry (what `huddle certify` writes).
+CurveKeyPair WithCertificate(CurveKeyPair keys, const MemberCertificate& certificate);
+// Writes DIR/NAME.pub again (a client's public file, now with its certificate), atomically.
+Status RewritePublicFile(const CurveKeyPair& keys, const std::string& path);
 
 // Decodes a 40-character Z85 key; InvalidArgument naming `what` otherwise.
 StatusOr<CurveKey> DecodeZ85Key(const std::string& z85, const std::string& what);
@@ -70,6 +96,9 @@ class AllowList {
   std::optional<std::string> Lookup(const CurveKey& key) const;
   bool HasId(const std::string& id) const;
   size_t size() const { return by_key_.size(); }
+  // The certificate enrolled with `id` (its .pub's), or nullopt (not verified here: the members
+  // verify it against the project key they pin).
+  std::optional<MemberCertificate> Certificate(const std::string& id) const;
 
   // A value that changes whenever the files behind `path` change (names, sizes, mtimes), so a
   // periodic check reloads only when needed.
@@ -80,6 +109,7 @@ class AllowList {
 
   std::map<CurveKey, std::string> by_key_;
   std::map<std::string, CurveKey> by_id_;
+  std::map<std::string, MemberCertificate> certificates_;
 };
 
 }  // namespace huddle::transport

@@ -1,9 +1,11 @@
 #include "aggregation/secagg/crypto.h"
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "common/secure_random.h"
 
@@ -17,7 +19,6 @@ static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == kSecretBytes);
 static_assert(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES +
                   crypto_aead_xchacha20poly1305_ietf_ABYTES ==
               kSealOverhead);
-static_assert(crypto_stream_chacha20_ietf_KEYBYTES == kSecretBytes);
 
 // Hashes a length-prefixed field, so that no two different field sequences hash the same bytes.
 void HashField(crypto_generichash_state* state, const uint8_t* data, size_t size) {
@@ -127,22 +128,31 @@ Status AddMask(const Secret& seed, int bits, int sign, std::span<uint64_t> acc) 
     return absl::InvalidArgumentError(absl::StrCat("mask sign ", sign, ": +1 or -1"));
   }
   const size_t word_bytes = static_cast<size_t>(bits) / 8;
-  constexpr size_t kBlock = 64;  // ChaCha20 block: the keystream counter's unit
-  if (acc.size() / kBlock * word_bytes >= (uint64_t{1} << 32) - 1) {
+  if (acc.size() > (uint64_t{1} << 40) / word_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a mask of ", acc.size(), " words exceeds ChaCha20's keystream"));
+        absl::StrCat("a mask of ", acc.size(), " words exceeds the mask stream"));
   }
-  EnsureSodium();
-  static constexpr uint8_t kNonce[crypto_stream_chacha20_ietf_NONCEBYTES] = {};
-  constexpr size_t kChunkBytes = 16384;  // a multiple of the block and of both word sizes
+  // AES-256 in counter mode from a zero counter block, keyed with the whole seed: the keystream is
+  // the encryption of zeros. A seed keys one stream only (each is a fresh pairwise or self-mask
+  // key of one session), so a fixed counter start is safe.
+  std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(),
+                                                                      EVP_CIPHER_CTX_free);
+  static constexpr uint8_t kCounter[16] = {};
+  if (!ctx ||
+      EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_ctr(), nullptr, seed.data(), kCounter) != 1) {
+    return absl::InternalError("the mask stream (AES-256-CTR) could not be set up");
+  }
+  constexpr size_t kChunkBytes = 16384;  // a multiple of both word sizes
+  alignas(8) static thread_local uint8_t zeros[kChunkBytes] = {};
   alignas(8) uint8_t stream[kChunkBytes];
-  uint32_t counter = 0;
   for (size_t done = 0; done < acc.size();) {
     const size_t words = std::min(acc.size() - done, kChunkBytes / word_bytes);
-    const size_t bytes = words * word_bytes;
-    std::memset(stream, 0, bytes);
-    crypto_stream_chacha20_ietf_xor_ic(stream, stream, bytes, kNonce, counter, seed.data());
-    counter += static_cast<uint32_t>(kChunkBytes / kBlock);
+    const int bytes = static_cast<int>(words * word_bytes);
+    int written = 0;
+    if (EVP_EncryptUpdate(ctx.get(), stream, &written, zeros, bytes) != 1 || written != bytes) {
+      sodium_memzero(stream, sizeof stream);
+      return absl::InternalError("the mask stream (AES-256-CTR) failed");
+    }
     uint64_t* out = acc.data() + done;
     if (bits == 32) {
       for (size_t i = 0; i < words; ++i) {

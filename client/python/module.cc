@@ -193,8 +193,9 @@ void BindTypes(py::module_& m) {
   py::class_<ClientOptions>(m, "ClientOptions",
                             "How the client connects (huddle/client/client.h, ClientOptions).")
       .def(py::init([](py::object config_file, std::string coordinator, std::string client_id,
-                       py::object secret_key_file, py::object server_key_file, bool insecure,
-                       py::object privacy_ledger, double give_up_after_s, std::string log_level) {
+                       py::object secret_key_file, py::object server_key_file,
+                       py::object project_key_file, bool insecure, py::object privacy_ledger,
+                       double give_up_after_s, std::string log_level) {
              ClientOptions o;
              auto path = [](const py::object& p) { return p.is_none() ? "" : PathFrom(p); };
              o.config_file = path(config_file);
@@ -202,6 +203,7 @@ void BindTypes(py::module_& m) {
              o.client_id = std::move(client_id);
              o.secret_key_file = path(secret_key_file);
              o.server_key_file = path(server_key_file);
+             o.project_key_file = path(project_key_file);
              o.insecure = insecure;
              o.privacy_ledger = path(privacy_ledger);
              o.give_up_after_s = give_up_after_s;
@@ -209,13 +211,15 @@ void BindTypes(py::module_& m) {
              return o;
            }),
            py::kw_only(), "config_file"_a = py::none(), "coordinator"_a = "", "client_id"_a = "",
-           "secret_key_file"_a = py::none(), "server_key_file"_a = py::none(), "insecure"_a = false,
-           "privacy_ledger"_a = py::none(), "give_up_after_s"_a = 0.0, "log_level"_a = "")
+           "secret_key_file"_a = py::none(), "server_key_file"_a = py::none(),
+           "project_key_file"_a = py::none(), "insecure"_a = false, "privacy_ledger"_a = py::none(),
+           "give_up_after_s"_a = 0.0, "log_level"_a = "")
       .def_readwrite("config_file", &ClientOptions::config_file)
       .def_readwrite("coordinator", &ClientOptions::coordinator)
       .def_readwrite("client_id", &ClientOptions::client_id)
       .def_readwrite("secret_key_file", &ClientOptions::secret_key_file)
       .def_readwrite("server_key_file", &ClientOptions::server_key_file)
+      .def_readwrite("project_key_file", &ClientOptions::project_key_file)
       .def_readwrite("insecure", &ClientOptions::insecure)
       .def_readwrite("privacy_ledger", &ClientOptions::privacy_ledger)
       .def_readwrite("give_up_after_s", &ClientOptions::give_up_after_s)

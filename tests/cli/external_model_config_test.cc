@@ -233,7 +233,7 @@ TEST_F(ExternalModelConfigTest, AnExternalModelKeepsClientLevelAndExampleLevelDp
   EXPECT_TRUE(job->coordinator.train.dp_sgd.has_value());
   job = Load(
       "model: {file: net.bin}\ncohort: {sampling: poisson, rate: 0.5}\n"
-      "privacy: {mode: central, epsilon: 8, adaptive_clipping: {}}\n");
+      "privacy: {mode: central, epsilon: 8, expected_cohort_size: 5, adaptive_clipping: {}}\n");
   ASSERT_TRUE(job.ok()) << job.status();
 }
 

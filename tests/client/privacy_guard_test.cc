@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -286,8 +287,35 @@ TEST_F(PrivacyGuardTest, BadPoliciesNameTheKey) {
   EXPECT_FALSE(PrivacyGuard::Open(p).ok());
 }
 
+// Under local DP the coordinator is the adversary, and when a client answers shows how long it
+// trained, so how much data it has: the reply is held to a fixed time after the instruction.
+TEST_F(PrivacyGuardTest, RepliesAreHeldToAFixedTimeWhateverTheTrainingTook) {
+  auto elapsed_ms = [](ClientAgent& agent, const wire::Message& fit) {
+    const auto start = std::chrono::steady_clock::now();
+    auto replies = agent.Handle(fit);
+    EXPECT_TRUE(replies.ok()) << replies.status();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  // By default, half the deadline of the job's first instruction, fixed for the job.
+  ClientAgent agent = Agent(LocalPolicy());
+  wire::Message first = Fit(1, LocalDp(2.0));
+  std::get<wire::FitInstruction>(first.body).deadline_ms = 600;
+  EXPECT_GE(elapsed_ms(agent, first), 298);  // (the hold counts whole milliseconds)
+  wire::Message second = Fit(2, LocalDp(2.0));
+  std::get<wire::FitInstruction>(second.body).deadline_ms = 60;  // a shorter one changes nothing
+  EXPECT_GE(elapsed_ms(agent, second), 298);
+  // The client's own setting; 0 turns it off.
+  ClientPrivacyPolicy fixed = LocalPolicy();
+  fixed.reply_after_ms = 0;
+  fixed.ledger_path = (dir_ / "off.jsonl").string();
+  ClientAgent off = Agent(fixed);
+  EXPECT_LT(elapsed_ms(off, first), 250);
+}
+
 // Distributed DP: the client checks the session's noise share by its own count of the honest
-// members in any unmasked sum, and accounts each share it adds in its own ledger.
+// members in any unmasked sum (its secure-aggregation policy's colluders: 1 of 10), and accounts
+// each share it adds in its own ledger, when the masked input that carries it leaves.
 class DistributedGuardTest : public PrivacyGuardTest {
  protected:
   static constexpr int kScale = 20;
@@ -298,9 +326,17 @@ class DistributedGuardTest : public PrivacyGuardTest {
     p.distributed.emplace();
     p.distributed->require = true;
     p.distributed->min_noise_multiplier = 1.0;
-    p.distributed->corrupt_fraction = 0.1;  // 1 of 10
     p.ledger_path = Ledger();
     return p;
+  }
+  ClientAgent SecAggAgent(ClientPrivacyPolicy policy) {
+    ClientAgent agent = Agent(std::move(policy));
+    SecAggIdentity identity;
+    identity.id = "edge-1";
+    identity.policy.project_key = SigningKey::Generate().public_key();
+    identity.policy.corrupt_fraction = 0.1;  // 1 of 10
+    agent.set_secagg_identity(std::move(identity));
+    return agent;
   }
   int64_t Dim() const {
     int64_t d = 0;
@@ -308,13 +344,14 @@ class DistributedGuardTest : public PrivacyGuardTest {
     return d;
   }
   double Sensitivity() const { return std::ldexp(1.0, kScale) + std::sqrt(double(Dim())); }
-  // A session whose shares give z to a sum of `honest` members.
+  // A session (the complete graph of 10) whose shares give z to a sum of `honest` members.
   wire::Message Fit(uint64_t round, uint32_t min_survivors, double z, uint32_t honest) {
     wire::SecureAggregation s;
-    s.session = std::string(wire::kSecAggKeyBytes, 's');
+    s.session = std::string(wire::kSecAggSessionBytes, 's');
     s.index = 0;
     s.members = kMembers;
     s.threshold = 3;
+    s.edge_threshold = uint64_t{1} << 32;
     s.bits = 32;
     s.length = static_cast<uint64_t>(Dim());
     s.min_survivors = min_survivors;
@@ -327,6 +364,17 @@ class DistributedGuardTest : public PrivacyGuardTest {
     std::get<wire::FitInstruction>(m.body).secure_aggregation = s;
     return m;
   }
+  // The guard's view of that round, with `honest` shares by the client's count.
+  StatusOr<privacy::LedgerEntry> Release(const PrivacyGuard& guard, const wire::Message& fit,
+                                         int64_t honest) {
+    RoundRequest r;
+    r.job = "job";
+    r.round = fit.round;
+    r.fit = &std::get<wire::FitInstruction>(fit.body);
+    r.model_values = Dim();
+    r.honest_shares = honest;
+    return guard.Distributed(r, "release");
+  }
   static std::string Refusal(const StatusOr<std::vector<wire::Message>>& replies) {
     if (!replies.ok() || replies->size() != 1u ||
         (*replies)[0].type() != wire::MessageType::kError) {
@@ -337,20 +385,26 @@ class DistributedGuardTest : public PrivacyGuardTest {
 };
 
 TEST_F(DistributedGuardTest, ASessionsShareIsCheckedAndAccountedByTheClient) {
-  ClientAgent agent = Agent(Policy());
-  // min_survivors 6, 1 colluder: 5 honest shares, sized for z = 2.
-  auto replies = agent.Handle(Fit(1, 6, 2.0, 5));
+  ClientAgent agent = SecAggAgent(Policy());
+  // min_survivors 6, 1 colluder: 5 honest shares, sized for z = 2. The agent trains and
+  // advertises; nothing is in its ledger until its masked input leaves.
+  const wire::Message fit = Fit(1, 6, 2.0, 5);
+  auto replies = agent.Handle(fit);
   ASSERT_TRUE(replies.ok()) << replies.status();
   ASSERT_EQ(replies->size(), 1u);
-  EXPECT_EQ((*replies)[0].type(), wire::MessageType::kSecAggAdvertise);
-  ASSERT_EQ(agent.privacy_guard().entries().size(), 1u);
-  const privacy::LedgerEntry& e = agent.privacy_guard().entries()[0];
-  EXPECT_EQ(e.mechanism, privacy::kMechanismDistributed);
-  EXPECT_EQ(e.adjacency, privacy::kReplaceOne);
-  EXPECT_EQ(e.dimension, Dim());
-  EXPECT_GE(e.noise_multiplier, 2.0);
-  EXPECT_LT(e.noise_multiplier, 2.0 * (1 + 1e-6));
-  EXPECT_FALSE(e.release.empty());
+  EXPECT_EQ((*replies)[0].type(), wire::MessageType::kSecAggData);
+  EXPECT_TRUE(agent.privacy_guard().entries().empty());
+  // The release the share makes, by the client's count, as the agent records it then.
+  auto guard = PrivacyGuard::Open(Policy());
+  ASSERT_TRUE(guard.ok());
+  auto e = Release(*guard, fit, 5);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->mechanism, privacy::kMechanismDistributed);
+  EXPECT_EQ(e->adjacency, privacy::kReplaceOne);
+  EXPECT_EQ(e->dimension, Dim());
+  EXPECT_GE(e->noise_multiplier, 2.0);
+  EXPECT_LT(e->noise_multiplier, 2.0 * (1 + 1e-6));
+  ASSERT_TRUE(guard->RecordDistributed(*e, "test").ok());
   // Durable: the ledger file has it.
   auto ledger = privacy::PrivacyLedger::Open(Ledger());
   ASSERT_TRUE(ledger.ok());
@@ -358,42 +412,50 @@ TEST_F(DistributedGuardTest, ASessionsShareIsCheckedAndAccountedByTheClient) {
 }
 
 TEST_F(DistributedGuardTest, TooSmallAShareByTheClientsOwnCountIsDeclined) {
-  ClientAgent agent = Agent(Policy());
+  ClientAgent agent = SecAggAgent(Policy());
   // Sized for z = 2 over 9 shares: the client counts 5 (6 - 1 colluder), z = 2 sqrt(5/9) < 1.6.
   EXPECT_NE(
       Refusal(agent.Handle(Fit(1, 6, 1.2, 9))).find("privacy.distributed.min_noise_multiplier"),
       std::string::npos);
   // A session unmasking sums of a single input: no honest share is guaranteed.
-  EXPECT_NE(Refusal(agent.Handle(Fit(1, 1, 5.0, 1))).find("no honest noise share"),
+  EXPECT_NE(Refusal(agent.Handle(Fit(1, 1, 5.0, 1))).find("guarantees no honest member"),
             std::string::npos);
   // A session for another model: its words are not this model's values.
   wire::Message other = Fit(1, 6, 2.0, 5);
   std::get<wire::FitInstruction>(other.body).secure_aggregation->length += 5;
   EXPECT_NE(Refusal(agent.Handle(other)).find("values and the model has"), std::string::npos);
+  // A threshold its own count of colluders could rebuild alone (t 1 <= 1 colluder).
+  wire::Message weak = Fit(1, 6, 2.0, 5);
+  std::get<wire::FitInstruction>(weak.body).secure_aggregation->threshold = 1;
+  EXPECT_NE(Refusal(agent.Handle(weak)).find("fails against 1 colluders"), std::string::npos);
   // Local DP, or no DP: refused (the policy requires distributed DP).
   EXPECT_NE(Refusal(agent.Handle(PrivacyGuardTest::Fit(1, LocalDp(5.0)))).find("distributed"),
             std::string::npos);
   EXPECT_EQ(agent.rounds_trained(), 0);
   EXPECT_TRUE(agent.privacy_guard().entries().empty());
+  // Without an identity for secure aggregation (no project key pinned), no session at all.
+  ClientAgent unpinned = Agent(Policy());
+  EXPECT_NE(Refusal(unpinned.Handle(Fit(1, 6, 2.0, 5))).find("project"), std::string::npos);
 }
 
 TEST_F(DistributedGuardTest, TheClientsEpsilonIsCappedByItsOwnLedger) {
   ClientPrivacyPolicy p = Policy();
   p.distributed->max_epsilon = 3.0;
-  ClientAgent agent = Agent(p);
+  auto guard = PrivacyGuard::Open(p);
+  ASSERT_TRUE(guard.ok());
   int admitted = 0;
   for (uint64_t round = 1; round <= 20; ++round) {
-    auto replies = agent.Handle(Fit(round, 6, 4.0, 5));  // z / 2 = 2 a round: epsilon ~2 each
-    ASSERT_TRUE(replies.ok());
-    if (!Refusal(replies).empty()) {
-      EXPECT_NE(Refusal(replies).find("privacy.distributed.max_epsilon"), std::string::npos);
+    auto e = Release(*guard, Fit(round, 6, 4.0, 5), 5);  // z / 2 = 2 a round: epsilon ~2 each
+    if (!e.ok()) {
+      EXPECT_NE(e.status().message().find("privacy.distributed.max_epsilon"), std::string::npos);
       break;
     }
+    ASSERT_TRUE(guard->RecordDistributed(*e, "test").ok());
     ++admitted;
   }
   EXPECT_GT(admitted, 0);
   EXPECT_LT(admitted, 20);
-  auto spent = agent.privacy_guard().LocalSpent();
+  auto spent = guard->LocalSpent();
   ASSERT_TRUE(spent.ok());
   EXPECT_LE(spent->epsilon, 3.0);
 }

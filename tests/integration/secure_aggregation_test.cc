@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "aggregation/secagg/wire.h"
 #include "client/agent.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
@@ -41,19 +43,41 @@ class ShiftTrainer final : public client::Trainer {
   int64_t n_;
 };
 
-// A client agent that may go silent from a given message type on (a dropout at that stage), or
-// rewrite its answers (a hostile member).
+// A client agent that may go silent from a given secure-aggregation stage on (a dropout there), or
+// rewrite its answers (a hostile member). Its identity: a signing key the test's project certified.
 class AgentPeer final : public transport::InProcPeer {
  public:
   using Rewrite = std::function<void(std::vector<wire::Message>&)>;
-  AgentPeer(std::string id, float shift, int64_t n)
-      : trainer_(shift, n), agent_(id, &trainer_, false) {}
-  void DropAt(wire::MessageType type) { drop_at_ = type; }
+  AgentPeer(std::string id, float shift, int64_t n, const SigningKey& project,
+            aggregation::secagg::SignatureCache* cache)
+      : trainer_(shift, n), agent_(id, &trainer_, false) {
+    client::SecAggIdentity identity;
+    identity.id = id;
+    identity.policy.project_key = project.public_key();
+    identity.policy.corrupt_fraction = 0.1;
+    identity.policy.cache = cache;
+    MemberCertificate c;
+    c.id = id;
+    c.transport_key = aggregation::secagg::Hash(
+        std::span(reinterpret_cast<const uint8_t*>(id.data()), id.size()));
+    c.signing_key = identity.key.public_key();
+    certificate_ = Certify(c, project);
+    agent_.set_secagg_identity(std::move(identity));
+  }
+  // Silent from the first message of `stage` on (0: from the fit instruction: it never trains).
+  void DropAt(aggregation::secagg::Stage stage) { drop_at_ = stage; }
+  void DropAtFit() { drop_at_fit_ = true; }
   void set_rewrite(Rewrite r) { rewrite_ = std::move(r); }
+  const MemberCertificate& certificate() const { return certificate_; }
+  client::ClientAgent& agent() { return agent_; }
 
   std::vector<wire::Message> OnStart() override { return {agent_.MakeJoin()}; }
   StatusOr<std::vector<wire::Message>> OnMessage(const wire::Message& msg) override {
-    if (drop_at_ && msg.type() == *drop_at_) gone_ = true;
+    if (drop_at_fit_ && msg.type() == wire::MessageType::kFitInstruction) gone_ = true;
+    if (drop_at_ && msg.type() == wire::MessageType::kSecAggData &&
+        std::get<wire::SecAggData>(msg.body).stage == static_cast<uint32_t>(*drop_at_)) {
+      gone_ = true;
+    }
     if (gone_) return std::vector<wire::Message>{};
     HUDDLE_ASSIGN_OR_RETURN(std::vector<wire::Message> out, agent_.Handle(msg));
     if (rewrite_) rewrite_(out);
@@ -63,10 +87,18 @@ class AgentPeer final : public transport::InProcPeer {
  private:
   ShiftTrainer trainer_;
   client::ClientAgent agent_;
-  std::optional<wire::MessageType> drop_at_;
+  MemberCertificate certificate_;
+  std::optional<aggregation::secagg::Stage> drop_at_;
+  bool drop_at_fit_ = false;
   bool gone_ = false;
   Rewrite rewrite_;
 };
+
+// Whether `m` is the secure-aggregation message of `stage`.
+bool IsStage(const wire::Message& m, aggregation::secagg::Stage stage) {
+  return m.type() == wire::MessageType::kSecAggData &&
+         std::get<wire::SecAggData>(m.body).stage == static_cast<uint32_t>(stage);
+}
 
 const ModelLayout kLayout = {{"w", DType::kFloat32, {40, 25}}, {"b", DType::kFloat32, {7}}};
 
@@ -82,7 +114,7 @@ class SecureAggregationTest : public ::testing::Test {
       sites_.push_back({0.001f * static_cast<float>(i + 1), 100 + 50 * i});
     for (size_t i = 0; i < sites_.size(); ++i) {
       peers_.push_back(std::make_unique<AgentPeer>("site-" + std::to_string(i), sites_[i].shift,
-                                                   sites_[i].examples));
+                                                   sites_[i].examples, project_, &cache_));
     }
   }
 
@@ -106,6 +138,13 @@ class SecureAggregationTest : public ::testing::Test {
     o.secure_aggregation.stage_timeout_ms = 2'000;
     o.secure_aggregation.min_survivor_fraction = 0.5;
     o.secure_aggregation.graph.dropout_fraction = 0.3;
+    o.secure_aggregation.certificates =
+        [this](const std::string& id) -> std::optional<MemberCertificate> {
+      for (auto& p : peers_) {
+        if (p->certificate().id == id) return p->certificate();
+      }
+      return std::nullopt;
+    };
     return o;
   }
 
@@ -139,39 +178,135 @@ class SecureAggregationTest : public ::testing::Test {
     }
   }
 
+  SigningKey project_ = SigningKey::Generate();
+  aggregation::secagg::SignatureCache cache_;
   std::vector<Site> sites_;
   std::vector<std::unique_ptr<AgentPeer>> peers_;
   std::vector<coordinator::RoundMetrics> metrics_;
   TensorList model_;
 };
 
-TEST_F(SecureAggregationTest, TheModelMovesByTheWeightedMeanOfTheMaskedUpdates) {
+// The mean of `survivors`' shifts (uniform weights, the default under secure aggregation).
+double UniformShift(const std::vector<Site>& sites, const std::vector<int>& survivors) {
+  double sum = 0;
+  for (int i : survivors) sum += sites[static_cast<size_t>(i)].shift;
+  return sum / static_cast<double>(survivors.size());
+}
+
+TEST_F(SecureAggregationTest, TheModelMovesByTheMeanOfTheMaskedUpdates) {
   const Status st = Run(Options());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 1u);
   EXPECT_EQ(metrics_[0].results, 10);
+  ExpectModelMovedBy(UniformShift(sites_, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  // The round says what ran: the session's settings and what happened in it.
+  ASSERT_TRUE(metrics_[0].secure_aggregation.has_value());
+  const auto& a = *metrics_[0].secure_aggregation;
+  EXPECT_TRUE(a.released);
+  EXPECT_EQ(a.members, 10);
+  EXPECT_EQ(a.listed, 10);
+  EXPECT_EQ(a.masked, 10);
+  EXPECT_EQ(a.signed_survivors, 10);
+  EXPECT_GE(a.consistency_quorum, 6);
+  EXPECT_TRUE(a.blamed.empty());
+  EXPECT_NE(metrics_[0].ToJson().find("\"secure_aggregation\""), std::string::npos);
+  EXPECT_NE(metrics_[0].ProgressLine().find("secure sum of 10"), std::string::npos);
+  // Weighing uniformly, the coordinator learns no example count, and no member reports a loss.
+  EXPECT_NE(metrics_[0].ToJson().find("\"examples\":null"), std::string::npos);
+  EXPECT_NE(metrics_[0].ToJson().find("\"train_loss\":null"), std::string::npos);
+}
+
+TEST_F(SecureAggregationTest, WeightingByExamplesIsAnOptInWithItsTotalChecked) {
+  coordinator::CoordinatorOptions o = Options();
+  o.secure_aggregation.weight_by_examples = true;
+  const Status st = Run(o);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(metrics_.size(), 1u);
   EXPECT_EQ(metrics_[0].examples, 100 * 10 + 50 * 45);
   ExpectModelMovedBy(WeightedShift({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
+// A member that lies about its weight inside the masked words: the audit moved the total to 1 (the
+// mean 6584 times too long) or to 2^31 (training frozen). Now a total no honest members can send
+// is found and the update discarded.
+TEST_F(SecureAggregationTest, AWeightNoHonestMembersCouldSendIsFoundAndTheUpdateDiscarded) {
+  coordinator::CoordinatorOptions o = Options();
+  o.secure_aggregation.weight_by_examples = true;
+  // site-2 adds 2^31 - 10^6 to its masked weight word: the total decodes far above 10 x the cap.
+  peers_[2]->set_rewrite([](std::vector<wire::Message>& out) {
+    for (wire::Message& m : out) {
+      if (m.type() != wire::MessageType::kSecAggMaskedInput) continue;
+      wire::TensorPayload& w = m.tensors.back();
+      auto words = std::make_shared<std::vector<uint32_t>>(1);
+      std::memcpy(words->data(), w.bytes.data(), 4);
+      (*words)[0] += (1u << 31) - 1'000'000u;
+      w.bytes = std::as_bytes(std::span(*words));
+      w.owner = words;
+    }
+  });
+  const Status st = Run(o);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;  // the job's only round: nothing trained
+  ASSERT_EQ(metrics_.size(), 1u);
+  EXPECT_FALSE(metrics_[0].updated);
+  ASSERT_TRUE(metrics_[0].secure_aggregation.has_value());
+  EXPECT_FALSE(metrics_[0].secure_aggregation->released);
+  EXPECT_NE(metrics_[0].secure_aggregation->failure.find("a member lied about its weight"),
+            std::string::npos)
+      << metrics_[0].secure_aggregation->failure;
+  ExpectModelMovedBy(0);
+}
+
+// An input out of range (within the word width: masked inputs cannot be checked one by one) makes
+// the unmasked sum longer than its survivors' clipped updates can: found, and discarded.
+TEST_F(SecureAggregationTest, AnInputOutOfRangeIsFoundInTheSumAndDiscarded) {
+  peers_[4]->set_rewrite([](std::vector<wire::Message>& out) {
+    for (wire::Message& m : out) {
+      if (m.type() != wire::MessageType::kSecAggMaskedInput) continue;
+      wire::TensorPayload& t = m.tensors[0];
+      auto words = std::make_shared<std::vector<uint32_t>>(t.bytes.size() / 4);
+      std::memcpy(words->data(), t.bytes.data(), t.bytes.size());
+      (*words)[0] += 0x7f000000u;  // near the word's half range on one value
+      t.bytes = std::as_bytes(std::span(*words));
+      t.owner = words;
+    }
+  });
+  const Status st = Run(Options());
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  ASSERT_EQ(metrics_.size(), 1u);
+  EXPECT_NE(metrics_[0].secure_aggregation->failure.find("out of range"), std::string::npos)
+      << metrics_[0].secure_aggregation->failure;
+  ExpectModelMovedBy(0);
+}
+
 TEST_F(SecureAggregationTest, MembersDroppingAtEveryStageLeaveTheSurvivorsMean) {
-  // site-1 never advertises (it drops while training), site-3 after advertising, site-5 after
-  // sharing its keys, site-7 after sending its masked input (before helping unmask).
-  peers_[1]->DropAt(wire::MessageType::kFitInstruction);
-  peers_[3]->DropAt(wire::MessageType::kSecAggKeyList);
-  peers_[5]->DropAt(wire::MessageType::kSecAggShareList);
-  peers_[7]->DropAt(wire::MessageType::kSecAggUnmask);
+  using aggregation::secagg::Stage;
+  // site-1 never trains, site-3 drops when the member list comes (after advertising), site-5
+  // when the share list comes (after sharing), site-7 when the unmask request comes (after
+  // sending its masked input and signing the survivors).
+  peers_[1]->DropAtFit();
+  peers_[3]->DropAt(Stage::kMemberList);
+  peers_[5]->DropAt(Stage::kShareList);
+  peers_[7]->DropAt(Stage::kUnmask);
   const Status st = Run(Options());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 1u);
   // Masked inputs from everyone but 1, 3 and 5 (7's input counts: it was sent before it left).
   EXPECT_EQ(metrics_[0].results, 7);
-  ExpectModelMovedBy(WeightedShift({0, 2, 4, 6, 7, 8, 9}));
+  ExpectModelMovedBy(UniformShift(sites_, {0, 2, 4, 6, 7, 8, 9}));
+  // site-3 advertised but never revealed its randomness: the session's graph needs every
+  // member's, so it started again without site-3 (one restart).
+  const auto& a = *metrics_[0].secure_aggregation;
+  EXPECT_EQ(a.restarts, 1);
+  EXPECT_EQ(a.listed, 8);
+  EXPECT_EQ(a.shared, 7);
+  EXPECT_EQ(a.masked, 7);
+  EXPECT_EQ(a.answered, 6);
 }
 
 TEST_F(SecureAggregationTest, BelowTheMinimumNothingIsReleased) {
-  for (int i = 0; i < 6; ++i)
-    peers_[static_cast<size_t>(i)]->DropAt(wire::MessageType::kSecAggShareList);
+  for (int i = 0; i < 6; ++i) {
+    peers_[static_cast<size_t>(i)]->DropAt(aggregation::secagg::Stage::kShareList);
+  }
   const Status st = Run(Options());
   // The only round released nothing: the job says so and fails.
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
@@ -182,13 +317,16 @@ TEST_F(SecureAggregationTest, BelowTheMinimumNothingIsReleased) {
 }
 
 TEST_F(SecureAggregationTest, AHostileMembersMessagesAreRefusedAndTheOthersAggregate) {
-  // site-2 replays its advertisement's keys as all zeros (a small-order point), and site-4 sends a
-  // masked input of the wrong width: both are refused, and count as dropouts; so is site-6 below.
+  // site-2 advertises a small-order mask key, and site-4 sends a masked input of the wrong width:
+  // both are refused, and count as dropouts; so is site-6 below.
   peers_[2]->set_rewrite([](std::vector<wire::Message>& out) {
     for (wire::Message& m : out) {
-      if (m.type() == wire::MessageType::kSecAggAdvertise) {
-        std::get<wire::SecAggAdvertise>(m.body).mask_key.assign(32, '\0');
-      }
+      if (!IsStage(m, aggregation::secagg::Stage::kAdvertise)) continue;
+      auto keys = aggregation::secagg::Decode<aggregation::secagg::Advertisement>(
+          *aggregation::secagg::PayloadOf(m));
+      keys->mask_key = {};
+      m = aggregation::secagg::ToMessage(*keys, m.round, m.sender,
+                                         std::get<wire::SecAggData>(m.body).nonce);
     }
   });
   peers_[4]->set_rewrite([](std::vector<wire::Message>& out) {
@@ -213,7 +351,34 @@ TEST_F(SecureAggregationTest, AHostileMembersMessagesAreRefusedAndTheOthersAggre
   ASSERT_EQ(metrics_.size(), 1u);
   EXPECT_EQ(metrics_[0].results, 7);
   EXPECT_EQ(metrics_[0].rejected, 3);
-  ExpectModelMovedBy(WeightedShift({0, 1, 3, 5, 7, 8, 9}));
+  ExpectModelMovedBy(UniformShift(sites_, {0, 1, 3, 5, 7, 8, 9}));
+}
+
+// A member that seals garbage to its neighbours (signed: it is the member's own doing) and one
+// that reveals wrong shares at unmasking: neither stops the round. The first is complained of and
+// left out (nobody holds its shares), the second named and its shares set aside; the sum is the
+// honest survivors' exactly.
+TEST_F(SecureAggregationTest, LyingMembersAreNamedAndTheRoundCompletes) {
+  using aggregation::secagg::Stage;
+  peers_[3]->set_rewrite([&](std::vector<wire::Message>& out) {
+    for (wire::Message& m : out) {
+      if (!IsStage(m, Stage::kUnmaskResponse)) continue;
+      auto r = aggregation::secagg::Decode<aggregation::secagg::UnmaskResponse>(
+          *aggregation::secagg::PayloadOf(m));
+      for (auto& share : r->self_mask_shares) share.share.y[1] ^= 1;
+      m = aggregation::secagg::ToMessage(*r, m.round, m.sender,
+                                         std::get<wire::SecAggData>(m.body).nonce);
+    }
+  });
+  const Status st = Run(Options());
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(metrics_.size(), 1u);
+  EXPECT_EQ(metrics_[0].results, 10);
+  ExpectModelMovedBy(UniformShift(sites_, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  const auto& a = *metrics_[0].secure_aggregation;
+  ASSERT_EQ(a.blamed.size(), 1u);
+  EXPECT_EQ(a.blamed[0].first, "site-3");
+  EXPECT_NE(a.blamed[0].second.find("not the one its dealer signed"), std::string::npos);
 }
 
 TEST_F(SecureAggregationTest, LocalDpUpdatesAreAggregatedSecurelyToo) {
@@ -242,8 +407,9 @@ TEST_F(SecureAggregationTest, LocalDpUpdatesAreAggregatedSecurelyToo) {
 
 TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
   // Each client clips to C = 1, quantizes and adds its own discrete Gaussian share; the shares of
-  // the fewest honest members an unmasked sum may hold (min_survivors 5, less 1 colluder: 4)
-  // carry noise of multiplier z = 0.01. All 10 survive, so the sum holds 10/4 of that variance.
+  // the fewest honest members an unmasked sum may hold (min_survivors 6, the consistency quorum
+  // of 10 with 1 colluder; less that colluder: 5) carry noise of multiplier z = 0.01. All 10
+  // survive, so the sum holds 10/5 of that variance.
   coordinator::CoordinatorOptions o = Options();
   o.max_update_norm = 0;
   o.privacy.mode = privacy::PrivacyMode::kDistributed;
@@ -259,7 +425,7 @@ TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
   ASSERT_EQ(metrics_.size(), 1u);
   ASSERT_TRUE(metrics_[0].privacy.has_value());
 
-  // The ledger holds the round as the sum of 4 honest shares, at least the configured z.
+  // The ledger holds the round as the sum of 5 honest shares, at least the configured z.
   auto ledger = privacy::PrivacyLedger::Open(o.out_dir + "/privacy_ledger.jsonl");
   ASSERT_TRUE(ledger.ok()) << ledger.status();
   ASSERT_EQ(ledger->entries().size(), 1u);
@@ -273,10 +439,13 @@ TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
   EXPECT_LT(e.noise_multiplier, 0.01 * 1.001);
   EXPECT_GT(metrics_[0].privacy->epsilon, 0);
 
-  // The mean's noise: std z C sqrt(10 / 4) / 10 per value (the grid's rounding adds < 1e-5).
+  // The mean's noise: std z C sqrt(10 / 5) / 10 per value (the grid's rounding adds < 1e-5).
   double uniform = 0;
   for (const Site& site : sites_) uniform += site.shift / 10.0;
-  const double sd = e.noise_multiplier * std::sqrt(10.0 / 4.0) / 10.0;
+  const double sd = e.noise_multiplier * std::sqrt(10.0 / 5.0) / 10.0;
+  EXPECT_EQ(metrics_[0].secure_aggregation->honest_shares, 5);
+  // The metric is the std of the noise in the sum the 5 honest shares guarantee, per value.
+  EXPECT_NEAR(metrics_[0].privacy->noise_stddev, e.noise_multiplier * 1.0, 1e-3 * 0.01);
   double sum_sq = 0;
   int64_t count = 0;
   for (const Tensor& t : model_) {

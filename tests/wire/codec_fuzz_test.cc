@@ -1,13 +1,16 @@
 // Seeded random inputs to the codec. Decode must never crash, must fail only with InvalidArgument
 // ("malformed message: ...") or FailedPrecondition (version mismatch), and whatever it accepts must
-// be self-consistent and survive a re-encode unchanged. The structured loop also checks Decode's
-// verdict on tensor specs against an independent oracle of the rules in proto/codec.h.
+// be self-consistent and survive a re-encode unchanged; a secure-aggregation stage's bytes must
+// decode canonically or be refused. The structured loop also checks Decode's verdict on tensor
+// specs against an independent oracle of the rules in proto/codec.h.
 #include <google/protobuf/stubs/logging.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "huddle.pb.h"
 #include "proto/codec.h"
@@ -33,6 +36,30 @@ std::string RandomBytes(std::mt19937_64& rng, size_t n) {
   return s;
 }
 
+// A secure-aggregation stage's bytes either decode (aggregation/secagg/wire.h) to a message that
+// re-encodes to exactly those bytes (the encoding is canonical), or are refused with
+// InvalidArgument "malformed secure-aggregation ...".
+::testing::AssertionResult CanonicalOrRefused(uint32_t stage, std::span<const std::byte> bytes) {
+  // An exactly-sized copy, so that a sanitizer sees any read past the end.
+  const std::vector<std::byte> copy(bytes.begin(), bytes.end());
+  StatusOr<std::string> again = testutil::Reencode(stage, copy);
+  if (!again.ok()) {
+    if (again.status().code() == absl::StatusCode::kInvalidArgument &&
+        absl::StartsWith(again.status().message(), "malformed secure-aggregation ")) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "stage " << stage << ": unexpected error " << again.status();
+  }
+  if (!std::equal(copy.begin(), copy.end(), testutil::AsBytes(*again).begin(),
+                  testutil::AsBytes(*again).end())) {
+    return ::testing::AssertionFailure()
+           << "stage " << stage << ": " << copy.size() << " bytes decode but re-encode to "
+           << again->size() << " other bytes";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // OK with the invariants every decoded message holds, or one of the two documented errors.
 ::testing::AssertionResult WellFormedOutcome(const StatusOr<Message>& got,
                                              std::span<const Frame> frames) {
@@ -52,8 +79,19 @@ std::string RandomBytes(std::mt19937_64& rng, size_t n) {
   }
   if (!m.tensors.empty() && m.type() != MessageType::kFitInstruction &&
       m.type() != MessageType::kFitResult && m.type() != MessageType::kEvaluateInstruction &&
-      m.type() != MessageType::kSecAggMaskedInput) {
+      m.type() != MessageType::kSecAggMaskedInput && m.type() != MessageType::kSecAggData) {
     return ::testing::AssertionFailure() << "accepted tensors on " << Describe(m);
+  }
+  if (m.type() == MessageType::kSecAggData) {
+    const SecAggData& d = std::get<SecAggData>(m.body);
+    if (d.stage < 1 || d.stage > 12 || (!d.nonce.empty() && d.nonce.size() != kNonceBytes) ||
+        m.tensors.size() != 1 || m.tensors[0].spec.name != "secagg" ||
+        m.tensors[0].spec.dtype != DType::kUint8 || m.tensors[0].spec.shape.size() != 1) {
+      return ::testing::AssertionFailure()
+             << "accepted a bad secure-aggregation message " << Describe(m);
+    }
+    ::testing::AssertionResult payload = CanonicalOrRefused(d.stage, m.tensors[0].bytes);
+    if (!payload) return payload;
   }
   for (const TensorPayload& t : m.tensors) {
     const bool ok = !t.spec.name.empty() && t.spec.name.size() <= 256 &&
@@ -209,6 +247,52 @@ TEST_F(CodecFuzzTest, RandomTensorSpecsAreJudgedLikeTheOracle) {
     ASSERT_EQ(got.ok(), valid) << "spec set " << i << ": " << h.ShortDebugString() << " -> "
                                << (got.ok() ? "accepted" : got.status().ToString());
     (got.ok() ? accepted : rejected)++;
+  }
+  EXPECT_GT(accepted, kIterations / 10);
+  EXPECT_GT(rejected, kIterations / 10);
+}
+
+// Secure aggregation's stage bytes (aggregation/secagg/wire.h), mutated from each stage's sample:
+// every outcome is a refusal naming the message, or a message that re-encodes to the same bytes.
+TEST_F(CodecFuzzTest, MutatedSecAggPayloadsDecodeCanonicallyOrNotAtAll) {
+  const std::vector<Message> samples = testutil::SampleSecAggStages();
+  int accepted = 0, rejected = 0;
+  for (int i = 0; i < 4 * kIterations; ++i) {
+    const Message& sample = samples[i % samples.size()];
+    const uint32_t stage = std::get<SecAggData>(sample.body).stage;
+    const std::span<const std::byte> original = sample.tensors[0].bytes;
+    std::string bytes(reinterpret_cast<const char*>(original.data()), original.size());
+    const size_t mutation = Below(6);
+    switch (mutation) {
+      case 0:  // flip one to four bits
+        for (size_t k = Below(4) + 1; k > 0; --k) bytes[Below(bytes.size())] ^= 1 << Below(8);
+        break;
+      case 1:  // overwrite a 4-byte word (a count, an index, a reason) with a small or huge value
+        if (bytes.size() >= 4) {
+          const size_t at = Below(bytes.size() - 3);
+          const uint32_t v = Below(2) == 0 ? static_cast<uint32_t>(Below(8))
+                                           : static_cast<uint32_t>(rng_() >> Below(32));
+          for (int b = 0; b < 4; ++b) bytes[at + b] = static_cast<char>(v >> (8 * b));
+        }
+        break;
+      case 2:  // truncate
+        bytes.resize(Below(bytes.size()));
+        break;
+      case 3:  // insert random bytes
+        bytes.insert(Below(bytes.size() + 1), RandomBytes(rng_, Below(8) + 1));
+        break;
+      case 4:  // append random bytes
+        bytes += RandomBytes(rng_, Below(4) + 1);
+        break;
+      case 5:  // unchanged: must be accepted
+        break;
+    }
+    ASSERT_TRUE(CanonicalOrRefused(stage, testutil::AsBytes(bytes))) << "mutation " << i;
+    const bool ok = testutil::Reencode(stage, testutil::AsBytes(bytes)).ok();
+    if (mutation == 5) {
+      ASSERT_TRUE(ok) << "the sample of stage " << stage << " is refused";
+    }
+    (ok ? accepted : rejected)++;
   }
   EXPECT_GT(accepted, kIterations / 10);
   EXPECT_GT(rejected, kIterations / 10);

@@ -1,6 +1,10 @@
 // Test vocabulary shared by the codec and transport tests: sample messages of every type with every
-// field set to a non-default value, tensor payloads with recognisable values, and a canonical text
-// form of a message so that two messages compare with a readable diff.
+// field set to a non-default value (secure aggregation's: one SecAggData per stage, carrying the
+// samples of tests/wire/secagg_samples.h), tensor payloads with recognisable values, and a
+// canonical text form of a message so that two messages compare with a readable diff.
+//
+// The SecAggData samples call aggregation/secagg/wire.cc: a test that uses them links
+// huddle_aggregation; Describe and the other samples need only huddle_wire.
 #pragma once
 
 #include <fmt/format.h>
@@ -17,6 +21,7 @@
 #include "common/tensor.h"
 #include "gtest/gtest.h"
 #include "proto/messages.h"
+#include "tests/wire/secagg_samples.h"
 
 namespace huddle::wire::testutil {
 
@@ -95,10 +100,20 @@ inline Message SampleExternalWelcome() {
   return MakeMessage(Welcome{"torch-job", std::move(model), 1000}, 0, "coordinator");
 }
 
-// Secure aggregation's messages (proto/messages.h), every field set.
-inline std::string Key(char fill) { return std::string(kSecAggKeyBytes, fill); }
+// Secure aggregation's session (proto/messages.h), every field set.
 inline SecureAggregation SampleSecureAggregation() {
-  return SecureAggregation{Key('\x5a'), 3, 10, 4, 32, 101771, 6, -7, 123456789, 4096, 2.5};
+  return SecureAggregation{.session = std::string(kSecAggSessionBytes, '\x5a'),
+                           .index = 3,
+                           .members = 10,
+                           .threshold = 4,
+                           .bits = 32,
+                           .length = 101771,
+                           .min_survivors = 6,
+                           .edge_threshold = 3006477107,  // 0.7 of 2^32
+                           .scale_exponent = -7,
+                           .noise_variance = 123456789,
+                           .weight_cap = 4096,
+                           .clip_norm = 2.5};
 }
 // Under distributed DP: the session's noise_variance is the client's share.
 inline Message SampleSecureFitInstruction() {
@@ -107,22 +122,6 @@ inline Message SampleSecureFitInstruction() {
   fit.secure_aggregation = SampleSecureAggregation();
   fit.privacy = UpdatePrivacy{UpdatePrivacy::Mode::kDistributed, 2.5, 0};
   return m;
-}
-inline Message SampleSecAggAdvertise() {
-  return MakeMessage(SecAggAdvertise{SampleNonce(), Key('\x01'), Key('\xfe')}, 12, "client-17");
-}
-inline Message SampleSecAggKeyList() {
-  return MakeMessage(SecAggKeyList{{{2, Key('a'), Key('b')}, {7, Key('c'), Key('d')}}}, 12,
-                     "coordinator");
-}
-inline Message SampleSecAggShares() {
-  return MakeMessage(
-      SecAggShares{
-          SampleNonce(), Key('h'), {{2, std::string(120, '\x11')}, {7, std::string(120, '\x22')}}},
-      12, "client-17");
-}
-inline Message SampleSecAggShareList() {
-  return MakeMessage(SecAggShareList{{{4, std::string(120, '\x33')}}}, 12, "coordinator");
 }
 inline Message SampleSecAggMaskedInput() {
   Message m = MakeMessage(SecAggMaskedInput{SampleNonce(), 12}, 12, "client-17");
@@ -137,36 +136,40 @@ inline Message SampleSecAggMaskedInput() {
   }
   return m;
 }
-inline Message SampleSecAggUnmask() {
-  return MakeMessage(SecAggUnmask{{2, 3, 7}, 9}, 12, "coordinator");
+// The SecAggData of `m` (a stage message of tests/wire/secagg_samples.h) in round 12: a member's
+// carries its FitInstruction's nonce, the coordinator's none.
+template <class T>
+Message SampleSecAggData(const T& m) {
+  const bool member = secagg::FromMember(static_cast<uint32_t>(secagg::StageOf<T>()));
+  return secagg::ToMessage(m, 12, member ? "client-17" : "coordinator",
+                           member ? SampleNonce() : std::string());
 }
-inline Message SampleSecAggUnmaskResponse() {
-  return MakeMessage(SecAggUnmaskResponse{SampleNonce(),
-                                          {{2, {1, 2, 3, 4, (uint64_t{1} << 61) - 2}}},
-                                          {{7, {5, 6, 7, 8, 9}}, {9, {0, 0, 0, 0, 0}}}},
-                     12, "client-17");
+// One SecAggData of every stage, in stage order (1-12).
+inline std::vector<Message> SampleSecAggStages() {
+  return {SampleSecAggData(SampleAdvertisement()), SampleSecAggData(SampleMemberList()),
+          SampleSecAggData(SampleReveal()),        SampleSecAggData(SampleSeedList()),
+          SampleSecAggData(SampleShareKeys()),     SampleSecAggData(SampleShareList()),
+          SampleSecAggData(SampleVerdict()),       SampleSecAggData(SampleMaskRequest()),
+          SampleSecAggData(SampleSurvivors()),     SampleSecAggData(SampleConsistency()),
+          SampleSecAggData(SampleUnmaskRequest()), SampleSecAggData(SampleUnmaskResponse())};
 }
 
 // One message of every type, in Body's order.
 inline std::vector<Message> SampleMessages() {
-  return {SampleJoin(),
-          SampleWelcome(),
-          SampleSecureFitInstruction(),
-          SampleUploadRequest(),
-          SampleUploadGrant(),
-          SampleFitResult(),
-          SampleHeartbeat(),
-          SampleError(),
-          SampleShutdown(),
-          SampleEvaluateInstruction(),
-          SampleEvaluateResult(),
-          SampleSecAggAdvertise(),
-          SampleSecAggKeyList(),
-          SampleSecAggShares(),
-          SampleSecAggShareList(),
-          SampleSecAggMaskedInput(),
-          SampleSecAggUnmask(),
-          SampleSecAggUnmaskResponse()};
+  std::vector<Message> out = {SampleJoin(),
+                              SampleWelcome(),
+                              SampleSecureFitInstruction(),
+                              SampleUploadRequest(),
+                              SampleUploadGrant(),
+                              SampleFitResult(),
+                              SampleHeartbeat(),
+                              SampleError(),
+                              SampleShutdown(),
+                              SampleEvaluateInstruction(),
+                              SampleEvaluateResult(),
+                              SampleSecAggMaskedInput()};
+  for (Message& m : SampleSecAggStages()) out.push_back(std::move(m));
+  return out;
 }
 
 inline std::string Hex(const std::string& bytes) {
@@ -201,14 +204,14 @@ inline std::string Describe(const Message& m) {
                                        b.train.dp_sgd->noise_multiplier, b.train.dp_sgd->clip_norm,
                                        b.train.dp_sgd->expected_batch_size, b.train.dp_sgd->delta)
                          : "none";
-      std::string secagg = "none";
+      std::string secure = "none";
       if (b.secure_aggregation) {
         const SecureAggregation& a = *b.secure_aggregation;
-        secagg = fmt::format(
+        secure = fmt::format(
             "{{session={} index={} members={} threshold={} bits={} length={} min_survivors={} "
-            "scale_exponent={} noise_variance={} weight_cap={} clip_norm={}}}",
+            "edge_threshold={} scale_exponent={} noise_variance={} weight_cap={} clip_norm={}}}",
             Hex(a.session), a.index, a.members, a.threshold, a.bits, a.length, a.min_survivors,
-            a.scale_exponent, a.noise_variance, a.weight_cap, a.clip_norm);
+            a.edge_threshold, a.scale_exponent, a.noise_variance, a.weight_cap, a.clip_norm);
       }
       return fmt::format(
           "FitInstruction{{model_version={} train={{epochs={} batch_size={} learning_rate={} "
@@ -217,7 +220,7 @@ inline std::string Describe(const Message& m) {
           b.model_version, b.train.epochs, b.train.batch_size, b.train.learning_rate,
           b.train.momentum, b.train.weight_decay, dp, b.seed, b.deadline_ms, Hex(b.nonce),
           static_cast<int>(b.privacy.mode), b.privacy.clip_norm, b.privacy.noise_multiplier,
-          secagg);
+          secure);
     }
     std::string operator()(const UploadRequest& b) const {
       return fmt::format("UploadRequest{{num_examples={} nonce={}}}", b.num_examples, Hex(b.nonce));
@@ -246,48 +249,13 @@ inline std::string Describe(const Message& m) {
           "EvaluateResult{{num_examples={} loss={} accuracy={} model_version={} nonce={}}}",
           b.num_examples, b.loss, b.accuracy, b.model_version, Hex(b.nonce));
     }
-    static std::string Sealed(const std::vector<SecAggSealedShare>& shares) {
-      std::string out;
-      for (const SecAggSealedShare& s : shares)
-        out += fmt::format(" {}:{}", s.peer, Hex(s.ciphertext));
-      return out;
-    }
-    static std::string Revealed(const std::vector<SecAggRevealedShare>& shares) {
-      std::string out;
-      for (const SecAggRevealedShare& s : shares) {
-        out += fmt::format(" {}:[{}]", s.owner, fmt::join(s.y, ","));
-      }
-      return out;
-    }
-    std::string operator()(const SecAggAdvertise& b) const {
-      return fmt::format("SecAggAdvertise{{nonce={} cipher_key={} mask_key={}}}", Hex(b.nonce),
-                         Hex(b.cipher_key), Hex(b.mask_key));
-    }
-    std::string operator()(const SecAggKeyList& b) const {
-      std::string out;
-      for (const SecAggNeighbour& n : b.neighbours) {
-        out += fmt::format(" {}:{}:{}", n.index, Hex(n.cipher_key), Hex(n.mask_key));
-      }
-      return fmt::format("SecAggKeyList{{{} }}", out);
-    }
-    std::string operator()(const SecAggShares& b) const {
-      return fmt::format("SecAggShares{{nonce={} commitment={} shares=[{} ]}}", Hex(b.nonce),
-                         Hex(b.self_mask_commitment), Sealed(b.shares));
-    }
-    std::string operator()(const SecAggShareList& b) const {
-      return fmt::format("SecAggShareList{{[{} ]}}", Sealed(b.shares));
-    }
     std::string operator()(const SecAggMaskedInput& b) const {
       return fmt::format("SecAggMaskedInput{{nonce={} model_version={}}}", Hex(b.nonce),
                          b.model_version);
     }
-    std::string operator()(const SecAggUnmask& b) const {
-      return fmt::format("SecAggUnmask{{survivors=[{}] total={}}}", fmt::join(b.survivors, ","),
-                         b.total);
-    }
-    std::string operator()(const SecAggUnmaskResponse& b) const {
-      return fmt::format("SecAggUnmaskResponse{{nonce={} self_mask=[{} ] mask_key=[{} ]}}",
-                         Hex(b.nonce), Revealed(b.self_mask_shares), Revealed(b.mask_key_shares));
+    // The stage's bytes are the payload's: ExpectSamePayloads compares them.
+    std::string operator()(const SecAggData& b) const {
+      return fmt::format("SecAggData{{stage={} nonce={}}}", b.stage, Hex(b.nonce));
     }
   };
   std::string out = fmt::format("v{} round={} sender={} {} tensors=[", m.protocol_version, m.round,

@@ -44,6 +44,9 @@ struct ClientOptions {
   std::string client_id;        // default: the id in secret_key_file
   std::string secret_key_file;  // this client's CurveZMQ key pair (`huddle keygen client`)
   std::string server_key_file;  // the coordinator's public key
+  // The project's public key (`huddle keygen project`): in secure aggregation this client accepts
+  // only members the project certified, and refuses secure aggregation without it.
+  std::string project_key_file;
   // Plaintext, no authentication: for tests on one machine, against a coordinator started with
   // --insecure. Never in a deployment.
   bool insecure = false;
