@@ -379,7 +379,7 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
   const std::string dir = MakeTempDir("revoke");
   JobSettings s;
   s.clients = 3;
-  s.rounds = 12;
+  s.rounds = 20;
   WriteJob(dir, s);
   // Let the job go on with two clients once c2 is gone; reloads only on SIGHUP.
   std::string job = ReadAll(dir + "/job.yaml");
@@ -391,6 +391,11 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
   std::vector<std::unique_ptr<Process>> clients;
   for (int i = 0; i < 3; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
   ASSERT_TRUE(WaitFor([&] { return Metrics(dir).size() >= 2; }, seconds(120)));
+  // Hold the job open until the restarted c2 has been refused: with c0 and c1 stopped, no round
+  // can close (its deadline is a minute away), so the coordinator is still there to refuse it.
+  // (Unheld, a fast job could end first and leave the restarted client retrying for nobody.)
+  clients[0]->Kill(SIGSTOP);
+  clients[1]->Kill(SIGSTOP);
   std::filesystem::remove(dir + "/keys/allowed/c2.pub");
   coordinator->Kill(SIGHUP);
   // c2 is told its key was revoked and exits with that error.
@@ -402,9 +407,11 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
   EXPECT_EQ(again->Wait(seconds(60)), 1);
   EXPECT_NE(ReadAll(dir + "/client-2.log").find("refused this client's key"), std::string::npos)
       << ReadAll(dir + "/client-2.log");
+  clients[0]->Kill(SIGCONT);
+  clients[1]->Kill(SIGCONT);
   ASSERT_EQ(coordinator->Wait(seconds(180)), 0) << ReadAll(dir + "/coordinator.log");
   const auto metrics = Metrics(dir);
-  ASSERT_EQ(metrics.size(), 12u);
+  ASSERT_EQ(metrics.size(), 20u);
   int64_t auth_rejected = 0;
   for (const auto& m : metrics) auth_rejected += m["auth_rejected"].get<int64_t>();
   EXPECT_GE(auth_rejected, 2) << "the revoked client's message and its new handshake";
