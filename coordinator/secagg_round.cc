@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "coordinator/coordinator.h"
 
@@ -317,8 +318,9 @@ bool Coordinator::SecAggStep(Round& round) {
   // Ends a stage that waits for one answer from each member due: false while some are due.
   auto stage_over = [&](const char* what) {
     if (!s.awaiting.empty() && now < s.stage_deadline_ms) return false;
-    for (const std::string& id : s.awaiting) FailMember(id, what);
-    s.awaiting.clear();
+    // FailMember erases from s.awaiting: iterate over a copy taken out of it.
+    const auto late = std::exchange(s.awaiting, {});
+    for (const std::string& id : late) FailMember(id, what);
     return true;
   };
   auto next_stage = [&] {
