@@ -36,10 +36,10 @@ struct RoundMetrics {
   int64_t failed = 0;         // members that reported their local training failed
   int64_t clipped = 0;        // accepted updates clipped to aggregation.max_update_norm
   int64_t weight_capped = 0;  // accepted updates whose example count was capped (max_weight_ratio)
-  int64_t connections_cut = 0;       // connections the transport cut (undelivered bytes over bound)
-  bool updated = false;              // quorum met and the model changed
-  int64_t examples = 0;  // sum of the accepted results' example counts (-1: unknown, null)
-  std::optional<double> train_loss;  // example-weighted mean over accepted results
+  int64_t connections_cut = 0;  // connections the transport cut (undelivered bytes over bound)
+  bool updated = false;         // quorum met and the model changed
+  int64_t examples = 0;         // sum of the accepted results' example counts (-1: unknown, null)
+  std::optional<double> train_loss;     // example-weighted mean over accepted results
   std::optional<double> test_accuracy;  // evaluation of the round's model, when due
   std::optional<double> test_loss;
   // Federated evaluation (evaluation.mode federated), when one ran after this round: test_accuracy

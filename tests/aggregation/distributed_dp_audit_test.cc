@@ -124,7 +124,8 @@ class DistributedDpAuditTest : public ::testing::Test {
         EXPECT_TRUE(quantized.ok()) << quantized;
         for (int64_t& k : noise) k = share->Sample(rng);
         AddSigned(noise, plan_.bits, block);
-        std::copy(block.begin(), block.end(), input.begin() + static_cast<std::ptrdiff_t>(b * kDim));
+        std::copy(block.begin(), block.end(),
+                  input.begin() + static_cast<std::ptrdiff_t>(b * kDim));
       }
       for (size_t i = 0; i < length; ++i) expected[i] = (expected[i] + input[i]) & mask;
       session.set_input(member, std::move(input));
