@@ -11,8 +11,12 @@ Entries that are not floating-point tensors (BatchNorm's num_batches_tracked, in
 non-tensors) are skipped with a message on stderr: the clients' trainers keep those themselves.
 
 INPUT for the forward direction is a file written by torch.save: a state_dict (a mapping of names
-to tensors), an nn.Module (its state_dict() is taken), or a checkpoint dict holding a state_dict
-under "state_dict" or "model_state_dict" (or under --key).
+to tensors) or a checkpoint dict holding a state_dict under "state_dict" or "model_state_dict" (or
+under --key). It is loaded with torch.load(weights_only=True), which reads tensors and plain
+containers and never runs code from the file; a file that needs more (a pickled nn.Module, an
+optimizer, any other Python object) is refused. --unsafe-run-code-in-input loads it with the full
+unpickler (its state_dict() is then taken from an nn.Module): that runs whatever code the file
+holds, so use it only for a file you wrote yourself.
 
 Byte format (common/tensor_io.h; all little-endian, no checksum):
   "HUDDLEM1", u32 count, then per tensor:
@@ -29,7 +33,9 @@ Needs Python 3 and torch (Debian: python3-torch).
 
 import argparse
 import collections
+import inspect
 import math
+import pickle
 import re
 import struct
 import sys
@@ -61,16 +67,30 @@ def import_torch():
     return torch
 
 
-def load_state_dict(torch, path, key):
+def load_state_dict(torch, path, key, trust_code):
+    # torch.load without weights_only runs whatever the file's pickle says (any Python code): a
+    # model file from someone else is data, never code. Only --unsafe-run-code-in-input lifts that,
+    # for a file the user wrote themselves.
+    if "weights_only" not in inspect.signature(torch.load).parameters and not trust_code:
+        raise ConversionError(
+            f"this torch ({torch.__version__}) cannot load a file without running the code it holds "
+            "(torch.load has no weights_only before 1.13): upgrade torch, or pass "
+            "--unsafe-run-code-in-input if you wrote the file yourself")
     try:
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=key is None)
-        except TypeError:  # torch < 1.13 has no weights_only
-            obj = torch.load(path, map_location="cpu")
-        except Exception:  # a pickled nn.Module or optimizer state needs the full unpickler
+        if trust_code:
+            note(f"--unsafe-run-code-in-input: {path} is unpickled with the full unpickler; any "
+                 "code it holds runs now, as this user")
             obj = torch.load(path, map_location="cpu", weights_only=False)
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError as e:
         raise ConversionError(f"{path}: no such file") from e
+    except pickle.UnpicklingError as e:
+        raise ConversionError(
+            f"{path}: holds more than tensors and plain containers (a pickled nn.Module, optimizer "
+            f"or other Python object), which loading would have to run as code ({e}). Save the "
+            "model's state_dict instead (torch.save(model.state_dict(), path)); only for a file "
+            "you wrote yourself, --unsafe-run-code-in-input loads it with the full unpickler") from e
     except Exception as e:
         raise ConversionError(f"{path}: not a file torch.load can read ({e})") from e
     if isinstance(obj, torch.nn.Module):
@@ -103,7 +123,7 @@ def check_name(name, index):
 
 def to_huddle(args):
     torch = import_torch()
-    state = load_state_dict(torch, args.input, args.key)
+    state = load_state_dict(torch, args.input, args.key, args.unsafe_run_code_in_input)
     tensors = []
     total = 0
     for name, value in state.items():
@@ -211,6 +231,9 @@ def main(argv=None):
     parser.add_argument("--reverse", action="store_true",
                         help="convert a HUDDLEM1 file back to a state_dict")
     parser.add_argument("--key", help="the entry of a checkpoint dict that holds the state_dict")
+    parser.add_argument("--unsafe-run-code-in-input", action="store_true",
+                        help="load INPUT with the full unpickler, which runs any code the file "
+                             "holds: only for a file you wrote yourself (a pickled nn.Module)")
     args = parser.parse_args(argv)
     try:
         (to_torch if args.reverse else to_huddle)(args)

@@ -135,5 +135,33 @@ torch.save({'steps': torch.tensor(3)}, ')" +
   EXPECT_FALSE(std::filesystem::exists(Path("x.bin")));
 }
 
+// A hostile .pt: its pickle calls os.system to leave a marker. Converting it must refuse the file
+// without running the payload, with or without --key; the payload is live (it runs under the
+// loudly named opt-in), so the test can fail.
+TEST_F(TorchToHuddleTest, AFileThatHoldsCodeIsRefusedAndItsCodeNeverRuns) {
+  const std::string marker = Path("payload_ran");
+  ASSERT_EQ(RunPython(R"(
+import os, torch
+class Payload:
+    def __reduce__(self):
+        return (os.system, ('touch )" +
+                      marker + R"(',))
+torch.save({'w': torch.zeros(2), 'evil': Payload()}, ')" +
+                      Path("hostile.pt") + R"(')
+torch.save({'state_dict': {'w': torch.zeros(2)}, 'evil': Payload()}, ')" +
+                      Path("hostile_ckpt.pt") + R"(')
+)"),
+            0);
+  ASSERT_FALSE(std::filesystem::exists(marker));
+  EXPECT_NE(Convert(Path("hostile.pt") + " " + Path("x.bin")), 0);
+  EXPECT_NE(ReadFile(Path("stderr.txt"))->find("--unsafe-run-code-in-input"), std::string::npos);
+  EXPECT_NE(Convert("--key state_dict " + Path("hostile_ckpt.pt") + " " + Path("x.bin")), 0);
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "the file's code ran";
+  EXPECT_FALSE(std::filesystem::exists(Path("x.bin")));
+  // The opt-in runs it (which is why it is named so): the payload above is a real one.
+  EXPECT_EQ(Convert("--unsafe-run-code-in-input " + Path("hostile.pt") + " " + Path("x.bin")), 0);
+  EXPECT_TRUE(std::filesystem::exists(marker));
+}
+
 }  // namespace
 }  // namespace huddle
