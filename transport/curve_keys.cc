@@ -276,6 +276,45 @@ StatusOr<CurveKeyPair> ReadKeyFile(const std::string& path, bool need_secret) {
   return keys;
 }
 
+namespace {
+
+// One enrolment as read from its file (or YAML entry), before conflicts are checked.
+struct Enrolment {
+  CurveKey key;
+  std::string id;
+  std::string where;
+  std::optional<MemberCertificate> certificate;
+};
+
+// An enrolment from a directory's .pub file.
+StatusOr<Enrolment> ReadEnrolment(const fs::path& f) {
+  HUDDLE_ASSIGN_OR_RETURN(CurveKeyPair k, ReadKeyFile(f.string(), /*need_secret=*/false));
+  if (k.role != "client") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.string(), ": role is '", k.role, "'; only client keys are enrolled"));
+  }
+  Enrolment e;
+  HUDDLE_ASSIGN_OR_RETURN(e.key, DecodeZ85Key(k.public_z85, f.string()));
+  e.id = k.id;
+  e.where = f.string();
+  StatusOr<MemberCertificate> certificate = CertificateOf(k, f.string());
+  if (certificate.ok()) {
+    e.certificate = *std::move(certificate);
+  } else if (!absl::IsNotFound(certificate.status())) {
+    return certificate.status();
+  }
+  return e;
+}
+
+// What a Load() that skips bad entries does with one: fails (strict) or records it.
+Status Skip(Status error, std::vector<Status>* skipped) {
+  if (skipped == nullptr) return error;
+  skipped->push_back(std::move(error));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status AllowList::Add(const CurveKey& key, const std::string& id, const std::string& where) {
   if (!wire::IsValidClientId(id)) {
     return absl::InvalidArgumentError(
@@ -295,18 +334,20 @@ Status AllowList::Add(const CurveKey& key, const std::string& id, const std::str
   return absl::OkStatus();
 }
 
-StatusOr<AllowList> AllowList::Load(const std::string& path) {
-  AllowList list;
+StatusOr<AllowList> AllowList::Load(const std::string& path, std::vector<Status>* skipped) {
+  std::vector<Enrolment> enrolments;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(path, ec)) {
       const fs::path& p = entry.path();
       if (p.extension() == ".key") {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "allow-list directory '", path, "' contains the secret key file '", p.string(),
-            "': it belongs on its client only (copy the .pub file instead) and must be removed "
-            "from here, and the key pair replaced"));
+        HUDDLE_RETURN_IF_ERROR(
+            Skip(absl::FailedPreconditionError(absl::StrCat(
+                     "allow-list directory '", path, "' contains the secret key file '", p.string(),
+                     "': it belongs on its client only (copy the .pub file instead) and must be "
+                     "removed from here, and the key pair replaced")),
+                 skipped));
       }
       if (p.extension() == ".pub" && entry.is_regular_file()) files.push_back(p);
     }
@@ -316,49 +357,67 @@ StatusOr<AllowList> AllowList::Load(const std::string& path) {
     }
     std::sort(files.begin(), files.end());
     for (const fs::path& f : files) {
-      HUDDLE_ASSIGN_OR_RETURN(CurveKeyPair k, ReadKeyFile(f.string(), /*need_secret=*/false));
-      if (k.role != "client") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(f.string(), ": role is '", k.role, "'; only client keys are enrolled"));
-      }
-      HUDDLE_ASSIGN_OR_RETURN(CurveKey key, DecodeZ85Key(k.public_z85, f.string()));
-      HUDDLE_RETURN_IF_ERROR(list.Add(key, k.id, f.string()));
-      StatusOr<MemberCertificate> certificate = CertificateOf(k, f.string());
-      if (certificate.ok()) {
-        list.certificates_[k.id] = *std::move(certificate);
-      } else if (!absl::IsNotFound(certificate.status())) {
-        return certificate.status();
+      StatusOr<Enrolment> e = ReadEnrolment(f);
+      if (e.ok()) {
+        enrolments.push_back(*std::move(e));
+      } else {
+        HUDDLE_RETURN_IF_ERROR(Skip(e.status(), skipped));
       }
     }
-    return list;
-  }
-  if (!fs::exists(path, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("allow-list '", path,
-                     "' does not exist (a directory of client .pub files, or a YAML file)"));
-  }
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
-  if (!top.Has("clients")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": an allow-list file needs a `clients:` mapping of client id -> public key"));
-  }
-  HUDDLE_ASSIGN_OR_RETURN(YAML::Node root, [&]() -> StatusOr<YAML::Node> {
-    try {
-      return YAML::LoadFile(path);
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+  } else {
+    if (!fs::exists(path, ec)) {
+      return absl::NotFoundError(
+          absl::StrCat("allow-list '", path,
+                       "' does not exist (a directory of client .pub files, or a YAML file)"));
     }
-  }());
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap clients, top.Child("clients"));
-  for (const auto& kv : root["clients"]) {
-    const std::string id = kv.first.as<std::string>();
-    std::string z85;
-    HUDDLE_RETURN_IF_ERROR(clients.Optional(id, &z85));
-    HUDDLE_ASSIGN_OR_RETURN(CurveKey key, DecodeZ85Key(z85, clients.Where(id)));
-    HUDDLE_RETURN_IF_ERROR(list.Add(key, id, clients.Where(id)));
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
+    if (!top.Has("clients")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": an allow-list file needs a `clients:` mapping of client id -> public key"));
+    }
+    HUDDLE_ASSIGN_OR_RETURN(YAML::Node root, [&]() -> StatusOr<YAML::Node> {
+      try {
+        return YAML::LoadFile(path);
+      } catch (const YAML::Exception& e) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+      }
+    }());
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap clients, top.Child("clients"));
+    for (const auto& kv : root["clients"]) {
+      const std::string id = kv.first.as<std::string>();
+      std::string z85;
+      StatusOr<CurveKey> key = [&]() -> StatusOr<CurveKey> {
+        HUDDLE_RETURN_IF_ERROR(clients.Optional(id, &z85));
+        return DecodeZ85Key(z85, clients.Where(id));
+      }();
+      if (key.ok()) {
+        enrolments.push_back({*key, id, clients.Where(id), std::nullopt});
+      } else {
+        HUDDLE_RETURN_IF_ERROR(Skip(key.status(), skipped));
+      }
+    }
+    HUDDLE_RETURN_IF_ERROR(clients.Finish());
+    HUDDLE_RETURN_IF_ERROR(top.Finish());
   }
-  HUDDLE_RETURN_IF_ERROR(clients.Finish());
-  HUDDLE_RETURN_IF_ERROR(top.Finish());
+  // Strict: the first conflict is the error. Skipping: an id or key claimed by two entries is
+  // enrolled by neither (which of them the operator meant cannot be known).
+  std::map<std::string, int> ids;
+  std::map<CurveKey, int> keys;
+  for (const Enrolment& e : enrolments) {
+    ids[e.id]++;
+    keys[e.key]++;
+  }
+  AllowList list;
+  for (Enrolment& e : enrolments) {
+    if (skipped != nullptr && (ids[e.id] > 1 || keys[e.key] > 1)) {
+      skipped->push_back(absl::InvalidArgumentError(absl::StrCat(
+          e.where, ": ", ids[e.id] > 1 ? "client id '" + e.id + "'" : "key " + Fingerprint(e.key),
+          " is claimed by another entry too; neither is enrolled (one key is one client)")));
+      continue;
+    }
+    HUDDLE_RETURN_IF_ERROR(list.Add(e.key, e.id, e.where));
+    if (e.certificate) list.certificates_[e.id] = *std::move(e.certificate);
+  }
   return list;
 }
 

@@ -30,6 +30,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/member_certificate.h"
 #include "common/signing.h"
@@ -90,7 +91,11 @@ class AllowList {
  public:
   // From a directory of *.pub files or a YAML file with a `clients` mapping. Errors name the file
   // and the problem (bad key, duplicate id, duplicate key, a secret key left in the directory...).
-  static StatusOr<AllowList> Load(const std::string& path);
+  // With `skipped`, a bad entry (a malformed .pub or YAML entry, a .key file in the directory, an
+  // id or key claimed twice: then every entry claiming it) is left out and its error appended
+  // there, and the rest is the list; only a source that cannot be read at all (missing, unlistable,
+  // YAML that does not parse) is an error.
+  static StatusOr<AllowList> Load(const std::string& path, std::vector<Status>* skipped = nullptr);
 
   // The id `key` is enrolled as, or nullopt.
   std::optional<std::string> Lookup(const CurveKey& key) const;

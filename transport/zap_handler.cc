@@ -66,12 +66,21 @@ bool ZapHandler::IsEnrolled(const std::string& id) const {
 
 Status ZapHandler::Reload() {
   const std::string signature = AllowList::Signature(options_.allow_list_path);
-  auto list = AllowList::Load(options_.allow_list_path);
+  std::vector<Status> skipped;
+  StatusOr<AllowList> list = AllowList::Load(options_.allow_list_path, &skipped);
+  for (const Status& s : skipped) {
+    spdlog::error("allow-list reload: skipped (not enrolled until fixed): {}", s.message());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   signature_ = signature;  // a broken version is not retried until the files change again
   if (!list.ok()) {
-    spdlog::error("allow-list reload failed, keeping the previous {} keys: {}", list_.size(),
-                  list.status().message());
+    // Fail closed: which keys were removed cannot be known, and keeping the previous list would
+    // keep a revoked key admitted.
+    spdlog::error(
+        "allow-list reload failed: {}; refusing every client key (was {} enrolled, their "
+        "connections are cut) until it loads again",
+        list.status().message(), list_.size());
+    list_ = AllowList();
     return list.status();
   }
   if (list->size() != list_.size()) {
@@ -80,7 +89,7 @@ Status ZapHandler::Reload() {
     spdlog::info("allow-list reloaded: {} enrolled keys", list->size());
   }
   list_ = std::move(list).value();
-  return absl::OkStatus();
+  return skipped.empty() ? absl::OkStatus() : skipped.front();
 }
 
 void ZapHandler::MaybeReload(int64_t now_ms) {

@@ -10,8 +10,10 @@
 // O(1) log lines).
 //
 // The allow-list is reloaded, without a restart, when its files change (checked every
-// reload_interval_ms) or when *reload_requests changes (the CLI bumps it on SIGHUP). A reload that
-// fails (a malformed new file) keeps the previous list and logs the error.
+// reload_interval_ms) or when *reload_requests changes (the CLI bumps it on SIGHUP). A reload fails
+// safe: removals always apply; a bad entry (a malformed .pub, a .key file, an id or key claimed
+// twice) is skipped, not enrolled, with an error naming its file; an allow-list that cannot be read
+// at all (missing, unlistable, YAML that does not parse) admits nobody until it loads again.
 //
 // Thread-safety: the handler runs on its own thread; the public methods are thread-safe.
 #pragma once
