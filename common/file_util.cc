@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 namespace huddle {
 namespace {
@@ -62,26 +63,99 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents, unsig
   return absl::OkStatus();
 }
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+// What `mode` is, for the error that refuses it.
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+}  // namespace
+
+StatusOr<ReadableFile> ReadableFile::Open(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one; the
+  // flag changes nothing for the regular files that pass the check below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no such file: '", path, "'"));
     return ErrnoError("cannot open", path);
   }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    Status error = ErrnoError("cannot stat", path);
+    ::close(fd);
+    return error;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat("'", path, "' is ", FileKind(st.st_mode),
+                                                      ", not a regular file; give a file's path"));
+  }
+  return ReadableFile(path, fd, static_cast<uint64_t>(st.st_size));
+}
+
+ReadableFile::ReadableFile(ReadableFile&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+ReadableFile& ReadableFile::operator=(ReadableFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+  }
+  return *this;
+}
+
+ReadableFile::~ReadableFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+StatusOr<size_t> ReadableFile::ReadSomeAt(uint64_t offset, size_t n, char* out) const {
+  while (true) {
+    const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+    if (got >= 0) return static_cast<size_t>(got);
+    if (errno != EINTR) return ErrnoError("read", path_);
+  }
+}
+
+Status ReadableFile::ReadAt(uint64_t offset, size_t n, char* out) const {
+  size_t done = 0;
+  while (done < n) {
+    HUDDLE_ASSIGN_OR_RETURN(size_t got, ReadSomeAt(offset + done, n - done, out + done));
+    if (got == 0) {
+      return absl::DataLossError(absl::StrCat("'", path_, "' ends at byte ", offset + done,
+                                              ", before the ", n, " bytes at byte ", offset));
+    }
+    done += got;
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
+  HUDDLE_ASSIGN_OR_RETURN(ReadableFile file, ReadableFile::Open(path));
+  auto too_big = [&](uint64_t bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path, "' is ", bytes, " bytes, more than the limit of ", max_bytes));
+  };
+  if (file.size() > max_bytes) return too_big(file.size());
+  // Read to the end rather than to size(): the files of /proc say 0. Bounded by max_bytes.
   std::string out;
   char buf[1 << 16];
   while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Status st = ErrnoError("read", path);
-      ::close(fd);
-      return st;
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    // One byte past the limit at most, to see that the file grew past it.
+    const uint64_t left = max_bytes - out.size();
+    const size_t want = left >= sizeof(buf) ? sizeof(buf) : static_cast<size_t>(left) + 1;
+    HUDDLE_ASSIGN_OR_RETURN(size_t got, file.ReadSomeAt(out.size(), want, buf));
+    if (got == 0) break;
+    out.append(buf, got);
+    if (out.size() > max_bytes) return too_big(out.size());
   }
-  ::close(fd);
   return out;
 }
 

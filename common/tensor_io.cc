@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "common/file_util.h"
 
@@ -103,8 +104,87 @@ Status WriteModelFile(const std::string& path, const TensorList& tensors) {
   return WriteFileAtomic(path, out);
 }
 
+namespace {
+
+// Walks the headers of the model file `file` (its magic, then each tensor's name, rank and dims)
+// with small reads, checking each tensor's data against the file's size: the file is read whole
+// only once its headers account for every one of its bytes. The limits are ByteReader's.
+Status CheckModelFileLayout(const ReadableFile& file, const std::string& path) {
+  const uint64_t size = file.size();
+  uint64_t offset = 0;
+  std::string header;
+  // The next `n` header bytes, into `header`.
+  auto read = [&](size_t n, const std::string& what) -> Status {
+    if (n > size - offset) {
+      return absl::DataLossError(absl::StrCat(path, ": truncated at byte ", offset, " in ", what,
+                                              " (needs ", n, " bytes, the file holds ",
+                                              size - offset, " more)"));
+    }
+    header.resize(n);
+    HUDDLE_RETURN_IF_ERROR(file.ReadAt(offset, n, header.data()));
+    offset += n;
+    return absl::OkStatus();
+  };
+  auto u32 = [&](const std::string& what) -> StatusOr<uint32_t> {
+    HUDDLE_RETURN_IF_ERROR(read(4, what));
+    uint32_t v;
+    std::memcpy(&v, header.data(), 4);
+    return v;
+  };
+  HUDDLE_RETURN_IF_ERROR(read(8, "the magic"));
+  if (header != std::string(kModelFileMagic, 8)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a Huddle model file (bad magic)"));
+  }
+  HUDDLE_ASSIGN_OR_RETURN(uint32_t count, u32("the tensor count"));
+  if (count > kMaxTensors) {
+    return absl::DataLossError(absl::StrCat(path, ": ", count, " tensors exceeds the limit"));
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    const std::string where = absl::StrCat("the header of tensor ", i);
+    HUDDLE_ASSIGN_OR_RETURN(uint32_t name_len, u32(where));
+    if (name_len > kMaxName) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", i, " name too long"));
+    }
+    HUDDLE_RETURN_IF_ERROR(read(name_len, where));
+    const std::string name = header;
+    HUDDLE_ASSIGN_OR_RETURN(uint32_t rank, u32(where));
+    if (rank > 8) return absl::DataLossError(absl::StrCat(path, ": tensor ", i, " rank ", rank));
+    HUDDLE_RETURN_IF_ERROR(read(size_t{8} * rank, where));
+    std::vector<int64_t> shape(rank);
+    if (rank > 0) std::memcpy(shape.data(), header.data(), header.size());
+    Status shape_ok = ValidateShape(shape, kMaxElements, absl::StrCat(path, ": ", name));
+    if (!shape_ok.ok()) return absl::DataLossError(shape_ok.message());
+    uint64_t elements = 1;
+    for (int64_t d : shape) elements *= static_cast<uint64_t>(d);
+    const uint64_t bytes = elements * sizeof(float);
+    if (bytes > size - offset) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": truncated, or a header claiming more than the file holds: tensor ",
+                       i, " ('", name, "') needs ", bytes, " bytes of data at byte ", offset,
+                       ", the file holds ", size - offset));
+    }
+    offset += bytes;
+  }
+  if (offset != size) {
+    return absl::DataLossError(absl::StrCat(path, ": its tensors end at byte ", offset,
+                                            ", followed by ", size - offset, " trailing bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 StatusOr<TensorList> ReadModelFile(const std::string& path) {
-  HUDDLE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  HUDDLE_ASSIGN_OR_RETURN(ReadableFile file, ReadableFile::Open(path));
+  if (file.size() > kMaxModelFileBytes) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is ", file.size(),
+                                                      " bytes, more than the model-file limit of ",
+                                                      kMaxModelFileBytes, " bytes"));
+  }
+  HUDDLE_RETURN_IF_ERROR(CheckModelFileLayout(file, path));
+  // The headers account for every byte: read them all, and decode (checked again, as any input).
+  std::string bytes(static_cast<size_t>(file.size()), '\0');
+  HUDDLE_RETURN_IF_ERROR(file.ReadAt(0, bytes.size(), bytes.data()));
   ByteReader reader(bytes, path);
   HUDDLE_ASSIGN_OR_RETURN(std::string magic, reader.Bytes(8));
   if (magic != std::string(kModelFileMagic, 8)) {

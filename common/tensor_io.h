@@ -41,7 +41,15 @@ class ByteReader {
 
 inline constexpr char kModelFileMagic[] = "HUDDLEM1";
 
-// Writes a model file atomically; reads one back.
+// The largest model file ReadModelFile reads (4 GiB: a billion float parameters), so that a file
+// is never read into more memory than a model could use.
+inline constexpr uint64_t kMaxModelFileBytes = uint64_t{4} << 30;
+
+// Writes a model file atomically; reads one back. ReadModelFile reads regular files only
+// (ReadableFile: a FIFO, a device such as /dev/zero or a directory is FailedPrecondition, refused
+// before anything is read), of at most kMaxModelFileBytes, and checks the tensor headers against
+// the file's size before it reads any tensor data: a header that claims more bytes than the file
+// holds, or a file with bytes after its last tensor, is DataLoss naming both sizes.
 Status WriteModelFile(const std::string& path, const TensorList& tensors);
 StatusOr<TensorList> ReadModelFile(const std::string& path);
 

@@ -1,5 +1,6 @@
 #include "common/file_util.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -74,6 +75,31 @@ TEST_F(FileUtilTest, MakeDirsCreatesParentsAndIsIdempotent) {
   EXPECT_TRUE(MakeDirs(Path("a/b/c")).ok());
   ASSERT_TRUE(WriteFileAtomic(Path("a/b/c/f"), "x").ok());
   EXPECT_FALSE(MakeDirs(Path("a/b/c/f/g")).ok()) << "a file is in the way";
+}
+
+// ReadFile reads regular files only, and refuses the others without blocking on them (a FIFO
+// with no writer) or reading them without end (/dev/zero).
+TEST_F(FileUtilTest, ReadFileRefusesWhatIsNotARegularFile) {
+  auto zero = ReadFile("/dev/zero");
+  EXPECT_TRUE(absl::IsFailedPrecondition(zero.status())) << zero.status();
+  EXPECT_NE(zero.status().message().find("'/dev/zero' is a character device"), std::string::npos)
+      << zero.status();
+  ASSERT_EQ(::mkfifo(Path("fifo").c_str(), 0600), 0);
+  auto fifo = ReadFile(Path("fifo"));
+  EXPECT_TRUE(absl::IsFailedPrecondition(fifo.status())) << fifo.status();
+  EXPECT_NE(fifo.status().message().find("is a FIFO"), std::string::npos) << fifo.status();
+  auto dir = ReadFile(dir_.string());
+  EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos) << dir.status();
+}
+
+TEST_F(FileUtilTest, ReadFileRefusesAFileLargerThanItsLimit) {
+  ASSERT_TRUE(WriteFileAtomic(Path("big"), std::string(1000, 'b')).ok());
+  EXPECT_EQ(ReadFile(Path("big"), 1000).value(), std::string(1000, 'b'));
+  auto read = ReadFile(Path("big"), 999);
+  EXPECT_TRUE(absl::IsFailedPrecondition(read.status())) << read.status();
+  EXPECT_NE(read.status().message().find("is 1000 bytes, more than the limit of 999"),
+            std::string::npos)
+      << read.status();
 }
 
 }  // namespace
