@@ -381,13 +381,45 @@ class Reporter {
   std::optional<int64_t> target_epoch_;
 };
 
+// Whether checkpoint `s` is that of a job that ran to its end under config `c`: every step of the
+// DP-SGD `plan`, or without DP-SGD every epoch, none of them part-way. A checkpoint of the other
+// kind is not (the resume refuses it, saying why).
+bool RanToItsEnd(const DatacenterConfig& c, const datacenter::TrainingState& s,
+                 const std::optional<privacy::DpEvent>& plan) {
+  if (plan) return s.dp_sgd && s.steps >= plan->steps;
+  return !s.dp_sgd && s.epochs_done >= c.train.epochs && s.epoch_rows == 0;
+}
+
+// --resume of a job whose checkpoint `s` says it ran to its end: there is nothing to train, and
+// its outputs (summary.json, metrics, model, checkpoint, ledger, logs) are left as they are.
+void SayAlreadyComplete(const DatacenterConfig& c, const datacenter::TrainingState& s) {
+  std::printf(
+      "%s: the job in %s is already complete (%lld epochs, %lld steps; %s): nothing to resume, "
+      "its outputs are left as they are (raise train.epochs to train further)\n",
+      kCommand, c.out_dir.c_str(), static_cast<long long>(s.epochs_done),
+      static_cast<long long>(s.steps),
+      Path(c.out_dir, datacenter::kDatacenterCheckpointFile).c_str());
+  std::fflush(stdout);
+}
+
 // Rank 0, before joining the others: the start rules of the privacy ledger (DP-SGD; see
 // cli/datacenter_privacy.h), the checkpoint to resume from, and the metrics files cut back to it.
-// Returns 0, or the exit code after saying why.
+// A --resume of a job that ran to its end sets *complete and changes nothing. Returns 0, or the
+// exit code after saying why.
 int PrepareRank0(const DatacenterConfig& c, const DatacenterFlags& f, int64_t n,
                  const std::optional<privacy::DpEvent>& plan, privacy::NoiseSource* noise,
                  std::optional<datacenter::TrainingState>* resume,
-                 std::optional<DatacenterPrivacy>* privacy) {
+                 std::optional<DatacenterPrivacy>* privacy, bool* complete) {
+  const std::string ckpt_path = Path(c.out_dir, datacenter::kDatacenterCheckpointFile);
+  StatusOr<datacenter::TrainingState> state = absl::NotFoundError("no --resume");
+  if (f.resume) {
+    state = datacenter::ReadTrainingState(ckpt_path);
+    if (state.ok() && RanToItsEnd(c, *state, plan)) {
+      *complete = true;
+      *resume = std::move(state).value();
+      return 0;
+    }
+  }
   if (!c.dp_sgd) {
     if (Status st = CheckNoLedgerForNonDpRun(c.out_dir); !st.ok()) return Fail(1, "", st);
   } else {
@@ -397,12 +429,10 @@ int PrepareRank0(const DatacenterConfig& c, const DatacenterFlags& f, int64_t n,
     if (!opened.ok()) return Fail(1, "privacy ledger", opened.status());
     privacy->emplace(std::move(opened).value());
   }
-  const std::string ckpt_path = Path(c.out_dir, datacenter::kDatacenterCheckpointFile);
   const std::vector<std::string> metrics = {Path(c.out_dir, "metrics.jsonl"),
                                             Path(c.out_dir, kOperatorMetricsFile)};
   bool start_over = false;  // --resume without a checkpoint, but with a ledger to keep
   if (f.resume) {
-    auto state = datacenter::ReadTrainingState(ckpt_path);
     start_over = absl::IsNotFound(state.status()) && *privacy && (*privacy)->ledger_steps() > 0;
     if (!state.ok() && !start_over) return Fail(1, "--resume", state.status());
     if (state.ok()) *resume = std::move(state).value();
@@ -481,9 +511,12 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   if (c.dp_sgd && f.rank == 0) noise = privacy::NoiseSource::Secure();
   std::optional<datacenter::TrainingState> resume;
   std::optional<DatacenterPrivacy> privacy;
+  // --resume of a job that ran to its end (rank 0's checkpoint says so): rank 0 still joins the
+  // others, whose resume then trains nothing, and writes nothing.
+  bool complete = false;
   if (f.rank == 0) {
-    const int code =
-        PrepareRank0(c, f, train->size(), dp_plan, noise ? &*noise : nullptr, &resume, &privacy);
+    const int code = PrepareRank0(c, f, train->size(), dp_plan, noise ? &*noise : nullptr, &resume,
+                                  &privacy, &complete);
     if (code != 0) return code;
   }
 
@@ -543,7 +576,7 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   // A stop (SIGINT/SIGTERM on any rank) takes effect on every rank after the same step.
   o.stop = &StopFlag();
   std::optional<int64_t> stopped_at_step;
-  if (!c.dp_sgd) {
+  if (!c.dp_sgd && !complete) {
     // With DP-SGD no checkpoint: the ledger records whole epochs before anything is released,
     // so the job resumes from its last epoch's checkpoint (steps since need no entry).
     o.on_stop = [&](const datacenter::TrainingState& state) -> Status {
@@ -553,7 +586,7 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
       return absl::OkStatus();
     };
   }
-  if (f.rank == 0) {
+  if (f.rank == 0 && !complete) {
     if (!resume) {
       std::printf("%s: %d rank(s), %s, model %s, global batch %lld, %lld epochs\n", kCommand,
                   f.world_size, std::string((*collective)->backend()).c_str(),
@@ -604,6 +637,10 @@ int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
       }
     }
     return Fail(stopped ? StopExitCode() : 1, fmt::format("rank {}", f.rank), stats.status());
+  }
+  if (f.rank == 0 && complete) {
+    SayAlreadyComplete(c, *resume);
+    return 0;
   }
   if (f.rank == 0) {
     if (Status st = reporter.WriteSummary(*stats); !st.ok()) return Fail(1, "summary.json", st);
@@ -679,6 +716,24 @@ class PrivateKeyDir {
   std::string dir_;
 };
 
+// The launcher's --resume: whether the job's checkpoint says it ran to its end (then said here).
+// No checkpoint, or one the ranks will refuse, is false: the ranks say why.
+StatusOr<bool> ResumesAFinishedJob(const DatacenterConfig& c) {
+  auto state =
+      datacenter::ReadTrainingState(Path(c.out_dir, datacenter::kDatacenterCheckpointFile));
+  if (!state.ok()) return false;
+  std::optional<privacy::DpEvent> plan;
+  if (c.dp_sgd) {
+    // The planned steps depend on the training set's size.
+    auto train = LoadTrainingData(c.data);
+    if (!train.ok()) return train.status();
+    HUDDLE_ASSIGN_OR_RETURN(plan, PlanDpSgd(c, train->size()));
+  }
+  if (!RanToItsEnd(c, *state, plan)) return false;
+  SayAlreadyComplete(c, *state);
+  return true;
+}
+
 // `--nproc N`: N ranks of this binary on this host.
 int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
            const std::string& exe) {
@@ -690,6 +745,12 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
                     "--nproc {} with device {}: this host has {} GPU(s), and NCCL needs one per "
                     "rank",
                     nproc, c.device, kernels::CudaDeviceCount())));
+  }
+  if (f.resume) {
+    // A job that ran to its end: say so and start no rank, so that not even its logs change.
+    auto complete = ResumesAFinishedJob(c);
+    if (!complete.ok()) return Fail(1, "--resume", complete.status());
+    if (*complete) return 0;
   }
   const std::string logs = c.out_dir + "/logs";
   if (Status st = MakeDirs(logs); !st.ok()) return Fail(1, "output directory", st);
