@@ -19,6 +19,7 @@ Status ReadMaxEpsilon(ConfigMap& m, std::optional<double>* out) {
 // The client's `privacy` section (ClientPrivacyPolicy).
 Status ReadClientPrivacy(ConfigMap& m, ClientPrivacyPolicy* p) {
   HUDDLE_RETURN_IF_ERROR(m.OptionalPath("ledger", &p->ledger_path));
+  HUDDLE_RETURN_IF_ERROR(m.Optional("acknowledge_ledger_loss", &p->acknowledge_ledger_loss));
   if (m.Has("reply_after_s")) {
     int64_t ms = 0;
     HUDDLE_RETURN_IF_ERROR(m.OptionalSeconds("reply_after_s", &ms, 0, 86400));

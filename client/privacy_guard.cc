@@ -16,6 +16,10 @@ namespace {
 
 constexpr char kCacheMagic[] = "HUDDLER1";  // a kept release: magic, release id, tensors
 constexpr double kDefaultDelta = 1e-5;
+constexpr char kHowToAcknowledge[] =
+    "or set privacy.acknowledge_ledger_loss: true in this client's configuration to go on with "
+    "the lost releases counted as an unbounded spend (epsilon infinite: under a max_epsilon no "
+    "new DP release is admitted)";
 
 bool Positive(double v) { return std::isfinite(v) && v > 0; }
 
@@ -114,19 +118,41 @@ StatusOr<PrivacyGuard> PrivacyGuard::Open(ClientPrivacyPolicy policy) {
   if (!policy.ledger_path.empty()) {
     const auto parent = std::filesystem::path(policy.ledger_path).parent_path();
     if (!parent.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(parent.string()));
-    HUDDLE_ASSIGN_OR_RETURN(auto opened, privacy::PrivacyLedger::Open(policy.ledger_path));
+    privacy::LedgerOpenOptions options;
+    options.acknowledge_loss = policy.acknowledge_ledger_loss;
+    options.how_to_acknowledge = kHowToAcknowledge;
+    HUDDLE_ASSIGN_OR_RETURN(auto opened, privacy::PrivacyLedger::Open(policy.ledger_path, options));
     ledger.emplace(std::move(opened));
   }
   PrivacyGuard guard(std::move(policy), std::move(ledger));
   if (guard.ledger_ && std::filesystem::exists(guard.CachePath())) {
-    // The last release, kept so that it can be sent again as it was. One that is unreadable, or
-    // not in the ledger (a crash before its entry, so it was never sent), is not usable.
+    // The last release, kept so that it can be sent again as it was. An unreadable one is not
+    // usable (the ledger is checked on its own: a round asked again is then noised and accounted
+    // again, an over-count). A readable one without its ledger entry means the ledger lost
+    // releases: the copy is written only after its entry is durable.
     auto kept = ReadKeptFile(guard.CachePath());
-    if (kept.ok() && guard.ledger_->FindRelease(kept->release) != nullptr) {
+    if (!kept.ok()) {
+      spdlog::warn("{}: not a readable kept release ({}); ignoring it", guard.CachePath(),
+                   kept.status().message());
+    } else if (guard.ledger_->FindRelease(kept->release) != nullptr) {
+      guard.kept_ = *std::move(kept);
+    } else if (guard.policy_.acknowledge_ledger_loss) {
+      spdlog::error(
+          "{}: release {} was made and {} has no entry for it; the loss is acknowledged: counted "
+          "as an unbounded spend, and the release is sent again as it was if asked",
+          guard.CachePath(), kept->release, guard.policy_.ledger_path);
+      HUDDLE_RETURN_IF_ERROR(guard.ledger_->AppendLost(1, kept->release));
       guard.kept_ = *std::move(kept);
     } else {
-      spdlog::warn("{}: not a kept release of this ledger ({}); ignoring it", guard.CachePath(),
-                   kept.ok() ? "no ledger entry" : std::string(kept.status().message()));
+      return absl::DataLossError(absl::StrCat(
+          "the privacy ledger ", guard.policy_.ledger_path, " lost releases: the kept release ",
+          guard.CachePath(), " (", kept->release,
+          ") is written only after its ledger entry is durable, and the ledger has no entry for "
+          "it. The privacy already spent cannot be established, so it is refused (going on "
+          "would spend again what was spent, and could noise a release twice). To recover: "
+          "restore ",
+          guard.policy_.ledger_path, " and ", guard.ledger_->mark_path(),
+          " together from a backup; ", kHowToAcknowledge));
     }
   }
   return guard;

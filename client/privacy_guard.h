@@ -23,6 +23,14 @@
 //                    ledger entry without a cached copy; the next request re-noises and is
 //                    accounted again (an over-count, never an under-count).
 //
+// Open refuses a ledger that lost releases (privacy/ledger.h: truncated, torn or dropped lines, a
+// deleted ledger or mark), and a kept release the ledger has no entry for (it is written only
+// after its entry, so the ledger lost that entry), with DataLoss saying how to recover: restore the
+// ledger and its mark from a backup, or set `privacy.acknowledge_ledger_loss: true`, which counts
+// the lost releases as an unbounded spend (epsilon infinite: under a max_epsilon no new DP release
+// is admitted) and keeps the kept release in the ledger, so that a round asked again gets the same
+// tensors, never a second noised version. The ledger then opens cleanly; the flag can go.
+//
 // Without a ledger path the guard keeps its ledger and the last release in memory (simulations,
 // tests): the same checks, not durable. Without a policy section it admits whatever the
 // coordinator asks (the coordinator is then trusted with the settings) but still accounts and
@@ -85,6 +93,9 @@ struct ClientPrivacyPolicy {
   std::optional<DpSgdPolicy> dp_sgd;
   std::optional<DistributedDpPolicy> distributed;
   std::string ledger_path;  // the client's ledger; "" = in memory only
+  // `privacy.acknowledge_ledger_loss`: open a ledger that lost releases anyway, counting the loss
+  // as unbounded (above). Default false: such a ledger is refused.
+  bool acknowledge_ledger_loss = false;
   // `privacy.reply_after_s`: the client holds its first reply to a round (after training) until
   // this long after the instruction arrived, so that the coordinator, the adversary of local and
   // distributed DP, cannot read the size of its data from when it answers. Unset: under a local

@@ -19,17 +19,52 @@
 // Replace-one: one record is swapped for any other, the sensitivity is 2C, and the event is the
 // Gaussian of multiplier z / 2; only unsampled releases (q = 1, local DP) may be replace-one.
 // Append() writes the whole line with one write(2) on an O_APPEND descriptor and returns only after
-// fsync(2) has made it durable. The coordinator appends a round's event *before* it releases
-// anything computed from that round's noised aggregate (the new model, a checkpoint, metrics), so
-// a crash at any point leaves a ledger that counts at least every release: never an under-count.
-// (A crash after the append and before the release over-counts that round, which is safe.)
+// fsync(2) has made it durable, and then after the ledger's mark (below) has been updated. The
+// coordinator appends a round's event *before* it releases anything computed from that round's
+// noised aggregate (the new model, a checkpoint, metrics), so a crash at any point leaves a ledger
+// that counts at least every release: never an under-count. (A crash after the append and before
+// the release over-counts that round, which is safe.)
 //
-// Open() replays the file: every complete line must parse as an event (anything else is DataLoss:
-// the spend cannot be known, so the job must not continue); a final line without its newline is a
-// write torn by a crash. Its fsync never returned, so nothing was released for it: it is logged,
-// dropped, and truncated away before the next append.
+// Continuity. A ledger that lost entries (truncated, its last line dropped or torn, deleted, a
+// line cut out of the middle, by a crash, an operator's mistake or on purpose) must never open as
+// if those releases had not been made. Two things make a loss visible:
+//   - a hash chain: each line written by this version ends with "prev":"<hex>", the chain head
+//     before it, where head_0 = H("huddle-ledger-chain-v1") and head_i = H(tag, head_i-1, line_i)
+//     over the line's exact bytes (BLAKE2b-256, common/digest.h); and
+//   - the mark, `<ledger>.mark` ({"entries":N,"head":"<hex>"}), replaced atomically (written,
+//     fsync'd, renamed, directory fsync'd) after every append is durable, and at Open.
+// Open() replays the file and refuses it (DataLoss, with how to recover: restore the ledger and
+// its mark together from a backup, or LedgerOpenOptions::how_to_acknowledge) when
+//   - a complete line does not parse as an event (the spend cannot be known);
+//   - a line's "prev" is not the head of the lines before it (a line removed, changed or moved);
+//   - the mark counts more entries than the file holds (truncated, dropped, torn or deleted: the
+//     mark is written only after the append's fsync returned, so every entry it counts was made);
+//   - the first N lines do not hash to the mark's head (replaced or edited); or
+//   - there is no mark and some line carries "prev" (a mark existed: Open writes it before any
+//     append, so the mark was deleted and the ledger's length cannot be checked).
+// Accepted: a file that *extends* its mark (the lines after the mark's N are appends whose mark
+// update a crash cut off: an over-count, safe; the mark is brought up to date), and a final line
+// without its newline that the mark does not count: a write torn by a crash, whose fsync never
+// returned, so nothing was released for it; it is logged, dropped and truncated away. A torn final
+// line the mark does count was durable and is a loss (refused). A ledger written before the chain
+// existed (no "prev", no mark) opens as it is: Open seals it with a mark and the chain starts at
+// the next append (its lines are in the chain's hash, so it is checked from then on; what was lost
+// from it before cannot be known). A deleted ledger whose mark remains is refused without creating
+// one.
 //
-// Thread-safety: none; one writer (the coordinator thread).
+// What the chain is not: a secret. Whoever can write the directory can rewrite the ledger and its
+// mark consistently (or delete both); this detects crashes and mistakes and the simple reset, not
+// a determined operator of the machine (the client's kept release, client/privacy_guard.h, is a
+// third witness).
+//
+// With LedgerOpenOptions::acknowledge_loss, an operator's explicit word, a ledger that would be
+// refused opens instead: its damaged bytes are kept in `<ledger>.damaged`, the entries that still
+// parse are rewritten as a fresh chain, and a "lost" entry per unit is appended (kModeLost,
+// noise_multiplier 0: the accountants count it as an unbounded spend, epsilon infinite), since what
+// the lost entries spent cannot be known. Never an under-count.
+//
+// Thread-safety: none; one writer per ledger file (one process, one thread: the coordinator, the
+// datacenter job or the client agent).
 #pragma once
 
 #include <cstdint>
@@ -72,6 +107,19 @@ struct LedgerEntry {
 };
 
 inline constexpr char kLedgerFile[] = "privacy_ledger.jsonl";
+inline constexpr char kMarkSuffix[] = ".mark";        // the mark: <ledger>.mark
+inline constexpr char kDamagedSuffix[] = ".damaged";  // a recovered ledger's old bytes
+inline constexpr char kModeLost[] = "lost";           // the mode of an acknowledged loss's entries
+
+struct LedgerOpenOptions {
+  // Open a ledger that lost entries anyway, counting the loss as unbounded (see above). Only on an
+  // operator's explicit word.
+  bool acknowledge_loss = false;
+  // The refusal's last recovery step, after "restore the ledger and its mark from a backup"; e.g.
+  // how this caller's operator sets acknowledge_loss.
+  std::string how_to_acknowledge =
+      "or start afresh with a new ledger (for a job: a new output directory)";
+};
 
 // Entries as accountant events, identical consecutive (q, z) merged into one event (composition
 // is the same); with a `unit`, only that unit's entries.
@@ -79,8 +127,10 @@ std::vector<DpEvent> EventsOf(std::span<const LedgerEntry> entries, std::string_
 
 class PrivacyLedger {
  public:
-  // Opens (creating if absent, with its directory entry fsync'd) and replays `path`.
-  static StatusOr<PrivacyLedger> Open(const std::string& path);
+  // Opens (creating if absent, with its directory entry fsync'd) and replays `path`, checking its
+  // continuity against its mark (above).
+  static StatusOr<PrivacyLedger> Open(const std::string& path,
+                                      const LedgerOpenOptions& options = {});
 
   PrivacyLedger(PrivacyLedger&& other) noexcept;
   PrivacyLedger& operator=(PrivacyLedger&& other) noexcept;
@@ -88,7 +138,12 @@ class PrivacyLedger {
 
   // Durably appends `entry` (see above). On error nothing may have been released: the caller must
   // not release the round's result.
+  // After a failed append the ledger refuses further appends (reopen it).
   Status Append(const LedgerEntry& entry);
+  // Appends an acknowledged loss of `lost` entries (at least 1): one kModeLost entry per unit,
+  // the client-level one carrying `release` (a release known to have been made: FindRelease
+  // then finds it). Only on an operator's explicit word (LedgerOpenOptions::acknowledge_loss).
+  Status AppendLost(int64_t lost, std::string_view release = {});
 
   const std::vector<LedgerEntry>& entries() const { return entries_; }
   // The entries as accountant events (identical consecutive (q, z) merged into one event); with a
@@ -97,13 +152,19 @@ class PrivacyLedger {
   // The entry whose `release` is `release` (non-empty), or nullptr.
   const LedgerEntry* FindRelease(std::string_view release) const;
   const std::string& path() const { return path_; }
+  // The mark's path: path() + kMarkSuffix.
+  std::string mark_path() const;
 
  private:
-  PrivacyLedger(std::string path, int fd, std::vector<LedgerEntry> entries);
+  PrivacyLedger(std::string path, int fd, std::vector<LedgerEntry> entries, std::string head,
+                int64_t size_bytes);
 
   std::string path_;
   int fd_ = -1;
   std::vector<LedgerEntry> entries_;
+  std::string head_;        // the chain head after the last line
+  int64_t size_bytes_ = 0;  // the file's length (its complete lines)
+  bool broken_ = false;     // an append failed: its line may be half written
 };
 
 // The JSON line of an entry (without the newline), and its inverse. ParseLedgerLine's errors name

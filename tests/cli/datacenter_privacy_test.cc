@@ -141,6 +141,30 @@ TEST_F(DatacenterPrivacyTest, ACheckpointTheLedgerDoesNotCoverIsDataLoss) {
   EXPECT_EQ(p->ledger_steps(), 40);
 }
 
+// Epoch 2 recorded (and its model possibly released) and then a crash before its checkpoint: the
+// checkpoint is at epoch 1's step 60. Losing epoch 2's line would pass the checkpoint's check; the
+// ledger's mark (privacy/ledger.h) refuses it, and a deleted ledger, resumed or started afresh.
+TEST_F(DatacenterPrivacyTest, ALedgerThatLostEpochsIsRefused) {
+  WriteLedger({60, 60});
+  const std::string path = dir_ + "/privacy_ledger.jsonl";
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text.substr(0, text.find('\n') + 1);
+  auto p = Open(/*resume=*/true);
+  ASSERT_FALSE(p.ok()) << "opened with " << p->ledger_steps() << " of 120 steps";
+  EXPECT_TRUE(absl::IsDataLoss(p.status())) << p.status();
+  EXPECT_NE(p.status().message().find("new output directory"), std::string::npos) << p.status();
+  std::filesystem::remove(path);
+  for (bool resume : {true, false}) {
+    auto again = Open(resume);
+    ASSERT_FALSE(again.ok()) << "resume " << resume;
+    EXPECT_TRUE(absl::IsDataLoss(again.status())) << again.status();
+  }
+}
+
 TEST_F(DatacenterPrivacyTest, TheBudgetCountsTheLedgerAndTheStepsLeft) {
   c_.dp_sgd->epsilon_budget = (Epsilon(60) + Epsilon(80)) / 2;
   WriteLedger({20, 20});  // epoch 2 released, its checkpoint lost: resumed at step 20

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "client/agent.h"
+#include "client/config.h"
 #include "models/wire_spec.h"
 #include "tests/models/test_data.h"
 
@@ -35,6 +36,19 @@ class PrivacyGuardTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string Ledger() const { return (dir_ / "ledger.jsonl").string(); }
+  static std::string ReadText(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // The guard refuses to open the ledger, saying how to recover.
+  void ExpectRefused(const std::string& what) const {
+    auto guard = PrivacyGuard::Open(LocalPolicy());
+    ASSERT_FALSE(guard.ok()) << what << ": opened with " << guard->entries().size() << " entries";
+    EXPECT_TRUE(absl::IsDataLoss(guard.status())) << what << ": " << guard.status();
+    EXPECT_NE(guard.status().message().find("privacy.acknowledge_ledger_loss"),
+              absl::string_view::npos)
+        << what << ": " << guard.status();
+  }
 
   // A policy that requires local DP with z >= 1 and at most `max_epsilon`.
   ClientPrivacyPolicy LocalPolicy(std::optional<double> max_epsilon = std::nullopt) const {
@@ -184,20 +198,101 @@ TEST_F(PrivacyGuardTest, ARoundAskedAgainGetsTheSameNoisedUpdateNeverASecondDraw
   EXPECT_EQ(agent.privacy_guard().entries().size(), 2u);
 }
 
-TEST_F(PrivacyGuardTest, AKeptReleaseWithoutItsLedgerEntryIsNeverSent) {
+// A client's ledger that lost entries (truncated, torn, its last line dropped or deleted by an
+// operator, an attacker or a crash) is refused: opening it would let the client spend again what
+// it spent already, and noise a release twice.
+TEST_F(PrivacyGuardTest, ALedgerThatLostReleasesIsRefusedWithHowToRecover) {
+  {
+    ClientAgent agent = Agent(LocalPolicy());
+    for (uint64_t round = 1; round <= 2; ++round) {
+      ASSERT_EQ((*agent.Handle(Fit(round, LocalDp(2.0))))[0].type(),
+                wire::MessageType::kUploadRequest);
+    }
+  }
+  const std::string intact = ReadText(Ledger());
+  const size_t last = intact.rfind('\n', intact.size() - 2) + 1;  // where the last line starts
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {"the last line dropped", intact.substr(0, last)},
+      {"the last line torn", intact.substr(0, last + 20)},
+      {"only the last newline torn", intact.substr(0, intact.size() - 1)},
+      {"truncated to nothing", ""},
+  };
+  for (const auto& [what, text] : damaged) {
+    std::ofstream(Ledger(), std::ios::binary | std::ios::trunc) << text;
+    ExpectRefused(what);
+  }
+  std::filesystem::remove(Ledger());
+  ExpectRefused("deleted");
+  // Its mark deleted too: the kept release says a release was made.
+  std::filesystem::remove(Ledger() + ".mark");
+  ExpectRefused("deleted with its mark");
+  // Restored from a backup, it opens again.
+  std::filesystem::remove(Ledger());
+  std::ofstream(Ledger(), std::ios::binary) << intact;
+  std::filesystem::remove(Ledger() + ".mark");
+  auto guard = PrivacyGuard::Open(LocalPolicy());
+  EXPECT_FALSE(guard.ok()) << "a chained ledger without its mark";
+}
+
+TEST_F(PrivacyGuardTest, ACorruptKeptReleaseOfAnIntactLedgerIsIgnored) {
   {
     ClientAgent agent = Agent(LocalPolicy());
     ASSERT_EQ((*agent.Handle(Fit(1, LocalDp(2.0))))[0].type(), wire::MessageType::kUploadRequest);
   }
-  // The ledger lost (truncated by hand): the kept copy is not trusted.
-  std::ofstream(Ledger(), std::ios::trunc).close();
-  ClientAgent agent = Agent(LocalPolicy());
-  ASSERT_EQ((*agent.Handle(Fit(1, LocalDp(2.0))))[0].type(), wire::MessageType::kUploadRequest);
-  EXPECT_EQ(agent.privacy_guard().entries().size(), 1u);  // a new, accounted release
-  // A corrupt kept file is ignored the same way.
   std::ofstream(Ledger() + ".last_release", std::ios::trunc) << "garbage";
   auto reopened = PrivacyGuard::Open(LocalPolicy());
   ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ(reopened->entries().size(), 1u);
+}
+
+// End to end: the ledger deleted after round 2's release, the client restarted, and the
+// coordinator asks for round 2 again. The client must never send a second noised version of it.
+TEST_F(PrivacyGuardTest, AfterALostLedgerARoundIsNeverNoisedTwice) {
+  std::vector<float> first;
+  {
+    ClientAgent agent = Agent(LocalPolicy(/*max_epsilon=*/45));
+    ASSERT_EQ((*agent.Handle(Fit(1, LocalDp(2.0))))[0].type(), wire::MessageType::kUploadRequest);
+    ASSERT_EQ((*agent.Handle(Fit(2, LocalDp(2.0))))[0].type(), wire::MessageType::kUploadRequest);
+    first = Flat(Upload(agent, 2));
+  }
+  std::filesystem::remove(Ledger());
+  auto refused = PrivacyGuard::Open(LocalPolicy(45));
+  ASSERT_FALSE(refused.ok()) << "a deleted ledger opened: round 2 would be noised again";
+  EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+  // The operator acknowledges the loss: the client goes on, round 2 asked again gets the very
+  // bytes sent before, and the lost releases count as an unbounded spend.
+  ClientPrivacyPolicy acknowledged = LocalPolicy(45);
+  acknowledged.acknowledge_ledger_loss = true;
+  {
+    ClientAgent agent = Agent(acknowledged);
+    ASSERT_EQ((*agent.Handle(Fit(2, LocalDp(2.0), 5, 'z')))[0].type(),
+              wire::MessageType::kUploadRequest);
+    const std::vector<float> second = Flat(Upload(agent, 2));
+    ASSERT_EQ(second.size(), first.size());
+    EXPECT_EQ(std::memcmp(second.data(), first.data(), first.size() * 4), 0)
+        << "round 2 was noised and released twice";
+    EXPECT_EQ(agent.rounds_trained(), 0);
+    EXPECT_TRUE(std::isinf(agent.privacy_guard().LocalSpent()->epsilon));
+    auto r3 = agent.Handle(Fit(3, LocalDp(2.0)));
+    ASSERT_TRUE(r3.ok());
+    ASSERT_EQ((*r3)[0].type(), wire::MessageType::kError);
+    EXPECT_NE(std::get<wire::Error>((*r3)[0].body).message.find("max_epsilon"), std::string::npos);
+  }
+  // Recovered: the ledger opens without the acknowledgement, still unbounded.
+  auto reopened = PrivacyGuard::Open(LocalPolicy(45));
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_TRUE(std::isinf(reopened->LocalSpent()->epsilon));
+}
+
+TEST_F(PrivacyGuardTest, TheAcknowledgementIsAClientConfigKey) {
+  const std::string path = (dir_ / "client.yaml").string();
+  std::ofstream(path) << "coordinator: tcp://h:1\nclient_id: a\n"
+                         "security: {server_public_key: s.pub, secret_key: a.key}\n"
+                         "privacy: {ledger: ledger.jsonl, acknowledge_ledger_loss: true,\n"
+                         "          local: {max_epsilon: 8}}\n";
+  auto config = LoadClientConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->privacy.acknowledge_ledger_loss);
 }
 
 TEST_F(PrivacyGuardTest, UnderLocalDpNothingElseAboutTheDataIsSent) {

@@ -964,8 +964,19 @@ TEST_F(DpCoordinatorTest, ResumeIsRefusedWhenTheLedgerDoesNotCoverTheCheckpoint)
   RunJob(o, Clients(3), 1);
   const std::string ledger = o.out_dir + "/" + privacy::kLedgerFile;
   // The ledger deleted: resuming would report "epsilon spent 0" for a model of three rounds.
+  // Its mark says 3 entries were appended (privacy/ledger.h): refused.
   std::filesystem::remove(ledger);
   o.resume = true;
+  {
+    ManualClock clock;
+    FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
+    Status st = Coordinator(o, &fed, &clock).Run();
+    EXPECT_TRUE(absl::IsDataLoss(st)) << st;
+    EXPECT_NE(st.message().find("says 3 entries"), absl::string_view::npos) << st;
+    EXPECT_FALSE(std::filesystem::exists(ledger));
+  }
+  // Its mark deleted too: the checkpoint still shows the loss.
+  std::filesystem::remove(ledger + privacy::kMarkSuffix);
   {
     ManualClock clock;
     FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);

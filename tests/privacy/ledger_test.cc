@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -34,6 +35,33 @@ class LedgerTest : public ::testing::Test {
   }
   void WriteRaw(const std::string& text) {
     std::ofstream(path_, std::ios::binary | std::ios::app) << text;
+  }
+  std::string ReadRaw() const {
+    std::ifstream in(path_, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  void Overwrite(const std::string& text) const {
+    std::ofstream(path_, std::ios::binary | std::ios::trunc) << text;
+  }
+  // The ledger with `entries` appended through the ledger itself, and its bytes after each.
+  std::vector<std::string> Appended(int entries) {
+    std::vector<std::string> states;
+    auto ledger = PrivacyLedger::Open(path_);
+    EXPECT_TRUE(ledger.ok()) << ledger.status();
+    if (!ledger.ok()) return states;
+    for (int r = 1; r <= entries; ++r) {
+      EXPECT_TRUE(ledger->Append(Entry(static_cast<uint64_t>(r))).ok());
+      states.push_back(ReadRaw());
+    }
+    return states;
+  }
+  // Opening is refused, saying the spend is not known and how to recover.
+  void ExpectRefused(const std::string& what) const {
+    auto ledger = PrivacyLedger::Open(path_);
+    ASSERT_FALSE(ledger.ok()) << what << ": opened with " << ledger->entries().size();
+    EXPECT_TRUE(absl::IsDataLoss(ledger.status())) << what << ": " << ledger.status();
+    EXPECT_NE(ledger.status().message().find("restore"), absl::string_view::npos)
+        << what << ": " << ledger.status();
   }
 
   std::filesystem::path dir_;
@@ -168,6 +196,138 @@ TEST_F(LedgerTest, EventsOfOneUnitAndReleasesById) {
   ASSERT_NE(ledger->FindRelease("r1"), nullptr);
   EXPECT_EQ(ledger->FindRelease("r2"), nullptr);
   EXPECT_EQ(ledger->FindRelease(""), nullptr);
+}
+
+// A ledger that lost entries must never open as if they had not been released: an under-count.
+TEST_F(LedgerTest, ADroppedLastLineIsRefused) {
+  const std::vector<std::string> states = Appended(3);
+  ASSERT_EQ(states.size(), 3u);
+  Overwrite(states[1]);  // the last whole line gone
+  ExpectRefused("last line dropped");
+  Overwrite(states[0]);  // two of them
+  ExpectRefused("two lines dropped");
+}
+
+TEST_F(LedgerTest, ATruncatedLedgerIsRefused) {
+  const std::vector<std::string> states = Appended(3);
+  ASSERT_EQ(states.size(), 3u);
+  Overwrite("");
+  ExpectRefused("truncated to nothing");
+  // One entry cut out of the middle: the count alone would not show it.
+  const std::string& all = states[2];
+  const size_t first_end = all.find('\n') + 1;
+  const size_t second_end = all.find('\n', first_end) + 1;
+  Overwrite(all.substr(0, first_end) + all.substr(second_end) +
+            all.substr(first_end, second_end - first_end));
+  ExpectRefused("a middle line moved");
+  Overwrite(all.substr(0, first_end) + all.substr(second_end));
+  ExpectRefused("a middle line removed");
+}
+
+TEST_F(LedgerTest, ATornLineThatWasDurableIsRefused) {
+  // The last entry's fsync returned (the mark counts it): tearing it is not a crash mid-write.
+  const std::vector<std::string> states = Appended(2);
+  ASSERT_EQ(states.size(), 2u);
+  Overwrite(states[1].substr(0, states[0].size() + 10));
+  ExpectRefused("last line torn");
+  Overwrite(states[1].substr(0, states[1].size() - 1));  // only its newline gone
+  ExpectRefused("last newline torn");
+}
+
+TEST_F(LedgerTest, ADeletedLedgerIsRefusedWhileItsMarkRemains) {
+  Appended(2);
+  std::filesystem::remove(path_);
+  ExpectRefused("ledger deleted");
+  EXPECT_FALSE(std::filesystem::exists(path_)) << "a refused open must not create a new ledger";
+}
+
+TEST_F(LedgerTest, AMissingMarkOfAChainedLedgerIsRefused) {
+  Appended(2);
+  std::filesystem::remove(path_ + ".mark");
+  ExpectRefused("mark deleted");
+}
+
+TEST_F(LedgerTest, ACrashBeforeTheMarkIsAnOverCountAndOpens) {
+  const std::vector<std::string> states = Appended(2);
+  ASSERT_EQ(states.size(), 2u);
+  std::string mark_after_one;
+  {
+    // The mark as it stood after the first append: the second append's line is durable and its
+    // mark update never happened.
+    std::filesystem::remove(path_);
+    std::filesystem::remove(path_ + ".mark");
+    Appended(1);
+    std::ifstream in(path_ + ".mark", std::ios::binary);
+    mark_after_one = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  Overwrite(states[1]);
+  std::ofstream(path_ + ".mark", std::ios::binary | std::ios::trunc) << mark_after_one;
+  {
+    auto ledger = PrivacyLedger::Open(path_);
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    EXPECT_EQ(ledger->entries().size(), 2u);
+  }
+  // The mark caught up at that open: losing the second line now is refused.
+  Overwrite(states[0]);
+  ExpectRefused("after the mark caught up");
+}
+
+TEST_F(LedgerTest, ALedgerWithoutChainFieldsOpensAndIsSealedFromThen) {
+  const std::string legacy =
+      R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":0.5,"noise_multiplier":1,"clip_norm":1,"mode":"central","steps":1,"noise":"x"})";
+  WriteRaw(legacy + "\n" + legacy + "\n");
+  {
+    auto ledger = PrivacyLedger::Open(path_);
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    EXPECT_EQ(ledger->entries().size(), 2u);
+    ASSERT_TRUE(ledger->Append(Entry(2)).ok());
+  }
+  const std::string text = ReadRaw();
+  EXPECT_EQ(text.substr(0, 2 * (legacy.size() + 1)), legacy + "\n" + legacy + "\n");
+  EXPECT_NE(text.find("\"prev\":\"", 2 * (legacy.size() + 1)), std::string::npos) << text;
+  auto ledger = PrivacyLedger::Open(path_);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  EXPECT_EQ(ledger->entries().size(), 3u);
+  Overwrite(legacy + "\n");
+  ExpectRefused("the old part truncated after the migration");
+}
+
+TEST_F(LedgerTest, ADamagedMarkIsRefused) {
+  Appended(1);
+  std::ofstream(path_ + kMarkSuffix, std::ios::trunc) << "{\"entries\":1}";
+  ExpectRefused("mark without its head");
+}
+
+TEST_F(LedgerTest, AnAcknowledgedLossOpensCountingItUnbounded) {
+  const std::vector<std::string> states = Appended(3);
+  ASSERT_EQ(states.size(), 3u);
+  Overwrite(states[0]);
+  LedgerOpenOptions acknowledge;
+  acknowledge.acknowledge_loss = true;
+  acknowledge.how_to_acknowledge = "or say so";
+  auto refused = PrivacyLedger::Open(path_, {.how_to_acknowledge = "or say so"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("or say so"), absl::string_view::npos);
+  {
+    auto ledger = PrivacyLedger::Open(path_, acknowledge);
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    ASSERT_EQ(ledger->entries().size(), 3u);  // the one kept, a lost entry per unit
+    EXPECT_EQ(ledger->entries()[1].mode, kModeLost);
+    EXPECT_EQ(ledger->entries()[1].steps, 2);  // the mark counted 3
+    auto spent = ComputeSpend(ledger->Events(kUnitClient), 1e-5, AccountantKind::kRdp);
+    ASSERT_TRUE(spent.ok()) << spent.status();
+    EXPECT_TRUE(std::isinf(spent->epsilon));
+    spent = ComputeSpend(ledger->Events(kUnitExample), 1e-5, AccountantKind::kRdp);
+    ASSERT_TRUE(spent.ok()) << spent.status();
+    EXPECT_TRUE(std::isinf(spent->epsilon));
+    ASSERT_TRUE(ledger->Append(Entry(4)).ok());
+  }
+  // The damaged bytes are kept; the recovered ledger opens without the acknowledgement.
+  std::ifstream damaged(path_ + kDamagedSuffix, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(damaged), {}), states[0]);
+  auto ledger = PrivacyLedger::Open(path_);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  EXPECT_EQ(ledger->entries().size(), 4u);
 }
 
 }  // namespace
