@@ -1,6 +1,5 @@
 // Finding and loading the CUDA plugin (kernels/cuda_plugin.h). HUDDLE_CUDA_PLUGIN_BUILD_ID and
-// HUDDLE_CUDA_PLUGIN_BUILD_PATH (empty where this build made no plugin) come from
-// kernels/CMakeLists.txt.
+// HUDDLE_BUILT_CUDA_PLUGIN (0 where this build made no plugin) come from kernels/CMakeLists.txt.
 #include "kernels/cuda_plugin.h"
 
 #include <dlfcn.h>
@@ -22,29 +21,21 @@ bool Exists(const fs::path& path) {
   return fs::exists(path, ec);
 }
 
-// The places of kernels/cuda_plugin.h, in order. The environment is read here, once per process:
-// the plugin is process-wide by nature (like LD_LIBRARY_PATH for the dynamic loader), and the
-// callers that open backends (trainers, silos, tests) have no config of their own to carry it.
-std::vector<fs::path> Candidates() {
-  if (const char* override_path = std::getenv("HUDDLE_CUDA_PLUGIN");
-      override_path != nullptr && *override_path != '\0') {
-    return {fs::path(override_path)};
-  }
-  std::vector<fs::path> paths;
+// The places of kernels/cuda_plugin.h for this process. The environment is read here, once per
+// process: the plugin is process-wide by nature (like LD_LIBRARY_PATH for the dynamic loader), and
+// the callers that open backends (trainers, silos, tests) have no config of their own to carry it.
+std::vector<std::string> Candidates() {
+  const char* override_path = std::getenv("HUDDLE_CUDA_PLUGIN");
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) paths.push_back(exe.parent_path() / kCudaPluginFile);
-  constexpr std::string_view kBuilt = HUDDLE_CUDA_PLUGIN_BUILD_PATH;
-  if (!kBuilt.empty() && (paths.empty() || paths.front() != fs::path(kBuilt))) {
-    paths.emplace_back(kBuilt);
-  }
-  return paths;
+  return CudaPluginCandidates(override_path != nullptr ? override_path : "",
+                              ec ? std::string() : exe.string());
 }
 
 StatusOr<const CudaPluginV1*> Load() {
-  const std::vector<fs::path> candidates = Candidates();
-  const fs::path* found = nullptr;
-  for (const fs::path& path : candidates) {
+  const std::vector<std::string> candidates = Candidates();
+  const std::string* found = nullptr;
+  for (const std::string& path : candidates) {
     if (Exists(path)) {
       found = &path;
       break;
@@ -52,10 +43,10 @@ StatusOr<const CudaPluginV1*> Load() {
   }
   if (found == nullptr) {
     std::string looked;
-    for (const fs::path& path : candidates)
-      absl::StrAppend(&looked, looked.empty() ? "" : ", ", path.string());
-    if (std::string_view(HUDDLE_CUDA_PLUGIN_BUILD_PATH).empty() &&
-        std::getenv("HUDDLE_CUDA_PLUGIN") == nullptr) {
+    for (const std::string& path : candidates)
+      absl::StrAppend(&looked, looked.empty() ? "" : ", ", path);
+    if (looked.empty()) looked = "nowhere (the running binary's path is unknown)";
+    if (HUDDLE_BUILT_CUDA_PLUGIN == 0 && std::getenv("HUDDLE_CUDA_PLUGIN") == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "this build of huddle has no CUDA plugin (", kCudaPluginFile,
           ": nvcc was not found when it was built, or -DHUDDLE_ENABLE_CUDA=OFF); looked in ",
@@ -65,7 +56,7 @@ StatusOr<const CudaPluginV1*> Load() {
         absl::StrCat("the CUDA plugin ", kCudaPluginFile, " is not installed: no file at ", looked,
                      " (put it next to the huddle binary or set HUDDLE_CUDA_PLUGIN to its path)"));
   }
-  const std::string path = found->string();
+  const std::string path = *found;
   // RTLD_LOCAL: the plugin's own copies of huddle code stay private to it.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -95,6 +86,13 @@ StatusOr<const CudaPluginV1*> Load() {
 }
 
 }  // namespace
+
+std::vector<std::string> CudaPluginCandidates(std::string_view override_path,
+                                              std::string_view exe) {
+  if (!override_path.empty()) return {std::string(override_path)};
+  if (exe.empty()) return {};
+  return {(fs::path(exe).parent_path() / kCudaPluginFile).string()};
+}
 
 StatusOr<const CudaPluginV1*> LoadCudaPlugin() {
   static const StatusOr<const CudaPluginV1*> loaded = Load();

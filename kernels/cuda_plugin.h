@@ -5,12 +5,14 @@
 // for, so the same binary runs on a host without the CUDA toolkit and a coordinator or a CPU client
 // never pays for the GPU libraries (docs/deployment.md, "Memory").
 //
-// Where it is looked for, the first that exists wins (a file that exists but does not load is an
-// error, not a reason to try the next):
+// Where it is looked for (CudaPluginCandidates; a file that exists but does not load is an error):
 //   1. $HUDDLE_CUDA_PLUGIN, when set and not empty: that file alone;
-//   2. libhuddle_cuda.so in the directory of the running executable (/proc/self/exe);
-//   3. the file this build wrote (build/cli/libhuddle_cuda.so), for the tests and benches that run
-//      from their own directories, as a build tree's RPATH does.
+//   2. otherwise libhuddle_cuda.so in the directory of the running executable (/proc/self/exe),
+//      where both the build (build/cli/) and `cmake --install` (PREFIX/bin/) put it.
+// Never at a path compiled into the binary: a `huddle` copied to another machine or directory
+// must not map a plugin left in the build tree it came from. The tests and benches, which run
+// from their own directories, are given the build's plugin through $HUDDLE_CUDA_PLUGIN (CTest
+// sets it, tests/CMakeLists.txt).
 //
 // The plugin exports one C symbol, huddle_cuda_plugin_v1, returning a CudaPluginV1. C++ objects
 // (Backend, Collective, Status) cross the boundary, so the plugin must come from the same source
@@ -25,6 +27,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -55,6 +59,11 @@ struct CudaPluginV1 {
   StatusOr<std::unique_ptr<datacenter::Collective>> (*connect_nccl)(
       transport::KvStore& store, const datacenter::CollectiveOptions& options, int device);
 };
+
+// The places to look for the plugin, in order, given $HUDDLE_CUDA_PLUGIN (`override_path`, ""
+// when unset) and the running executable's path (`exe`, "" when unknown). Pure: it touches no
+// file.
+std::vector<std::string> CudaPluginCandidates(std::string_view override_path, std::string_view exe);
 
 // The plugin, loaded on the first call (the later ones return the same plugin or the same error).
 // FailedPrecondition says what is missing: this build made no plugin, no file at the places

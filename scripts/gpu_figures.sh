@@ -15,7 +15,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 BUILD_DIR="$BUILD_DIR" bash scripts/build.sh -DHUDDLE_ENABLE_CUDA=ON
 (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure -V) 2>&1 | tee "$OUT/gpu_tests.txt" |
   grep -E "loss curve|Passed|Failed|SKIPPED|tests passed|tests failed" || true
-"$BUILD_DIR/bench/kernels_bench" --benchmark_repetitions=3 2>&1 | tee "$OUT/kernels_bench.txt" |
+# The CUDA plugin is looked for beside the running binary (kernels/cuda_plugin.h): the bench is
+# told where the build put it.
+HUDDLE_CUDA_PLUGIN="$BUILD_DIR/cli/libhuddle_cuda.so" \
+  "$BUILD_DIR/bench/kernels_bench" --benchmark_repetitions=3 2>&1 | tee "$OUT/kernels_bench.txt" |
   grep -E "ratio|Poisson"
 if python3 -c "import torch" 2>/dev/null; then
   python3 scripts/bench_torch.py --device cuda | tee "$OUT/bench_torch.txt"

@@ -1,0 +1,51 @@
+// Where the CUDA plugin is looked for (kernels/cuda_plugin.h): $HUDDLE_CUDA_PLUGIN alone when set,
+// else beside the running binary; never a path compiled into the binary.
+#include "kernels/cuda_plugin.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace huddle::kernels {
+namespace {
+
+using Paths = std::vector<std::string>;
+
+TEST(CudaPluginCandidates, TheEnvironmentVariableAloneWhenSet) {
+  EXPECT_EQ(CudaPluginCandidates("/opt/gpu/libhuddle_cuda.so", "/usr/local/bin/huddle"),
+            Paths{"/opt/gpu/libhuddle_cuda.so"});
+}
+
+TEST(CudaPluginCandidates, BesideTheRunningBinaryOtherwise) {
+  EXPECT_EQ(CudaPluginCandidates("", "/usr/local/bin/huddle"),
+            Paths{"/usr/local/bin/libhuddle_cuda.so"});
+  // A binary copied elsewhere looks beside its copy, and only there.
+  EXPECT_EQ(CudaPluginCandidates("", "/home/me/tools/huddle"),
+            Paths{"/home/me/tools/libhuddle_cuda.so"});
+}
+
+TEST(CudaPluginCandidates, NothingWhenTheBinaryIsUnknownAndNoVariableIsSet) {
+  EXPECT_EQ(CudaPluginCandidates("", ""), Paths{});
+}
+
+TEST(CudaPluginCandidates, ARelativePluginPathIsKeptAsGiven) {
+  EXPECT_EQ(CudaPluginCandidates("build/cli/libhuddle_cuda.so", "/usr/bin/huddle"),
+            Paths{"build/cli/libhuddle_cuda.so"});
+}
+
+// On a host without a GPU (or without the plugin where the loader looks) the loader answers with
+// an error, never a crash: the CPU is used instead (kernels/backend.h).
+TEST(CudaPluginCandidates, LoadingWithoutAGpuIsAnErrorOrAPlugin) {
+  if (NvidiaDriverPresent()) GTEST_SKIP() << "this host has an NVIDIA driver";
+  StatusOr<const CudaPluginV1*> plugin = LoadCudaPlugin();
+  if (plugin.ok()) {
+    std::string why;
+    EXPECT_EQ((*plugin)->device_count(&why), 0) << why;
+  } else {
+    EXPECT_TRUE(absl::IsFailedPrecondition(plugin.status())) << plugin.status();
+  }
+}
+
+}  // namespace
+}  // namespace huddle::kernels
