@@ -41,9 +41,10 @@ class ByteReader {
 
 inline constexpr char kModelFileMagic[] = "HUDDLEM1";
 
-// The largest model file ReadModelFile reads (4 GiB: a billion float parameters), so that a file
-// is never read into more memory than a model could use.
-inline constexpr uint64_t kMaxModelFileBytes = uint64_t{4} << 30;
+// The largest model file ReadModelFile reads: the values of the largest model (2^31 float
+// parameters, models/model.h) and 1 MiB for the tensors' headers, so that a file is never read
+// into more memory than a model could use.
+inline constexpr uint64_t kMaxModelFileBytes = (uint64_t{1} << 31) * sizeof(float) + (1 << 20);
 
 // Writes a model file atomically; reads one back. ReadModelFile reads regular files only
 // (ReadableFile: a FIFO, a device such as /dev/zero or a directory is FailedPrecondition, refused
