@@ -139,6 +139,8 @@ Replay ReplayLines(const std::string& text) {
   return r;
 }
 
+std::string Entries(int64_t n) { return absl::StrCat(n, n == 1 ? " entry" : " entries"); }
+
 // What makes `r` (the file at `path`, existing or not) refused against `mark`, or "".
 std::string ContinuityProblem(const std::string& path, bool existed, const Replay& r,
                               const std::optional<Mark>& mark) {
@@ -147,16 +149,17 @@ std::string ContinuityProblem(const std::string& path, bool existed, const Repla
   if (mark) {
     if (mark->entries > r.lines) {
       if (!existed) {
-        return absl::StrCat("it is missing, and its mark ", mark_path, " says ", mark->entries,
-                            " entries were appended to it (each after its fsync returned)");
+        return absl::StrCat("it is missing, and its mark ", mark_path, " says ",
+                            Entries(mark->entries),
+                            " were appended to it (each after its fsync returned)");
       }
-      return absl::StrCat("it holds ", r.lines, " complete entries",
+      return absl::StrCat("it holds ", Entries(r.lines),
                           r.torn_bytes > 0 ? " and a torn last line" : "", ", and its mark ",
-                          mark_path, " says ", mark->entries,
+                          mark_path, " says ", Entries(mark->entries),
                           " were appended (each after its fsync returned): entries were removed");
     }
     if (r.heads[static_cast<size_t>(mark->entries)] != mark->head) {
-      return absl::StrCat("its first ", mark->entries, " entries are not those its mark ",
+      return absl::StrCat("its first ", Entries(mark->entries), " are not those its mark ",
                           mark_path, " sealed (the ledger was replaced or edited)");
     }
     return "";

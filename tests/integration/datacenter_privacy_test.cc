@@ -211,17 +211,27 @@ TEST(DatacenterPrivacy, ADeletedOrTruncatedLedgerIsRefusedOnResume) {
   Process deleted(Resume(Launcher(three, out, 2)), dir + "/deleted.log");
   EXPECT_EQ(deleted.Wait(seconds(60)), 1);
   std::string log = ReadAll(dir + "/deleted.log");
-  EXPECT_TRUE(Contains(log, "counts 0 DP-SGD steps, but")) << log;
-  EXPECT_TRUE(Contains(log, "checkpoint.bin is at step 40")) << log;
-  EXPECT_TRUE(Contains(log, "deleted or truncated")) << log;
+  // Its mark (privacy/ledger.h) says 2 entries were appended.
+  EXPECT_TRUE(Contains(log, "it is missing, and its mark")) << log;
+  EXPECT_TRUE(Contains(log, "says 2 entries")) << log;
+  EXPECT_TRUE(Contains(log, "restore")) << log;
   EXPECT_EQ(JsonLines(out + "/metrics.jsonl").size(), 2u) << "a refused resume changes nothing";
 
   WriteText(ledger_path, entries[0] + "\n");
   Process truncated(Resume(Launcher(three, out, 2)), dir + "/truncated.log");
   EXPECT_EQ(truncated.Wait(seconds(60)), 1);
   log = ReadAll(dir + "/truncated.log");
-  EXPECT_TRUE(Contains(log, "counts 20 DP-SGD steps, but")) << log;
+  EXPECT_TRUE(Contains(log, "it holds 1 entry")) << log;
+  EXPECT_TRUE(Contains(log, "says 2 entries")) << log;
+  // Deleted with its mark: the checkpoint still shows the loss.
+  std::filesystem::remove(ledger_path);
+  std::filesystem::remove(ledger_path + ".mark");
+  Process unmarked(Resume(Launcher(three, out, 2)), dir + "/unmarked.log");
+  EXPECT_EQ(unmarked.Wait(seconds(60)), 1);
+  log = ReadAll(dir + "/unmarked.log");
+  EXPECT_TRUE(Contains(log, "counts 0 DP-SGD steps, but")) << log;
   EXPECT_TRUE(Contains(log, "checkpoint.bin is at step 40")) << log;
+  EXPECT_TRUE(Contains(log, "deleted or truncated")) << log;
 
   // With the ledger restored the job continues, and accounts for all 60 steps.
   WriteText(ledger_path, entries[0] + "\n" + entries[1] + "\n");
