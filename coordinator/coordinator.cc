@@ -489,6 +489,8 @@ void Coordinator::Handle(transport::Inbound in) {
           round_->first_rejection = absl::StrCat("malformed: ", err.message());
         }
         FailMember(id_it->second, "sent a malformed result");
+      } else {
+        OnRefusedSecAggMessage(id_it->second, absl::StrCat("malformed: ", err.message()));
       }
     }
     return;
@@ -544,6 +546,8 @@ void Coordinator::Handle(transport::Inbound in) {
       (round_ ? round_->metrics.malformed : pending_malformed_)++;
       Refuse(in.peer, wire::ErrorCode::kMalformed,
              absl::StrCat("a client may not send ", wire::MessageTypeName(msg.type())), msg.round);
+      OnRefusedSecAggMessage(
+          id, absl::StrCat("a client may not send ", wire::MessageTypeName(msg.type())));
     }
   }
 }

@@ -212,6 +212,11 @@ class Coordinator {
   void OnSecAgg(const std::string& id, const wire::Message& msg);
   // A SecAggData from member `id` (its stage's message decoded and handed to the server).
   Status OnSecAggData(const std::string& id, const wire::Message& msg);
+  // Member `id` sent a message refused before it reached the session (malformed, or of a type no
+  // client may send): if a secure-aggregation stage awaits its answer (a SecAggData, or in stage 4
+  // its upload request or masked input), it is a dropout now, so the stage ends as soon as the
+  // others due have answered instead of at stage_timeout. `why` names what it sent.
+  void OnRefusedSecAggMessage(const std::string& id, const std::string& why);
   // Ends the round's secure aggregation with `why`: nothing is released; members still in it fail.
   bool RefuseSecAgg(Round& round, const Status& why);
   // Starts the round's session again, with a new session id, for the members that revealed their

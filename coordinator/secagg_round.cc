@@ -20,9 +20,11 @@
 //      the secrets, removes the masks, and the sum is decoded.
 //
 // Stages 1-6 each end when every member due answered or stage_timeout passed. A member that fails
-// at any point (silence, an error, a refused message) is a dropout; one found lying is named in the
-// round's metrics; the round completes while the protocol's minimum and threshold hold, and
-// otherwise releases nothing. Every refusal names the client and what is wrong.
+// at any point (silence, an error, a refused message: one the session refuses, a malformed one, or
+// one of a type no client may send) is a dropout, no longer awaited: its stage ends as soon as the
+// others due have answered. One found lying is named in the round's metrics; the round completes
+// while the protocol's minimum and threshold hold, and otherwise releases nothing. Every refusal
+// names the client and what is wrong.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -571,6 +573,24 @@ Status Coordinator::OnSecAggData(const std::string& id, const wire::Message& msg
   }
   if (st.ok()) s.awaiting.erase(id);
   return st;
+}
+
+void Coordinator::OnRefusedSecAggMessage(const std::string& id, const std::string& why) {
+  if (!round_ || !round_->secagg) return;
+  Round& round = *round_;
+  const SecAggRound& s = *round.secagg;
+  auto m = round.members.find(id);
+  if (m == round.members.end()) return;
+  // Stage 4 waits on member states (the masked inputs come through upload slots), the others on
+  // s.awaiting. A member still training (stage 0) is waited for as in a round without secure
+  // aggregation, until the round's deadline.
+  const bool masking = s.stage == 4 && (m->second == MemberState::kSecAggMasking ||
+                                        m->second == MemberState::kWaitingSlot ||
+                                        m->second == MemberState::kUploading);
+  if (!masking && s.awaiting.count(id) == 0) return;
+  round.metrics.rejected++;
+  if (round.first_rejection.empty()) round.first_rejection = why;
+  FailMember(id, "sent a refused message while a secure-aggregation stage awaited its answer");
 }
 
 void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
