@@ -2,15 +2,20 @@
 // it speaks ZMTP and CurveZMQ itself (tests/wire/raw_curve_peer.h), so it can do what libzmq's own
 // senders never do.
 //
-//   hostile_peer --port P --server-key server.pub --key mallory.key --mode endless|flood
-//                [--connections 1] [--seconds 60]
+//   hostile_peer --port P --server-key server.pub --key mallory.key --mode endless|flood|hold
+//                [--connections 1] [--seconds 60] [--hold-bytes 3932160] [--identify 0|1]
 //
 // endless: on each connection, one multipart message that never ends (256 KiB frames with MORE
 //          set), reconnecting whenever the coordinator cuts the connection.
 // flood:   on each connection, complete Heartbeat messages as fast as TCP lets them through,
 //          reconnecting when cut.
+// hold:    on each connection, an unfinished message of --hold-bytes (256 KiB frames with MORE
+//          set; default 3.75 MiB, under the coordinator's 4 MiB window), then nothing: the
+//          connection holds it until cut, then reconnects. --identify 1 first sends a complete
+//          Heartbeat, so the coordinator knows the connection's key.
 // Prints, at the end, what was written and how many connections the coordinator cut. Exits 1 if
 // it never got through the handshake.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +38,8 @@ struct Args {
   std::string server_key, key, mode = "endless";
   int connections = 1;
   double seconds = 60;
+  uint64_t hold_bytes = uint64_t{3840} << 10;
+  bool identify = false;
 };
 
 struct Totals {
@@ -52,6 +59,20 @@ void Attack(const Args& a, const transport::CurveKeyPair& server, const transpor
     }
     totals->connected++;
     Status st = absl::OkStatus();
+    if (a.mode == "hold") {
+      if (a.identify) st = peer.SendFrame(heartbeat.data(), heartbeat.size(), /*more=*/false);
+      for (uint64_t sent = 0; st.ok() && sent < a.hold_bytes; sent += chunk.size()) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), a.hold_bytes - sent));
+        st = peer.SendFrame(chunk.data(), n, /*more=*/true);
+      }
+      while (st.ok() && Clock::now() < end) {
+        if (!peer.Alive()) st = absl::UnavailableError("cut");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      totals->bytes += peer.bytes_written();
+      if (!st.ok()) totals->cut++;
+      continue;
+    }
     while (st.ok() && Clock::now() < end) {
       if (a.mode == "endless") {
         st = peer.SendFrame(chunk.data(), chunk.size(), /*more=*/true);
@@ -77,13 +98,17 @@ int main(int argc, char** argv) {
     if (k == "--mode") a.mode = v;
     if (k == "--connections") a.connections = std::atoi(v.c_str());
     if (k == "--seconds") a.seconds = std::atof(v.c_str());
+    if (k == "--hold-bytes") a.hold_bytes = std::strtoull(v.c_str(), nullptr, 10);
+    if (k == "--identify") a.identify = v == "1";
   }
   auto server = transport::ReadKeyFile(a.server_key, /*need_secret=*/false);
   auto me = transport::ReadKeyFile(a.key, /*need_secret=*/true);
-  if (!server.ok() || !me.ok() || a.port <= 0 || (a.mode != "endless" && a.mode != "flood")) {
+  if (!server.ok() || !me.ok() || a.port <= 0 ||
+      (a.mode != "endless" && a.mode != "flood" && a.mode != "hold")) {
     std::fprintf(stderr,
                  "usage: hostile_peer --port P --server-key server.pub --key client.key "
-                 "--mode endless|flood [--connections N] [--seconds S]\n");
+                 "--mode endless|flood|hold [--connections N] [--seconds S] [--hold-bytes B] "
+                 "[--identify 0|1]\n");
     return 2;
   }
   Totals totals;

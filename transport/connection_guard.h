@@ -171,11 +171,15 @@ class ConnectionGuard {
     }
   }
 
-  // Cuts every connection over its bound, or whose identity `enrolled` says is revoked; the
-  // latter are appended to *revoked.
+  // Cuts every connection over its bound, or whose identity `enrolled` says is revoked (those are
+  // appended to *revoked); then enforces the aggregate bounds (per identity, per unidentified
+  // address, global; zmq_transport.h, "Limits"). True if it cut anything.
   template <typename EnrolledFn>
-  void Check(int64_t now_ms, EnrolledFn&& enrolled, std::vector<Connection>* revoked) {
+  bool Check(int64_t now_ms, EnrolledFn&& enrolled, std::vector<Connection>* revoked) {
     cut_log_.Flush(now_ms);
+    const uint64_t cut_before = cut_;
+    std::vector<Holder> live;
+    live.reserve(connections_.size());
     for (auto& [fd, c] : connections_) {
       if (c.cut || c.address.empty()) continue;
       if (!c.auth_id.empty() && !enrolled(c.auth_id)) {
@@ -185,7 +189,7 @@ class ConnectionGuard {
         continue;
       }
       // One syscall per connection and check in the common case: received bytes over-estimate
-      // what libzmq holds (they include the kernel's queue); only past the bound is it refined.
+      // what libzmq holds (they include the kernel's queue); only past a bound is it refined.
       std::optional<uint64_t> received = BytesReceived(fd);
       if (!received) {
         if (!warned_no_counters_ && PeerAddress(fd) == c.address) {
@@ -199,20 +203,22 @@ class ConnectionGuard {
       }
       // Over-credit (a peer framing unlike libzmq) must not become headroom: resynchronize.
       if (*received < c.delivered_wire_bytes) c.delivered_wire_bytes = *received;
+      Holder h{fd, &c, *received - c.delivered_wire_bytes, false};
       const uint64_t bound = Bound(c);
-      if (*received - c.delivered_wire_bytes <= bound) continue;
-      if (PeerAddress(fd) != c.address) continue;  // fd reused; the monitor will tell
-      std::optional<uint64_t> read = BytesRead(fd);
-      if (!read) continue;
-      if (*read < c.delivered_wire_bytes) c.delivered_wire_bytes = *read;
-      const uint64_t held = *read - c.delivered_wire_bytes;
-      if (held > bound) {
-        Cut(now_ms, fd, c,
-            absl::StrCat("it held ", held, " undelivered bytes, over its bound of ", bound,
-                         " (window ", options_.connection_window_bytes, " + upload allowance ",
-                         bound - options_.connection_window_bytes, ")"));
+      if (h.held > bound) {
+        if (!Refine(h)) continue;
+        if (h.held > bound) {
+          Cut(now_ms, fd, c,
+              absl::StrCat("it held ", h.held, " undelivered bytes, over its bound of ", bound,
+                           " (window ", options_.connection_window_bytes, " + upload allowance ",
+                           bound - options_.connection_window_bytes, ")"));
+          continue;
+        }
       }
+      live.push_back(h);
     }
+    EnforceAggregates(now_ms, live);
+    return cut_ != cut_before;
   }
 
   uint64_t cut() const { return cut_; }
@@ -222,6 +228,112 @@ class ConnectionGuard {
   uint64_t Bound(const Connection& c) const {
     const auto a = allowances_.find(c.routing_id);
     return options_.connection_window_bytes + (a == allowances_.end() ? 0 : a->second);
+  }
+
+  // A live connection and what it holds: an over-estimate (received) until refined (read).
+  struct Holder {
+    int fd;
+    Connection* c;
+    uint64_t held;
+    bool exact;
+  };
+
+  // Replaces h's estimate with what libzmq has read minus what was delivered. False if the fd was
+  // reused or its counters are gone (then it holds nothing of this connection's).
+  bool Refine(Holder& h) {
+    if (h.exact) return true;
+    if (PeerAddress(h.fd) != h.c->address) return false;
+    std::optional<uint64_t> read = BytesRead(h.fd);
+    if (!read) return false;
+    if (*read < h.c->delivered_wire_bytes) h.c->delivered_wire_bytes = *read;
+    h.held = *read - h.c->delivered_wire_bytes;
+    h.exact = true;
+    return true;
+  }
+
+  // Who a connection counts against: its identity, or, before its first delivered message, its
+  // IP address.
+  static std::string Owner(const Connection& c) {
+    if (!c.auth_id.empty()) return "client '" + c.auth_id + "'";
+    const size_t colon = c.address.rfind(':');
+    return "address " + (colon == std::string::npos ? c.address : c.address.substr(0, colon));
+  }
+
+  // Cuts the largest of `group` until it holds at most `bound`; returns what it still holds.
+  uint64_t CutDownTo(int64_t now_ms, std::vector<Holder*>& group, uint64_t bound,
+                     const std::string& what) {
+    uint64_t total = 0;
+    for (const Holder* h : group) total += h->held;
+    if (total <= bound) return total;
+    total = 0;
+    for (Holder* h : group) {
+      if (!Refine(*h)) h->held = 0;
+      total += h->held;
+    }
+    std::sort(group.begin(), group.end(),
+              [](const Holder* a, const Holder* b) { return a->held > b->held; });
+    for (Holder* h : group) {
+      if (total <= bound || h->held == 0) break;
+      const uint64_t before = total;
+      if (Cut(now_ms, h->fd, *h->c,
+              absl::StrCat(what, " held ", before, " undelivered bytes over ", group.size(),
+                           " connections, over its bound of ", bound, "; this one held ",
+                           h->held))) {
+        total -= h->held;
+        h->held = 0;
+      }
+    }
+    return total;
+  }
+
+  // The bounds across connections (zmq_transport.h, "Limits").
+  void EnforceAggregates(int64_t now_ms, std::vector<Holder>& live) {
+    std::unordered_map<std::string, std::vector<Holder*>> groups;
+    for (Holder& h : live) groups[Owner(*h.c)].push_back(&h);
+    uint64_t total = 0;
+    for (auto& [owner, group] : groups) {
+      uint64_t bound = options_.unidentified_bytes_per_address;
+      if (!group.front()->c->auth_id.empty()) {
+        uint64_t allowance = 0;
+        for (const Holder* h : group) allowance = std::max(allowance, Bound(*h->c));
+        bound = allowance + options_.connection_window_bytes;
+      }
+      total += CutDownTo(now_ms, group, bound, owner);
+    }
+    uint64_t global = options_.max_buffered_bytes;
+    for (const auto& [peer, bytes] : allowances_) global += bytes;
+    if (total <= global) return;
+    // Fair cuts: the largest holder of whoever holds the most, until under the global bound.
+    std::unordered_map<std::string, uint64_t> held;
+    total = 0;
+    for (auto& [owner, group] : groups) {
+      for (Holder* h : group) {
+        if (h->held > 0 && !Refine(*h)) h->held = 0;
+        held[owner] += h->held;
+        total += h->held;
+      }
+    }
+    while (total > global) {
+      auto top = std::max_element(held.begin(), held.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (top == held.end() || top->second == 0) break;
+      std::vector<Holder*>& group = groups[top->first];
+      Holder* largest =
+          *std::max_element(group.begin(), group.end(),
+                            [](const Holder* a, const Holder* b) { return a->held < b->held; });
+      const uint64_t freed = largest->held;
+      if (freed == 0) {  // nothing left to cut there (cannot happen: held sums the group)
+        top->second = 0;
+        continue;
+      }
+      Cut(now_ms, largest->fd, *largest->c,
+          absl::StrCat("all connections held ", total, " undelivered bytes, over the bound of ",
+                       global, ", and ", top->first, " held the most (", top->second,
+                       "); this one held ", freed));
+      largest->held = 0;  // cut, or its fd reused: either way no longer this connection's
+      top->second -= freed;
+      total -= freed;
+    }
   }
 
   // Whether it was cut (not if already closed: the fd was reused, and the monitor will tell).

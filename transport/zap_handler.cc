@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "transport/rate_limiter.h"
 
 namespace huddle::transport {
 namespace {
@@ -134,10 +135,13 @@ ZapRequest ReadZapRequest(zmq::socket_t& socket) {
 }
 
 void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
-                  const std::string& text, const std::string& user_id) {
+                  const std::string& text, const std::string& user_id, bool temporary) {
   socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
   socket.send(zmq::buffer(request.request_id), zmq::send_flags::sndmore);
-  socket.send(zmq::buffer(std::string(admit ? "200" : "400")), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(std::string(admit       ? "200"
+                                      : temporary ? "300"
+                                                  : "400")),
+              zmq::send_flags::sndmore);
   socket.send(zmq::buffer(text), zmq::send_flags::sndmore);
   socket.send(zmq::buffer(admit ? user_id : std::string()), zmq::send_flags::sndmore);
   socket.send(zmq::str_buffer(""), zmq::send_flags::none);
@@ -147,11 +151,14 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
   // Refusals are counted exactly (rejections_); the log gets one line per kind per period.
   LogSummary not_enrolled("refused handshakes (key not enrolled)", options_.log_period_ms);
   LogSummary plaintext("refused handshakes (no encryption)", options_.log_period_ms);
+  LogSummary throttled("refused handshakes (too many from one key)", options_.log_period_ms);
+  RateLimiter handshakes(options_.handshakes_per_s, options_.handshake_burst);
   while (!stopping_.load()) {
     const int64_t now = NowMs();
     MaybeReload(now);
     not_enrolled.Flush(now);
     plaintext.Flush(now);
+    throttled.Flush(now);
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     try {
       zmq::poll(&item, 1, std::chrono::milliseconds(200));
@@ -186,6 +193,20 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
               "revoked); {} refusals so far",
               request.address, fp, rejections_.load());
         });
+      }
+      if (id && !handshakes.Admit(*id, NowMs())) {
+        rejections_++;
+        throttled_++;
+        throttled.Add(NowMs(), *id, [&] {
+          return fmt::format(
+              "refused a handshake of client '{}' from {} for now: over {} handshakes/s (burst "
+              "{}) from its key; it may retry ({} throttled so far)",
+              *id, request.address, options_.handshakes_per_s, options_.handshake_burst,
+              throttled_.load());
+        });
+        SendZapReply(socket, request, false, "too many handshakes from this key; retry later", "",
+                     /*temporary=*/true);
+        continue;
       }
       SendZapReply(socket, request, id.has_value(), id ? "OK" : "client key is not enrolled",
                    id.value_or(""));

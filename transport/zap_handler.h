@@ -7,7 +7,9 @@
 // ZeroMQ then attaches to every message of that connection, see zmq_transport.cc), or 400. Every
 // refusal is counted; the first after a quiet period is logged with the key's fingerprint and the
 // peer's address, the rest as one summary line per log_period_ms (a flood of fresh keys costs
-// O(1) log lines).
+// O(1) log lines). An enrolled key gets at most handshake_burst handshakes at once and
+// handshakes_per_s after that; beyond, its handshakes are refused as temporary (ZAP 300, which the
+// client retries without giving up), so one key cannot open connections faster than that.
 //
 // The allow-list is reloaded, without a restart, when its files change (checked every
 // reload_interval_ms) or when *reload_requests changes (the CLI bumps it on SIGHUP). A reload fails
@@ -41,6 +43,10 @@ struct ZapOptions {
   int64_t reload_interval_ms = 2000;
   const std::atomic<uint64_t>* reload_requests = nullptr;  // a change triggers a reload
   int64_t log_period_ms = 10'000;  // refused handshakes: at most one log line per period
+  // Handshakes per enrolled key (a token bucket): past it, the handshake is refused as temporary
+  // (ZAP 300; the client retries), so one key cannot churn connections (0: unlimited).
+  double handshakes_per_s = 2;
+  double handshake_burst = 16;
 };
 
 // One ZAP request (RFC 27: version, request id, domain, address, identity, mechanism,
@@ -55,9 +61,10 @@ struct ZapRequest {
 };
 ZapRequest ReadZapRequest(zmq::socket_t& socket);
 // The reply to `request`: "200" (admitted as `user_id`, which ZeroMQ attaches to every message of
-// the connection) or "400" with `text`.
+// the connection), "400" (refused) or "300" (`temporary`: refused for now, the peer may retry),
+// with `text`.
 void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
-                  const std::string& text, const std::string& user_id);
+                  const std::string& text, const std::string& user_id, bool temporary = false);
 
 class ZapHandler {
  public:
@@ -72,8 +79,10 @@ class ZapHandler {
   Status Reload();
   // Whether `id` is still enrolled (false once its key has been removed and the list reloaded).
   bool IsEnrolled(const std::string& id) const;
-  // Handshakes refused so far.
+  // Handshakes refused so far (throttled ones included).
   uint64_t rejections() const { return rejections_.load(); }
+  // Handshakes of enrolled keys refused for now, over handshakes_per_s.
+  uint64_t throttled() const { return throttled_.load(); }
   size_t enrolled() const;
 
  private:
@@ -88,6 +97,7 @@ class ZapHandler {
   uint64_t seen_requests_ = 0;
   int64_t next_check_ms_ = 0;
   std::atomic<uint64_t> rejections_{0};
+  std::atomic<uint64_t> throttled_{0};
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -1,5 +1,6 @@
 #include "transport/zmq_transport.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "transport/connection_guard.h"
+#include "transport/rate_limiter.h"
 
 namespace huddle::transport {
 namespace {
@@ -153,40 +155,6 @@ StatusOr<wire::Message> DecodeRaw(const RawMessage& raw, const wire::CodecLimits
   return wire::Decode(raw.frames, limits);
 }
 
-// Token bucket per source: an authenticated identity (every connection of one key shares it) or,
-// without authentication, a connection's routing id. Entries idle for a minute are pruned, so the
-// table stays small.
-class RateLimiter {
- public:
-  RateLimiter(double rate, double burst) : rate_(rate), burst_(std::max(1.0, burst)) {}
-
-  // Whether a message from `source` at `now_ms` is admitted.
-  bool Admit(const std::string& source, int64_t now_ms) {
-    if (rate_ <= 0) return true;
-    if (now_ms - last_prune_ms_ > 60'000) {
-      std::erase_if(buckets_, [&](const auto& kv) { return now_ms - kv.second.last_ms > 60'000; });
-      last_prune_ms_ = now_ms;
-    }
-    auto [it, fresh] = buckets_.try_emplace(source, Bucket{burst_, now_ms});
-    Bucket& b = it->second;
-    b.tokens = std::min(burst_, b.tokens + (now_ms - b.last_ms) * rate_ / 1000.0);
-    b.last_ms = now_ms;
-    if (b.tokens < 1.0) return false;
-    b.tokens -= 1.0;
-    return true;
-  }
-
- private:
-  struct Bucket {
-    double tokens;
-    int64_t last_ms;
-  };
-  double rate_;
-  double burst_;
-  int64_t last_prune_ms_ = 0;
-  std::unordered_map<std::string, Bucket> buckets_;
-};
-
 void SetCommonOptions(zmq::socket_t& s, const ZmqOptions& o) {
   s.set(zmq::sockopt::maxmsgsize, o.max_frame_bytes);
   s.set(zmq::sockopt::sndhwm, o.send_hwm);
@@ -209,6 +177,10 @@ class ZmqServer final : public ServerTransport {
         rate_log_("messages dropped by the rate limit", options.log_period_ms) {}
 
   Status Bind(const std::string& endpoint) {
+    // Buffers of 128 KiB and more (every tensor frame) are mmap'ed, so freeing one returns it to
+    // the system; glibc would otherwise raise the threshold after the first free and keep what a
+    // cut connection held in its arenas.
+    ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     if (options_.curve_server) {
       // The ZAP handler must answer before the first handshake: without one, libzmq admits any
       // client key.
@@ -317,8 +289,15 @@ class ZmqServer final : public ServerTransport {
     if (now < next_check_ms_) return;
     next_check_ms_ = now + std::max<int64_t>(1, options_.connection_check_ms);
     DrainMonitor();
+    // What closed or was cut before the last check, libzmq's I/O thread has freed by now: give
+    // it back to the system (at most once a second: a trim walks the heap).
+    if (trim_pending_ && now - last_trim_ms_ >= 1000) {
+      ::malloc_trim(0);
+      trim_pending_ = false;
+      last_trim_ms_ = now;
+    }
     std::vector<ConnectionGuard::Connection> revoked;
-    guard_.Check(
+    trim_pending_ |= guard_.Check(
         now, [&](const std::string& id) { return !zap_ || zap_->IsEnrolled(id); }, &revoked);
     // The coordinator learns of the revocation as it would from the connection's next message.
     for (const ConnectionGuard::Connection& c : revoked) {
@@ -343,6 +322,7 @@ class ZmqServer final : public ServerTransport {
         case ZMQ_EVENT_DISCONNECTED:
         case ZMQ_EVENT_CLOSED:
           guard_.OnClosed(fd);
+          trim_pending_ = true;
           continue;
         case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
           break;
@@ -417,6 +397,8 @@ class ZmqServer final : public ServerTransport {
   uint64_t rate_limited_ = 0;
   uint64_t unauthenticated_ = 0;
   uint64_t failed_handshakes_ = 0;
+  bool trim_pending_ = false;  // connections closed or cut since the last malloc_trim
+  int64_t last_trim_ms_ = 0;
 };
 
 class ZmqClient final : public ClientTransport {
@@ -511,6 +493,16 @@ class ZmqClient final : public ClientTransport {
         handshake_failures_ = 0;
         return absl::OkStatus();
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        if (value == 300) {  // temporary: too many handshakes from this key; libzmq retries
+          if (!warned_throttled_) {
+            warned_throttled_ = true;
+            spdlog::warn(
+                "the coordinator at {} refused a handshake for now (too many handshakes from "
+                "this client's key {}); retrying",
+                endpoint_, mine);
+          }
+          return absl::OkStatus();
+        }
         return absl::PermissionDeniedError(absl::StrCat(
             "the coordinator at ", endpoint_, " refused this client's key ", mine, " (ZAP status ",
             value,
@@ -552,6 +544,7 @@ class ZmqClient final : public ClientTransport {
   zmq::socket_t socket_;
   zmq::socket_t monitor_;
   int handshake_failures_ = 0;
+  bool warned_throttled_ = false;
 };
 
 }  // namespace

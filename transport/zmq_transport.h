@@ -29,6 +29,16 @@
 // connection cut too. So a connection costs at most its bound plus what arrives between two checks
 // (its rate times connection_check_ms; the checks run inside Receive(), so a caller busy elsewhere
 // checks later). A connection whose key is revoked is cut at the next check, even mid-message.
+//
+// In aggregate, because a bound per connection is not a bound per peer: the connections of one
+// identity (its key, known from its connection's first delivered message) hold together at most
+// two windows plus its upload allowance; connections that have not delivered a message yet are
+// counted against their IP address, together at most unidentified_bytes_per_address; and all
+// connections together at most max_buffered_bytes plus the upload allowances granted. Past a
+// bound the largest holders of that identity or address are cut first, and past the global one
+// those of the identity or address that holds the most: an honest peer is cut only if it holds
+// more than every attacker. Large buffers are returned to the system when freed (the server pins
+// glibc's mmap threshold at 128 KiB), so memory comes back after cuts.
 // Cuts, refused handshakes and rate-limit drops are counted exactly (connections_cut(),
 // auth_rejections(), rate_limited()) and logged at most once per log_period_ms per kind, as a
 // summary line. Needs Linux TCP counters (tcpi_bytes_received, 4.1+); without them (an ipc://
@@ -76,6 +86,12 @@ struct ZmqOptions {
   // allowance (ServerTransport::SetUploadAllowance); past it the connection is cut. Enough for
   // recv_hwm small messages.
   size_t connection_window_bytes = size_t{4} << 20;
+  // Server side, in aggregate across connections (see "Limits"): what the connections of one
+  // unidentified address (those that have not delivered a message yet, so whose key is not known)
+  // may hold together, and what all connections may hold together beyond the upload allowances
+  // granted. Past either, the largest holders are cut first.
+  size_t unidentified_bytes_per_address = size_t{64} << 20;
+  size_t max_buffered_bytes = size_t{256} << 20;
   // How often Receive() checks every connection (one getsockopt per connection); what a peer
   // sends between two checks is what it can hold beyond its bound.
   int64_t connection_check_ms = 25;

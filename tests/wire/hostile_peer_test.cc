@@ -296,6 +296,103 @@ TEST_F(HostilePeerTest, EightConnectionsOfOneKeyShareOneRateLimit) {
   EXPECT_GE(server_->rate_limited(), 500u);
 }
 
+// Many connections of one key, each holding an unfinished message just under the per-connection
+// window: `identify` sends a complete message first on each (so the server knows its key),
+// otherwise they count against their address. Returns the connections the attacker opened and
+// the server's peak RSS growth while they held.
+struct HoldOutcome {
+  int opened = 0;
+  uint64_t peak_growth = 0;
+};
+
+TEST_F(HostilePeerTest, ManyConnectionsOfOneKeyHoldingUnfinishedMessagesShareOneBound) {
+  const CurveKeyPair mallory = Client("mallory");
+  const CurveKeyPair alice = Client("alice");
+  ZmqOptions options = ServerOptions();
+  options.connection_window_bytes = 4 << 20;
+  options.unidentified_bytes_per_address = 16 << 20;
+  options.curve_server->zap.handshakes_per_s =
+      0;  // the byte bounds alone (the rate is tested below)
+  Bind(options);
+  auto hold = [&](bool identify) {
+    constexpr int kConnections = 48;
+    constexpr int kFrames = 12;  // 3 MiB each: under the 4 MiB window of one connection
+    const uint64_t idle_rss = RssBytes();
+    const uint64_t cut_before = server_->connections_cut();
+    HoldOutcome out;
+    std::atomic<bool> done{false};
+    std::thread attacker([&] {
+      std::vector<std::unique_ptr<testing::RawCurvePeer>> peers;
+      const std::vector<char> frame(kFrameBytes, 'x');
+      const std::string heartbeat = wire::EncodeHeader(wire::MakeMessage(wire::Heartbeat{}));
+      for (int c = 0; c < kConnections; ++c) {
+        auto peer = std::make_unique<testing::RawCurvePeer>();
+        if (!peer->Connect(port_, server_keys_.public_z85, mallory).ok()) continue;
+        ++out.opened;
+        Status st = absl::OkStatus();
+        if (identify) st = peer->SendFrame(heartbeat.data(), heartbeat.size(), /*more=*/false);
+        for (int f = 0; f < kFrames && st.ok(); ++f) {
+          st = peer->SendFrame(frame.data(), frame.size(), /*more=*/true);
+        }
+        peers.push_back(std::move(peer));  // held open, its message never finished
+      }
+      std::this_thread::sleep_for(milliseconds(500));
+      done = true;
+    });
+    Serve(
+        [&] {
+          out.peak_growth = std::max(out.peak_growth, RssBytes() - std::min(RssBytes(), idle_rss));
+          return done.load();
+        },
+        seconds(60));
+    attacker.join();
+    const uint64_t cut = server_->connections_cut() - cut_before;
+    // Unbounded, 48 connections hold 144 MiB; the bound keeps a handful of them (16 MiB by
+    // address, 8 MiB = two windows by key).
+    EXPECT_EQ(out.opened, kConnections);
+    EXPECT_GE(cut, static_cast<uint64_t>(kConnections - 6)) << (identify ? "by key" : "by address");
+    EXPECT_LT(out.peak_growth, uint64_t{64} << 20)
+        << (identify ? "by key" : "by address") << ": RSS grew by " << out.peak_growth;
+  };
+  hold(/*identify=*/false);
+  hold(/*identify=*/true);
+  // An honest peer from the same address is served afterwards.
+  auto honest = Connect(ClientOptions(alice));
+  std::optional<Inbound> in;
+  for (int tries = 0; tries < 100; ++tries) {
+    in = JoinAndReceive(*honest, "alice");
+    if (in.has_value()) break;
+  }
+  ASSERT_TRUE(in.has_value());
+  EXPECT_TRUE(in->message.ok()) << in->message.status();
+}
+
+TEST_F(HostilePeerTest, OneKeyGetsItsHandshakeBurstThenItsRateAndAClientRetries) {
+  const CurveKeyPair mallory = Client("mallory");
+  ZmqOptions options = ServerOptions();
+  options.curve_server->zap.handshakes_per_s = 2;
+  options.curve_server->zap.handshake_burst = 8;
+  Bind(options);
+  std::vector<std::unique_ptr<testing::RawCurvePeer>> peers;
+  int admitted = 0, refused = 0;
+  const auto start = Clock::now();
+  for (int i = 0; i < 24; ++i) {
+    auto peer = std::make_unique<testing::RawCurvePeer>();
+    Status st = peer->Connect(port_, server_keys_.public_z85, mallory);
+    (st.ok() ? admitted : refused)++;
+    if (st.ok()) peers.push_back(std::move(peer));
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  // The burst, plus what the rate refilled while the attacker connected.
+  EXPECT_LE(admitted, 8 + static_cast<int>(2 * elapsed) + 1) << "over " << elapsed << " s";
+  EXPECT_GE(refused, 24 - 8 - static_cast<int>(2 * elapsed) - 1);
+  // A real client of that key is refused only for now: it retries and gets in, without an error.
+  auto client = Connect(ClientOptions(mallory));
+  std::optional<Inbound> in = JoinAndReceive(*client, "mallory");
+  ASSERT_TRUE(in.has_value()) << "the throttled key's client never got in";
+  EXPECT_TRUE(in->message.ok()) << in->message.status();
+}
+
 // Captures what spdlog's default logger writes, one string per line.
 class LogCapture {
  public:

@@ -151,6 +151,14 @@ class RawCurvePeer {
     fd_ = -1;
   }
   uint64_t bytes_written() const { return written_; }
+  // Whether the server still holds the connection open (no end of stream or reset seen), without
+  // sending anything; the server never sends unasked, so any readable byte is not expected.
+  bool Alive() const {
+    if (fd_ < 0) return false;
+    char byte;
+    const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
 
  private:
   static bool IsError(const std::vector<uint8_t>& cmd) {
