@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "common/rng.h"
 #include "proto/codec.h"
 #include "tests/integration/process.h"
+#include "tests/wire/raw_curve_peer.h"
 #include "transport/curve_keys.h"
 
 namespace huddle::testing {
@@ -330,6 +332,133 @@ TEST_F(FederationTest, HostilePeerChangesNothingAndTheJobCompletes) {
   EXPECT_NE(log.find("refused join with invalid client id"), std::string::npos);
   EXPECT_NE(log.find("it cannot join as 'c0'"), std::string::npos) << "impersonation not refused";
   EXPECT_NE(log.find("is not enrolled"), std::string::npos) << "stranger not refused";
+}
+
+// A memory cgroup made by the test (cgroup v2 memory.max, or v1 memory.limit_in_bytes), removed
+// when destroyed (after its processes have exited). Needs root; Make() says why not otherwise.
+class MemoryCgroup {
+ public:
+  static std::unique_ptr<MemoryCgroup> Make(uint64_t limit_bytes, std::string* why) {
+    namespace fs = std::filesystem;
+    const std::string name = "huddle_test_" + std::to_string(::getpid());
+    const bool v2 = fs::exists("/sys/fs/cgroup/cgroup.controllers");
+    const fs::path dir =
+        v2 ? fs::path("/sys/fs/cgroup") / name : fs::path("/sys/fs/cgroup/memory") / name;
+    std::error_code ec;
+    if (!fs::create_directory(dir, ec)) {
+      *why = "cannot create the memory cgroup " + dir.string() + ": " + ec.message();
+      return nullptr;
+    }
+    std::unique_ptr<MemoryCgroup> cg(new MemoryCgroup(dir.string()));
+    std::ofstream limit(dir / (v2 ? "memory.max" : "memory.limit_in_bytes"));
+    limit << limit_bytes;
+    limit.close();
+    if (!limit) {
+      *why = "cannot set the memory limit of " + dir.string();
+      return nullptr;
+    }
+    return cg;
+  }
+  ~MemoryCgroup() { ::rmdir(dir_.c_str()); }
+  bool Add(pid_t pid) {
+    std::ofstream procs(dir_ + "/cgroup.procs");
+    procs << pid;
+    procs.close();
+    return static_cast<bool>(procs);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit MemoryCgroup(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+// A process's resident set (VmRSS) in bytes; 0 once it is gone.
+uint64_t RssOf(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// One enrolled key tries to hold hundreds of connections open, each with an unfinished 3.75 MiB
+// message (just under the 4 MiB window of one connection), reconnecting whenever it is cut or
+// refused. Unbounded in aggregate this took a coordinator to 3 GB and, under a 1 GiB limit, to an
+// OOM kill; now its RSS stays under a stated ceiling (256 MiB) and the job completes, in a 1 GiB
+// memory cgroup where the test can make one.
+TEST_F(FederationTest, OneKeyHoldingHundredsOfUnfinishedMessagesCannotExhaustTheCoordinator) {
+  JobSettings s;
+  s.rounds = 3;
+  const std::string dir = MakeTempDir("hold");
+  WriteJob(dir, s);
+  const int port = FreeLoopbackPort();
+  const std::string endpoint = Endpoint(port);
+  auto coordinator = StartCoordinator(dir, endpoint);
+  std::string why;
+  std::unique_ptr<MemoryCgroup> cgroup = MemoryCgroup::Make(uint64_t{1} << 30, &why);
+  if (cgroup && !cgroup->Add(coordinator->pid())) {
+    why = "cannot move the coordinator into " + cgroup->dir();
+    cgroup.reset();
+  }
+  if (!cgroup) std::cout << "[ NOTE ] without a 1 GiB memory cgroup: " << why << "\n";
+
+  auto server = transport::ReadKeyFile(dir + "/keys/server.pub", false);
+  auto mallory = transport::ReadKeyFile(dir + "/keys/clients/mallory.key", true);
+  ASSERT_TRUE(server.ok() && mallory.ok());
+  constexpr int kThreads = 16, kSlots = 25;  // 400 connections wanted
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> attempts{0}, opened{0};
+  std::vector<std::thread> attackers;
+  for (int t = 0; t < kThreads; ++t) {
+    attackers.emplace_back([&] {
+      const std::vector<char> frame(256 << 10, 'x');
+      std::vector<std::unique_ptr<transport::testing::RawCurvePeer>> slots(kSlots);
+      while (!stop.load()) {
+        for (auto& peer : slots) {
+          if (stop.load()) break;
+          if (peer && peer->Alive()) continue;
+          peer = std::make_unique<transport::testing::RawCurvePeer>();
+          attempts++;
+          Status st = peer->Connect(port, server->public_z85, *mallory);
+          if (!st.ok()) {
+            peer.reset();
+            continue;
+          }
+          opened++;
+          for (int f = 0; f < 15 && st.ok(); ++f)
+            st = peer->SendFrame(frame.data(), frame.size(), true);
+        }
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+    });
+  }
+  // The attack runs 30 s before the clients come: at 2 handshakes/s after a burst of 16, its key
+  // gets about 76 connections through, 285 MiB if nothing bounded them together.
+  std::this_thread::sleep_for(seconds(30));
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 0; i < s.clients; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+  uint64_t peak = 0;
+  int code = -1;
+  for (auto end = std::chrono::steady_clock::now() + seconds(240);
+       std::chrono::steady_clock::now() < end;) {
+    peak = std::max(peak, RssOf(coordinator->pid()));
+    code = coordinator->Wait(milliseconds(50));
+    if (code != -1) break;
+  }
+  stop = true;
+  for (std::thread& t : attackers) t.join();
+  std::cout << "[ NOTE ] " << attempts.load() << " connection attempts of one key, "
+            << opened.load() << " got through the handshake; coordinator peak RSS " << (peak >> 20)
+            << " MiB" << (cgroup ? " in a 1 GiB memory cgroup" : "") << "\n";
+  EXPECT_EQ(code, 0) << "the coordinator did not complete the job under the attack\n"
+                     << ReadAll(dir + "/coordinator.log");
+  EXPECT_GT(attempts.load(), 400u) << "the attack did not run";
+  EXPECT_LT(peak, uint64_t{256} << 20) << "coordinator RSS went past the ceiling of 256 MiB";
+  int64_t cut = 0;
+  for (const auto& m : Metrics(dir)) cut += m["connections_cut"].get<int64_t>();
+  std::cout << "[ NOTE ] connections cut (metrics.jsonl): " << cut << "\n";
 }
 
 TEST_F(FederationTest, WrongServerKeyAndUnknownClientKeyAreClearClientErrors) {
