@@ -11,18 +11,21 @@
 //   3. Pump messages until every asked client has answered or failed, or the evaluation's own
 //      deadline (federated_eval.deadline_ms) passes; then the next round starts. An answer is
 //      hostile input: CheckEvaluation (update_check.h) checks its round, nonce, model version,
-//      example count, loss and accuracy; one answer per client; an Error answer (the client's
+//      example count, loss and accuracy, and a loss above kMaxEvaluationLoss is refused too (both
+//      logged naming the client); one answer per client; an Error answer (the client's
 //      trainer cannot evaluate, its privacy policy forbids reporting, or its evaluation failed)
 //      or a malformed message fails it for the evaluation; so does going silent.
 //   4. Weighted means of the accepted answers' loss and accuracy, each answer weighing its example
 //      count capped at max_weight_ratio x the lower median of the answers' counts: one liar cannot
-//      dominate (docs/security.md says what it can still do). No answer: a warning, null values,
-//      and the job summary says so.
+//      dominate (docs/security.md says what it can still do). Every value is bounded on receipt,
+//      so no sum can overflow and the checkpoint holds only values it can read back. No answer:
+//      a warning, null values, and the job summary says so.
 // Late answers (after the deadline) are refused as stale, as a straggler's result is.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/secure_random.h"
 #include "coordinator/coordinator.h"
@@ -32,6 +35,23 @@ namespace huddle::coordinator {
 namespace {
 
 constexpr uint64_t kEvalStream = 0x6576616c;  // "eval"
+
+// The largest loss an answer may report. A mean cross-entropy computed from float32 outputs stays
+// below 1e39, so no honest answer is refused; a liar's DBL_MAX would overflow the weighted sum to
+// inf. Bounded so, with weights <= aggregation.max_weight <= 2^53 and fewer than 2^32 answers (one
+// per enrolled client), the sums of weight x loss stay finite, and so does the mean.
+constexpr double kMaxEvaluationLoss = 1e100;
+static_assert(kMaxEvaluationLoss * 0x1p53 * 0x1p32 < std::numeric_limits<double>::max());
+
+// Bounds CheckEvaluation (update_check.h) leaves open.
+Status CheckEvaluationBounds(const wire::EvaluateResult& result) {
+  if (!(result.loss <= kMaxEvaluationLoss)) {
+    return absl::InvalidArgumentError(absl::StrCat("loss ", result.loss, " exceeds ",
+                                                   kMaxEvaluationLoss,
+                                                   ", the most an evaluation may report"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -123,6 +143,8 @@ Status Coordinator::FederatedEvaluate(uint64_t round, RoundMetrics* metrics) {
   const double median = static_cast<double>(counts[(counts.size() - 1) / 2]);
   const double cap_d = std::max(1.0, options_.federated_eval.max_weight_ratio * median);
   const uint64_t cap = static_cast<uint64_t>(std::min(cap_d, 9e15));
+  // Each term is bounded on receipt (weight <= 2^53, loss <= kMaxEvaluationLoss, accuracy in
+  // [0, 1]): no sum overflows. The reported weight total saturates rather than wrap.
   double loss = 0, accuracy = 0, weight = 0;
   for (const auto& [id, a] : eval.answers) {
     const uint64_t w = std::min(a.examples, cap);
@@ -130,7 +152,10 @@ Status Coordinator::FederatedEvaluate(uint64_t round, RoundMetrics* metrics) {
     loss += static_cast<double>(w) * a.loss;
     accuracy += static_cast<double>(w) * a.accuracy;
     weight += static_cast<double>(w);
-    f.weight += static_cast<int64_t>(w);
+    constexpr int64_t kMaxWeight = std::numeric_limits<int64_t>::max();
+    f.weight = w > static_cast<uint64_t>(kMaxWeight - f.weight)
+                   ? kMaxWeight
+                   : f.weight + static_cast<int64_t>(w);
   }
   metrics->test_loss = loss / weight;
   metrics->test_accuracy = std::clamp(accuracy / weight, 0.0, 1.0);
@@ -191,7 +216,9 @@ void Coordinator::OnEvaluateResult(const std::string& id, const wire::Message& m
   want.model_version = eval.model_version;
   want.nonce = eval.nonces[id];
   want.max_examples = options_.aggregation.max_weight;
-  if (Status st = CheckEvaluation(msg, want); !st.ok()) {
+  Status st = CheckEvaluation(msg, want);
+  if (st.ok()) st = CheckEvaluationBounds(std::get<wire::EvaluateResult>(msg.body));
+  if (!st.ok()) {
     eval.metrics.rejected++;
     eval.members[id] = EvalState::kFailed;
     Warn("refused evaluations", id, [&] {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
 
@@ -242,6 +243,59 @@ TEST_F(FederatedEvalTest, HostileAnswersAreRefusedOrBounded) {
   EXPECT_NE(fed_->LastErrorText("c6").find("num_examples 2000000 is outside [1, 1000000]"),
             std::string::npos);
   EXPECT_TRUE(metrics[0].updated) << "the round itself is untouched";
+}
+
+// Issue 32: one answer with loss DBL_MAX overflowed the weighted mean to inf, and the checkpoint
+// written with it was refused by the coordinator itself on --resume. Now every value is bounded on
+// receipt (refused, naming the client and the value), the means stay finite, and the job resumes.
+TEST_F(FederatedEvalTest, ExtremeAnswersAreRefusedAndTheJobResumes) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  CoordinatorOptions o = Options(1, 8);
+  o.out_dir = TempDir("extreme");
+  o.aggregation.max_weight = int64_t{1} << 40;  // as large as the aggregator's sum allows
+  const auto answers = Reports({
+      {"c0", {100, 0.5, 0.8}},
+      {"c1", {100, 0.7, 0.6}},
+      {"c2", {100, kMax, 0.5}},
+      {"c3", {100, -kMax, 0.5}},
+      {"c4", {100, std::numeric_limits<double>::infinity(), 0.5}},
+      {"c5", {100, std::numeric_limits<double>::quiet_NaN(), 0.5}},
+      {"c6", {UINT64_MAX, 0.5, 0.5}},
+      {"c7", {uint64_t{1} << 40, 1e100, 1.0}},  // at every bound: accepted, its weight capped
+  });
+  std::vector<RoundMetrics> metrics;
+  const Status first = Run(o, Clients(8), answers, &metrics);
+  ASSERT_TRUE(first.ok()) << first;
+  ASSERT_EQ(metrics.size(), 1u);
+  const RoundMetrics::FederatedEval& f = *metrics[0].federated_eval;
+  EXPECT_EQ(f.answered, 3);
+  EXPECT_EQ(f.rejected, 5);
+  EXPECT_EQ(f.weight, 100 + 100 + 400);
+  ASSERT_TRUE(metrics[0].test_loss.has_value());
+  EXPECT_TRUE(std::isfinite(*metrics[0].test_loss)) << *metrics[0].test_loss;
+  EXPECT_NEAR(*metrics[0].test_loss / 1e100, 400.0 / 600, 1e-9);
+  EXPECT_NEAR(*metrics[0].test_accuracy, (100 * 0.8 + 100 * 0.6 + 400 * 1.0) / 600, 1e-12);
+  for (const char* liar : {"c2", "c3", "c4", "c5", "c6"}) {
+    EXPECT_EQ(fed_->ErrorsSent(liar, wire::ErrorCode::kRejected), 1) << liar;
+  }
+  EXPECT_NE(fed_->LastErrorText("c2").find("loss 1.79769e+308 exceeds 1e+100"), std::string::npos)
+      << fed_->LastErrorText("c2");
+  EXPECT_NE(fed_->LastErrorText("c6").find("num_examples 18446744073709551615 is outside"),
+            std::string::npos)
+      << fed_->LastErrorText("c6");
+
+  // The checkpoint holds the round's record and reads back; the job resumes from it.
+  auto ckpt = ReadCheckpoint(o.out_dir + "/checkpoint.bin");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_DOUBLE_EQ(ckpt->final_test_loss, *metrics[0].test_loss);
+  CoordinatorOptions resumed = o;
+  resumed.rounds = 2;
+  resumed.resume = true;
+  metrics.clear();
+  const Status st = Run(resumed, Clients(8), answers, &metrics);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].round, 2u);
 }
 
 TEST_F(FederatedEvalTest, WrongRoundOrVersionAndLateAnswersAreRefused) {
