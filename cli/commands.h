@@ -29,6 +29,8 @@ struct CoordinatorFlags {
   std::string out_dir;  // overrides output.dir
   std::string bind;     // overrides coordinator.bind
   bool resume = false;
+  // --resume may read a checkpoint of a format before C4 (no checksum).
+  bool allow_legacy_checkpoint = false;
   bool force = false;      // start afresh over an earlier job's outputs
   std::string server_key;  // overrides security.server_secret_key
   std::string allow;       // overrides security.allowed_clients

@@ -121,6 +121,7 @@ int RunCoordinatorCommand(const CoordinatorFlags& flags) {
   if (!flags.out_dir.empty()) job->coordinator.out_dir = flags.out_dir;
   if (!flags.bind.empty()) job->bind = flags.bind;
   job->coordinator.resume = flags.resume;
+  job->coordinator.allow_legacy_checkpoint = flags.allow_legacy_checkpoint;
   job->coordinator.force = flags.force;
   if (job->coordinator.out_dir.empty())
     job->coordinator.out_dir = "runs/" + job->coordinator.job_name;

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   coord->add_option("--out", cf.out_dir, "Output directory (overrides output.dir)");
   coord->add_option("--bind", cf.bind, "Endpoint to bind, e.g. tcp://0.0.0.0:5555");
   coord->add_flag("--resume", cf.resume, "Continue from OUT/checkpoint.bin");
+  coord->add_flag("--allow-legacy-checkpoint", cf.allow_legacy_checkpoint,
+                  "With --resume: read a checkpoint of a format before C4, which carries no "
+                  "checksum (damage or editing would go unnoticed)");
   coord->add_flag("--force", cf.force,
                   "Start afresh in an OUT that holds an earlier job's outputs (replacing them)");
   coord->add_option("--server-key", cf.server_key,

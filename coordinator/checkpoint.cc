@@ -1,11 +1,15 @@
 #include "coordinator/checkpoint.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "common/digest.h"
 #include "common/file_util.h"
@@ -15,11 +19,10 @@ namespace huddle::coordinator {
 namespace {
 
 // C2 added clip_norm after bytes_out, C3 privacy_mode after clip_norm, C4 the evaluation record
-// after privacy_mode and a trailing digest; C1-C3 files are still read.
+// after privacy_mode and a trailing digest; C1-C3 files are read only when asked for.
 constexpr char kMagic[] = "HUDDLEC4";
-constexpr char kMagicV3[] = "HUDDLEC3";
-constexpr char kMagicV2[] = "HUDDLEC2";
-constexpr char kMagicV1[] = "HUDDLEC1";
+constexpr const char* kMagics[] = {"HUDDLEC1", "HUDDLEC2", "HUDDLEC3", kMagic};
+static_assert(std::size(kMagics) == kCheckpointFormat);
 
 constexpr size_t kDigestChars = 64;  // Digest::Hex()
 
@@ -27,39 +30,54 @@ std::string DigestOf(std::string_view bytes) {
   return Digest().Add(std::as_bytes(std::span(bytes.data(), bytes.size()))).Hex();
 }
 
-// Values a checkpoint may hold; the rest is corruption (or a file from elsewhere).
-Status CheckRanges(const std::string& path, const Checkpoint& c) {
+}  // namespace
+
+Status CheckCheckpointValues(const Checkpoint& c, int format) {
+  auto impossible = [](auto&&... what) {
+    return absl::InvalidArgumentError(absl::StrCat(what...));
+  };
   if (c.completed_round > kMaxCheckpointRound) {
-    return absl::DataLossError(absl::StrCat(path, ": completed_round ", c.completed_round,
-                                            " is out of range [0, ", kMaxCheckpointRound, "]"));
+    return impossible("completed_round ", c.completed_round, " is out of range [0, ",
+                      kMaxCheckpointRound, "]");
   }
   if (c.model_version > c.completed_round) {
-    return absl::DataLossError(absl::StrCat(path, ": model_version ", c.model_version,
-                                            " exceeds completed_round ", c.completed_round));
+    return impossible("model_version ", c.model_version, " exceeds completed_round ",
+                      c.completed_round);
   }
   if (c.best_round > c.completed_round) {
-    return absl::DataLossError(absl::StrCat(path, ": best_round ", c.best_round,
-                                            " exceeds completed_round ", c.completed_round));
+    return impossible("best_round ", c.best_round, " exceeds completed_round ", c.completed_round);
   }
   if (!(c.elapsed_s >= 0) || !std::isfinite(c.elapsed_s)) {
-    return absl::DataLossError(absl::StrCat(path, ": corrupt elapsed time"));
+    return impossible("elapsed time ", c.elapsed_s, " is not a finite value >= 0");
   }
-  for (double v : {c.final_test_accuracy, c.final_test_loss, c.best_test_accuracy}) {
-    if (std::isinf(v))
-      return absl::DataLossError(absl::StrCat(path, ": corrupt evaluation record"));
+  if (!(c.clip_norm >= 0) || !std::isfinite(c.clip_norm)) {
+    return impossible("clip norm ", c.clip_norm, " is not a finite value >= 0");
   }
-  if (Status st = CheckFinite(c.model, "model"); !st.ok()) {
-    return absl::DataLossError(absl::StrCat(path, ": ", st.message()));
+  // C1-C2 did not record the privacy mode (-1); from C3 on it is one of the four modes.
+  const bool mode_ok =
+      format < 3 ? c.privacy_mode == -1 : c.privacy_mode >= 0 && c.privacy_mode <= 3;
+  if (!mode_ok) return impossible("privacy mode ", c.privacy_mode, " is not a known mode");
+  // The evaluation record: NaN where there is none yet.
+  for (const auto& [name, v] : {std::pair{"final_test_accuracy", c.final_test_accuracy},
+                                std::pair{"best_test_accuracy", c.best_test_accuracy}}) {
+    if (!std::isnan(v) && !(v >= 0 && v <= 1)) {
+      return impossible("evaluation record: ", name, " ", v, " is outside [0, 1]");
+    }
   }
-  if (Status st = CheckFinite(c.optimizer_state, "optimizer state"); !st.ok()) {
-    return absl::DataLossError(absl::StrCat(path, ": ", st.message()));
+  if (std::isinf(c.final_test_loss)) {
+    return impossible("evaluation record: final_test_loss ", c.final_test_loss, " is not finite");
   }
+  HUDDLE_RETURN_IF_ERROR(CheckFinite(c.model, "model"));
+  HUDDLE_RETURN_IF_ERROR(CheckFinite(c.optimizer_state, "optimizer state"));
   return absl::OkStatus();
 }
 
-}  // namespace
-
 Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
+  // What the reader would refuse is never written: a job whose checkpoint cannot be read back
+  // could not be resumed.
+  if (Status st = CheckCheckpointValues(c, kCheckpointFormat); !st.ok()) {
+    return absl::InternalError(absl::StrCat(path, ": checkpoint not written: ", st.message()));
+  }
   std::string out(kMagic, 8);
   AppendU64(c.completed_round, &out);
   AppendU64(c.model_version, &out);
@@ -80,17 +98,27 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   return WriteFileAtomic(path, out);
 }
 
-StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, const CheckpointReadOptions& options) {
   HUDDLE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   const std::string magic = bytes.substr(0, std::min<size_t>(8, bytes.size()));
-  const bool v1 = magic == kMagicV1;
-  const bool v2 = magic == kMagicV2;
-  const bool v3 = magic == kMagicV3;
-  const bool v4 = magic == kMagic;
-  if (!v1 && !v2 && !v3 && !v4) {
+  int format = 0;
+  for (int f : {1, 2, 3, 4}) {
+    if (magic == std::string_view(kMagics[f - 1], 8)) format = f;
+  }
+  if (format == 0) {
     return absl::DataLossError(absl::StrCat(path, ": not a Huddle checkpoint (bad magic)"));
   }
-  if (v4) {
+  if (format < kCheckpointFormat && !options.allow_legacy_format) {
+    // Without a digest nothing tells a damaged or edited file from a good one: renaming a
+    // current file's magic would otherwise skip its checksum.
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": a ", magic, " checkpoint, a format before ", kMagic,
+        " that carries no checksum (damage or editing would go unnoticed); if the file is "
+        "known to be intact, resume with --allow-legacy-checkpoint (coordinator option "
+        "allow_legacy_checkpoint) to read it once (the next checkpoint is written as ",
+        kMagic, ")"));
+  }
+  if (format == kCheckpointFormat) {
     // Checked first: nothing of a damaged file is interpreted.
     if (bytes.size() < 8 + kDigestChars ||
         bytes.compare(bytes.size() - kDigestChars, kDigestChars,
@@ -115,19 +143,15 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   c.elapsed_s = std::bit_cast<double>(elapsed_bits);
   HUDDLE_ASSIGN_OR_RETURN(c.bytes_in, r.U64());
   HUDDLE_ASSIGN_OR_RETURN(c.bytes_out, r.U64());
-  if (!v1) {
+  if (format >= 2) {
     HUDDLE_ASSIGN_OR_RETURN(uint64_t clip_bits, r.U64());
     c.clip_norm = std::bit_cast<double>(clip_bits);
-    if (!(c.clip_norm >= 0) || !std::isfinite(c.clip_norm)) {
-      return absl::DataLossError(absl::StrCat(path, ": corrupt clip norm"));
-    }
   }
-  if (!v1 && !v2) {
+  if (format >= 3) {
     HUDDLE_ASSIGN_OR_RETURN(const uint64_t mode, r.U64());
-    if (mode > 3) return absl::DataLossError(absl::StrCat(path, ": corrupt privacy mode"));
     c.privacy_mode = static_cast<int64_t>(mode);
   }
-  if (v4) {
+  if (format >= 4) {
     for (double* v : {&c.final_test_accuracy, &c.final_test_loss, &c.best_test_accuracy}) {
       HUDDLE_ASSIGN_OR_RETURN(const uint64_t bits, r.U64());
       *v = std::bit_cast<double>(bits);
@@ -139,7 +163,13 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   if (r.remaining() != 0) {
     return absl::DataLossError(absl::StrCat(path, ": ", r.remaining(), " trailing bytes"));
   }
-  HUDDLE_RETURN_IF_ERROR(CheckRanges(path, c));
+  if (Status st = CheckCheckpointValues(c, format); !st.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", st.message()));
+  }
+  if (format < kCheckpointFormat) {
+    spdlog::warn("{}: read a {} checkpoint, which carries no checksum (--allow-legacy-checkpoint)",
+                 path, magic);
+  }
   return c;
 }
 

@@ -41,13 +41,33 @@ struct Checkpoint {
 
 inline constexpr char kCheckpointFile[] = "checkpoint.bin";
 
-// The newest format (C4) ends with a BLAKE2b-256 digest of everything before it. Reading refuses,
-// with DataLoss naming the file and what is wrong: a digest mismatch (a flipped bit, a truncated
-// or spliced file), counters out of range (completed_round > kMaxCheckpointRound, a model version
-// past it), non-finite model or optimizer values, or a corrupt field. C1-C3 files (no digest) are
-// still read, with the same range and finiteness checks.
+// The newest format (C4, kCheckpointFormat) ends with a BLAKE2b-256 digest of everything before
+// it. Reading refuses, with DataLoss naming the file and what is wrong: a digest mismatch (a
+// flipped bit, a truncated or spliced file), a corrupt field, or a value CheckCheckpointValues
+// refuses. C1-C3 files carry no digest, so nothing tells a damaged or edited one from a good one
+// (and renaming a C4 file's magic would skip its checksum): they are read, with the same checks,
+// only with CheckpointReadOptions::allow_legacy_format, and refused with FailedPrecondition
+// naming `--allow-legacy-checkpoint` otherwise.
+inline constexpr int kCheckpointFormat = 4;
 inline constexpr uint64_t kMaxCheckpointRound = 1'000'000;  // the largest `rounds` a job may have
+
+// The values a checkpoint of `format` (1-4) may hold, one rule for the writer and the reader, so
+// that nothing is written that could not be read back: OK, or InvalidArgument naming the first
+// field out of range: completed_round > kMaxCheckpointRound, model_version or best_round past
+// it, an elapsed time or clip norm not finite and >= 0, a privacy mode that is not one of the
+// four (-1, not recorded, before C3), a final or best accuracy outside [0, 1] or an infinite
+// final loss (NaN: none yet), non-finite model or optimizer values.
+Status CheckCheckpointValues(const Checkpoint& ckpt, int format);
+
+// Refuses (Internal, naming the field) a checkpoint CheckCheckpointValues refuses; writes
+// atomically otherwise.
 Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
-StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
+
+struct CheckpointReadOptions {
+  // Read C1-C3 files (no digest): the CLI's `--allow-legacy-checkpoint`.
+  bool allow_legacy_format = false;
+};
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path,
+                                    const CheckpointReadOptions& options = {});
 
 }  // namespace huddle::coordinator

@@ -121,7 +121,9 @@ Status Coordinator::Initialise() {
     spdlog::warn("--resume: no checkpoint at {}; starting from round 1", ckpt_path);
   }
   if (options_.resume && std::filesystem::exists(ckpt_path)) {
-    HUDDLE_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(ckpt_path));
+    CheckpointReadOptions read;
+    read.allow_legacy_format = options_.allow_legacy_checkpoint;
+    HUDDLE_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(ckpt_path, read));
     if (ckpt.seed != options_.seed) {
       return absl::FailedPreconditionError(
           absl::StrCat(ckpt_path, " was written by a job with seed ", ckpt.seed,
@@ -1056,7 +1058,10 @@ Status Coordinator::SaveCheckpoint() {
   c.privacy_mode = static_cast<int64_t>(options_.privacy.mode);
   const double none = std::numeric_limits<double>::quiet_NaN();
   c.final_test_accuracy = summary_.final_test_accuracy.value_or(none);
+  // A diverged model's loss (inf under the server's evaluator) is recorded as unknown: the
+  // checkpoint holds only values it reads back (CheckCheckpointValues).
   c.final_test_loss = summary_.final_test_loss.value_or(none);
+  if (std::isinf(c.final_test_loss)) c.final_test_loss = none;
   c.best_test_accuracy = summary_.best_test_accuracy.value_or(none);
   c.best_round = summary_.best_round.value_or(0);
   c.model = std::move(model_);  // lent to the checkpoint, not copied (the model can be large)

@@ -109,6 +109,10 @@ struct CoordinatorOptions {
 
   std::string out_dir;  // metrics.jsonl, summary.json, model.bin, checkpoint
   bool resume = false;  // continue from out_dir/checkpoint.bin
+  // Resume from a checkpoint of a format before C4 (no checksum: damage or editing would go
+  // unnoticed); off, such a file is refused (coordinator/checkpoint.h). CLI:
+  // --allow-legacy-checkpoint.
+  bool allow_legacy_checkpoint = false;
   // Start afresh in an out_dir that holds a previous job's outputs (they are replaced). Without it
   // (or resume) such a directory is refused, so that nothing is lost by accident.
   bool force = false;
