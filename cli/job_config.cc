@@ -1,9 +1,11 @@
 #include "cli/job_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <type_traits>
 
+#include "absl/strings/numbers.h"
 #include "client/silo.h"
 #include "common/config_reader.h"
 #include "common/tensor_io.h"
@@ -466,7 +468,29 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(agg.Optional("max_update_abs", &o.aggregation.max_abs_value, 1e-6, 1e12));
   HUDDLE_RETURN_IF_ERROR(
       agg.Optional("max_examples", &o.aggregation.max_weight, 1, int64_t{1} << 40));
-  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_update_norm", &o.max_update_norm, 0.0, 1e12));
+  // max_update_norm: auto (the default: a multiple of recent updates' median norm), off or 0
+  // (no norm bound), or a fixed L2 norm.
+  std::string norm_bound = "auto";
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("max_update_norm", &norm_bound));
+  HUDDLE_RETURN_IF_ERROR(agg.Optional("auto_norm_factor", &o.auto_norm_factor, 1.0, 1e6));
+  if (norm_bound == "off") {
+    o.max_update_norm = 0;
+    o.auto_norm_factor = 0;
+  } else if (norm_bound != "auto") {
+    double x = 0;
+    if (!absl::SimpleAtod(norm_bound, &x) || !std::isfinite(x) || x < 0 || x > 1e12) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(agg.Where("max_update_norm"), ": '", norm_bound,
+                       "' is not auto, off or an L2 norm in [0, 1e12] (0: off)"));
+    }
+    o.max_update_norm = x;
+    if (x == 0) o.auto_norm_factor = 0;
+  }
+  if (norm_bound != "auto" && agg.Has("auto_norm_factor")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(agg.Where("auto_norm_factor"),
+                     " applies only with max_update_norm: auto (it is '", norm_bound, "')"));
+  }
   HUDDLE_RETURN_IF_ERROR(agg.Optional("max_weight_ratio", &o.max_weight_ratio, 0.0, 1e12));
   HUDDLE_RETURN_IF_ERROR(agg.Finish());
 

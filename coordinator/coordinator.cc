@@ -814,23 +814,24 @@ Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
   // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
   *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);
   bool clipped = false;
-  if (options_.max_update_norm > 0) {
+  const double norm = norm_bound_.enabled() ? privacy::L2Norm(spans) : 0;
+  if (const double bound = norm_bound_.BoundFor(round_->number, norm); bound > 0) {
     // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused
     // (a refusal by size would lock honest clients out after one bad round moved the model). A
     // non-finite norm is left to Fold, which refuses it naming the element.
-    const double norm = privacy::L2Norm(spans);
-    if (std::isfinite(norm) && norm > options_.max_update_norm) {
+    if (std::isfinite(norm) && norm > bound) {
       clip_scratch_.resize(spans.size());
       for (size_t i = 0; i < spans.size(); ++i) {
         clip_scratch_[i].spec = layout_[i];
         clip_scratch_[i].data.assign(spans[i].begin(), spans[i].end());
       }
-      privacy::ClipToNorm(&clip_scratch_, options_.max_update_norm);
+      privacy::ClipToNorm(&clip_scratch_, bound);
       for (size_t i = 0; i < spans.size(); ++i) spans[i] = clip_scratch_[i].data;
       clipped = true;
     }
   }
   HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight));
+  norm_bound_.Accepted(round_->number, norm);
   if (clipped) round_->metrics.clipped++;
   if (*weight < static_cast<int64_t>(result.num_examples)) round_->metrics.weight_capped++;
   return absl::OkStatus();

@@ -39,6 +39,7 @@
 #include "common/rng.h"
 #include "coordinator/options.h"
 #include "coordinator/round_metrics.h"
+#include "coordinator/update_check.h"
 #include "models/model.h"
 #include "privacy/budget.h"
 #include "privacy/ledger.h"
@@ -329,6 +330,8 @@ class Coordinator {
   std::vector<std::string> no_update_reasons_;  // of those rounds
   uint64_t evaluated_version_ = UINT64_MAX;     // model version of the last evaluation
   TensorList clip_scratch_;  // a result clipped to max_update_norm (reused; empty until needed)
+  // Without DP: the norm each FedAvg update is clipped to (fixed, automatic or off).
+  UpdateNormBound norm_bound_{options_.max_update_norm, options_.auto_norm_factor};
   // A masked input's words, gathered from its tensors (64-bit sessions; 32-bit ones).
   std::vector<uint64_t> secagg_scratch_;
   std::vector<uint32_t> secagg_scratch32_;

@@ -84,10 +84,15 @@ struct CoordinatorOptions {
 
   aggregation::ServerOptimizerOptions server;
   aggregation::AggregatorOptions aggregation;
-  // Without DP: each client's delta is clipped to this L2 norm before it is folded (0: off), the
-  // standard norm-bounding defence; the aggregator's |value| bound then follows from it
-  // (|x_i| <= ||x||), so an update is clipped rather than refused for its size.
+  // Without DP: each client's delta is clipped to this L2 norm before it is folded, the standard
+  // norm-bounding defence; the aggregator's |value| bound then follows from it (|x_i| <= ||x||),
+  // so an update is clipped rather than refused for its size. 0: the automatic bound below.
+  // Secure aggregation without DP needs it > 0 (clients clip to it before masking).
   double max_update_norm = 0;
+  // With max_update_norm 0, without DP or secure aggregation: each delta is clipped to this
+  // factor times the median L2 norm of recently accepted updates (UpdateNormBound in
+  // coordinator/update_check.h, which also gives the round-1 rule). 0: no norm bound at all.
+  double auto_norm_factor = 3;
   // Without DP: a client's FedAvg weight (its claimed example count) is capped at this multiple
   // of the median count the round's cohort claimed when joining (0: no cap). One client lying
   // about its data then cannot take over the average.

@@ -1,9 +1,20 @@
 #include "coordinator/update_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <variant>
 
 namespace huddle::coordinator {
+namespace {
+
+// The lower median: of an even count, the smaller middle value (the tighter bound).
+double Median(std::vector<double> v) {
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+}  // namespace
 
 StatusOr<std::vector<std::span<const float>>> CheckUpdate(const wire::Message& msg,
                                                           const UpdateExpectation& want) {
@@ -90,6 +101,33 @@ Status CheckEvaluation(const wire::Message& msg, const EvaluationExpectation& wa
         absl::StrCat("an evaluation carries no tensors; this one has ", msg.tensors.size()));
   }
   return absl::OkStatus();
+}
+
+void UpdateNormBound::StartRound(uint64_t round) {
+  if (round == round_) return;
+  round_ = round;
+  if (this_round_.empty()) return;
+  history_.insert(history_.end(), this_round_.begin(), this_round_.end());
+  this_round_.clear();
+  while (history_.size() > kWindow) history_.pop_front();
+  history_median_ = Median({history_.begin(), history_.end()});
+}
+
+double UpdateNormBound::BoundFor(uint64_t round, double norm) {
+  if (fixed_ > 0) return fixed_;
+  if (!(factor_ > 0)) return 0;
+  StartRound(round);
+  if (!history_.empty()) return factor_ * history_median_;
+  if (this_round_.size() + 1 < kMinKnown || !(std::isfinite(norm) && norm > 0)) return 0;
+  std::vector<double> known = this_round_;
+  known.push_back(norm);
+  return factor_ * Median(std::move(known));
+}
+
+void UpdateNormBound::Accepted(uint64_t round, double norm) {
+  if (fixed_ > 0 || !(factor_ > 0) || !(std::isfinite(norm) && norm > 0)) return;
+  StartRound(round);
+  this_round_.push_back(norm);
 }
 
 }  // namespace huddle::coordinator

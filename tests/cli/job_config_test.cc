@@ -89,6 +89,31 @@ TEST(JobConfigTest, HardeningKeysAreReadAndChecked) {
             std::string::npos);
 }
 
+TEST(JobConfigTest, MaxUpdateNormIsAutoByDefaultOffOrANumber) {
+  auto defaults = LoadJobConfig(Write("norm_defaults", "rounds: 2\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_DOUBLE_EQ(defaults->coordinator.max_update_norm, 0);
+  EXPECT_DOUBLE_EQ(defaults->coordinator.auto_norm_factor, 3);
+  auto factor = LoadJobConfig(
+      Write("norm_factor", "aggregation: {max_update_norm: auto, auto_norm_factor: 5}\n"));
+  ASSERT_TRUE(factor.ok()) << factor.status();
+  EXPECT_DOUBLE_EQ(factor->coordinator.auto_norm_factor, 5);
+  for (const char* off : {"off", "0"}) {
+    auto job = LoadJobConfig(
+        Write("norm_off", absl::StrCat("aggregation: {max_update_norm: ", off, "}\n")));
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_DOUBLE_EQ(job->coordinator.max_update_norm, 0) << off;
+    EXPECT_DOUBLE_EQ(job->coordinator.auto_norm_factor, 0) << off;
+  }
+  EXPECT_NE(ErrorOf("aggregation: {max_update_norm: big}\n").find("aggregation.max_update_norm"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("aggregation: {max_update_norm: 5, auto_norm_factor: 2}\n")
+                .find("aggregation.auto_norm_factor"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("aggregation: {auto_norm_factor: 0.5}\n").find("aggregation.auto_norm_factor"),
+            std::string::npos);
+}
+
 TEST(JobConfigTest, DistributedDpNeedsSecureAggregationAndRdp) {
   auto job = LoadJobConfig(std::string(HUDDLE_SOURCE_DIR) + "/examples/dp_distributed.yaml");
   ASSERT_TRUE(job.ok()) << job.status();
@@ -234,10 +259,12 @@ TEST(JobConfigTest, PrivacyMistakesAreClearErrors) {
   EXPECT_NE(
       ErrorOf("cohort: {sampling: poisson}\nprivacy: {mode: central}").find("privacy.epsilon"),
       std::string::npos);
-  EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\nrounds: 5\nclients: 10\nprivacy: {mode: central, schedule: "
-                    "[{rounds: [1, 3], noise_multiplier: 1}]}")
-                .find("does not cover round 4"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(
+          "cohort: {sampling: poisson}\nrounds: 5\nclients: 10\nprivacy: {mode: central, schedule: "
+          "[{rounds: [1, 3], noise_multiplier: 1}]}")
+          .find("does not cover round 4"),
+      std::string::npos);
   EXPECT_NE(ErrorOf("cohort: {sampling: poisson}\nprivacy: {mode: central, schedule: "
                     "[{rounds: [1], noise_multiplier: 1}]}")
                 .find("[first, last]"),
