@@ -115,21 +115,24 @@ grep -m2 'cut the connection\|connections cut' "$RUN/coordinator.log" | cut -c1-
 fi
 
 # (b) Round time of a small job under a message flood from one enrolled key.
+start_clients() {  # $1: run dir, $2: port; the three honest clients, their pids in CLIENTS
+  CLIENTS=()
+  for id in c0 c1 c2; do
+    "$HUDDLE" client --coordinator "tcp://127.0.0.1:$2" --data "$WORK/shard.csv" --format csv \
+      --device cpu --server-key "$WORK/keys/server.pub" --key "$WORK/keys/$id.key" \
+      --give-up-after 60 --log-level warn >"$1/$id.log" 2>&1 &
+    CLIENTS+=($!); PIDS+=($!)
+  done
+}
 run_job() {  # $1: name (a directory name), $2: flood connections (0: none)
   local run=$WORK/$1; mkdir -p "$run"; job 3 "$ROUNDS" >"$run/job.yaml"
   local port; port=$(free_port)
   start_coordinator "$run" "$port"
   [[ $2 -gt 0 ]] && attack "$run" "$port" flood "$2" 300
-  local clients=()
-  for id in c0 c1 c2; do
-    "$HUDDLE" client --coordinator "tcp://127.0.0.1:$port" --data "$WORK/shard.csv" --format csv \
-      --device cpu --server-key "$WORK/keys/server.pub" --key "$WORK/keys/$id.key" \
-      --give-up-after 60 --log-level warn >"$run/$id.log" 2>&1 &
-    clients+=($!); PIDS+=($!)
-  done
+  start_clients "$run" "$port"
   wait "$COORD" || echo "coordinator exited with $? (see $run/coordinator.log)"
   [[ $2 -gt 0 ]] && { kill "$ATTACKER" 2>/dev/null || true; wait "$ATTACKER" 2>/dev/null || true; }
-  for c in "${clients[@]}"; do kill "$c" 2>/dev/null || true; wait "$c" 2>/dev/null || true; done
+  for c in "${CLIENTS[@]}"; do kill "$c" 2>/dev/null || true; wait "$c" 2>/dev/null || true; done
   python3 - "$run/out/metrics.jsonl" "$1" <<'EOF'
 import json, statistics, sys
 rounds = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -170,20 +173,15 @@ hold_job() {  # $1: name; with $CGROUP set, the coordinator runs in it
   start_coordinator "$run" "$port"
   ATTACK_FLAGS="--hold-bytes 3932160" attack "$run" "$port" hold "$HOLD_CONNECTIONS" 600
   sleep 5  # the connections are open and holding before the clients come
-  local clients=() peak=0 rss
-  for id in c0 c1 c2; do
-    "$HUDDLE" client --coordinator "tcp://127.0.0.1:$port" --data "$WORK/shard.csv" --format csv \
-      --device cpu --server-key "$WORK/keys/server.pub" --key "$WORK/keys/$id.key" \
-      --give-up-after 60 --log-level warn >"$run/$id.log" 2>&1 &
-    clients+=($!); PIDS+=($!)
-  done
+  local peak=0 rss
+  start_clients "$run" "$port"
   while kill -0 "$COORD" 2>/dev/null; do
     rss=$(kib VmHWM "$COORD"); [[ -n $rss ]] && (( rss > peak )) && peak=$rss
     sleep 0.5
   done
   local code=0; wait "$COORD" || code=$?
   kill "$ATTACKER" 2>/dev/null || true; wait "$ATTACKER" 2>/dev/null || true
-  for c in "${clients[@]}"; do kill "$c" 2>/dev/null || true; wait "$c" 2>/dev/null || true; done
+  for c in "${CLIENTS[@]}"; do kill "$c" 2>/dev/null || true; wait "$c" 2>/dev/null || true; done
   printf '%s: coordinator exit %s, peak RSS (VmHWM) %.1f MiB\n' "$1" "$code" "$(bc -l <<<"$peak/1024")"
   cat "$run/attack.log"
   echo "  coordinator log lines about cut connections: $(grep -c 'cut the connection\|connections cut' "$run/coordinator.log" || true)"
