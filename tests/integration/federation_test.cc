@@ -455,7 +455,14 @@ TEST_F(FederationTest, OneKeyHoldingHundredsOfUnfinishedMessagesCannotExhaustThe
   EXPECT_EQ(code, 0) << "the coordinator did not complete the job under the attack\n"
                      << ReadAll(dir + "/coordinator.log");
   EXPECT_GT(attempts.load(), 400u) << "the attack did not run";
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer keeps freed memory in its quarantine (up to 256 MiB) and adds redzones, so the
+  // RSS of a sanitized coordinator does not measure what it holds: the ceiling is checked in the
+  // normal build; here the job must still complete under the limit.
+  std::cout << "[ NOTE ] RSS ceiling not checked: AddressSanitizer build\n";
+#else
   EXPECT_LT(peak, uint64_t{256} << 20) << "coordinator RSS went past the ceiling of 256 MiB";
+#endif
   int64_t cut = 0;
   for (const auto& m : Metrics(dir)) cut += m["connections_cut"].get<int64_t>();
   std::cout << "[ NOTE ] connections cut (metrics.jsonl): " << cut << "\n";

@@ -351,8 +351,10 @@ TEST_F(HostilePeerTest, ManyConnectionsOfOneKeyHoldingUnfinishedMessagesShareOne
     // address, 8 MiB = two windows by key).
     EXPECT_EQ(out.opened, kConnections);
     EXPECT_GE(cut, static_cast<uint64_t>(kConnections - 6)) << (identify ? "by key" : "by address");
+#if !defined(__SANITIZE_ADDRESS__)  // its quarantine keeps freed memory: RSS says nothing here
     EXPECT_LT(out.peak_growth, uint64_t{64} << 20)
         << (identify ? "by key" : "by address") << ": RSS grew by " << out.peak_growth;
+#endif
   };
   hold(/*identify=*/false);
   hold(/*identify=*/true);
