@@ -341,7 +341,8 @@ TEST_F(HostilePeerTest, ManyConnectionsOfOneKeyHoldingUnfinishedMessagesShareOne
     });
     Serve(
         [&] {
-          out.peak_growth = std::max(out.peak_growth, RssBytes() - std::min(RssBytes(), idle_rss));
+          const uint64_t rss = RssBytes();  // read once: two reads may differ
+          out.peak_growth = std::max(out.peak_growth, rss - std::min(rss, idle_rss));
           return done.load();
         },
         seconds(60));
