@@ -546,10 +546,10 @@ void Coordinator::Handle(transport::Inbound in) {
                             " message");
       });
       (round_ ? round_->metrics.malformed : pending_malformed_)++;
-      Refuse(in.peer, wire::ErrorCode::kMalformed,
-             absl::StrCat("a client may not send ", wire::MessageTypeName(msg.type())), msg.round);
-      OnRefusedSecAggMessage(
-          id, absl::StrCat("a client may not send ", wire::MessageTypeName(msg.type())));
+      const std::string why =
+          absl::StrCat("a client may not send ", wire::MessageTypeName(msg.type()));
+      Refuse(in.peer, wire::ErrorCode::kMalformed, why, msg.round);
+      OnRefusedSecAggMessage(id, why);
     }
   }
 }
