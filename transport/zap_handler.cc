@@ -135,12 +135,12 @@ ZapRequest ReadZapRequest(zmq::socket_t& socket) {
 }
 
 void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
-                  const std::string& text, const std::string& user_id, bool temporary) {
+                  const std::string& text, const std::string& user_id, bool retry_later) {
   socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
   socket.send(zmq::buffer(request.request_id), zmq::send_flags::sndmore);
-  socket.send(zmq::buffer(std::string(admit       ? "200"
-                                      : temporary ? "300"
-                                                  : "400")),
+  socket.send(zmq::buffer(admit         ? std::string("200")
+                          : retry_later ? std::to_string(kZapRetryLater)
+                                        : std::string("400")),
               zmq::send_flags::sndmore);
   socket.send(zmq::buffer(text), zmq::send_flags::sndmore);
   socket.send(zmq::buffer(admit ? user_id : std::string()), zmq::send_flags::sndmore);
@@ -205,7 +205,7 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
               throttled_.load());
         });
         SendZapReply(socket, request, false, "too many handshakes from this key; retry later", "",
-                     /*temporary=*/true);
+                     /*retry_later=*/true);
         continue;
       }
       SendZapReply(socket, request, id.has_value(), id ? "OK" : "client key is not enrolled",

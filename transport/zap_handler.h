@@ -8,8 +8,8 @@
 // refusal is counted; the first after a quiet period is logged with the key's fingerprint and the
 // peer's address, the rest as one summary line per log_period_ms (a flood of fresh keys costs
 // O(1) log lines). An enrolled key gets at most handshake_burst handshakes at once and
-// handshakes_per_s after that; beyond, its handshakes are refused as temporary (ZAP 300, which the
-// client retries without giving up), so one key cannot open connections faster than that.
+// handshakes_per_s after that; beyond, its handshakes are refused for now (kZapRetryLater, which
+// the client retries without giving up), so one key cannot open connections faster than that.
 //
 // The allow-list is reloaded, without a restart, when its files change (checked every
 // reload_interval_ms) or when *reload_requests changes (the CLI bumps it on SIGHUP). A reload fails
@@ -43,8 +43,8 @@ struct ZapOptions {
   int64_t reload_interval_ms = 2000;
   const std::atomic<uint64_t>* reload_requests = nullptr;  // a change triggers a reload
   int64_t log_period_ms = 10'000;  // refused handshakes: at most one log line per period
-  // Handshakes per enrolled key (a token bucket): past it, the handshake is refused as temporary
-  // (ZAP 300; the client retries), so one key cannot churn connections (0: unlimited).
+  // Handshakes per enrolled key (a token bucket): past it, the handshake is refused for now
+  // (kZapRetryLater; the client retries), so one key cannot churn connections (0: unlimited).
   double handshakes_per_s = 2;
   double handshake_burst = 16;
 };
@@ -60,11 +60,20 @@ struct ZapRequest {
   std::optional<CurveKey> curve_key;
 };
 ZapRequest ReadZapRequest(zmq::socket_t& socket);
+// The ZAP status of a handshake refused for now (the peer may retry): "500", not RFC 27's "300"
+// (temporary error), because libzmq answers 300 as RFC 26 puts it, without an ERROR command, and
+// then leaves the connection open and silent until the handshake timeout (30 s by default), so
+// the client could tell nothing and waited that long. A 500 reaches the client at once as a
+// failed handshake with that status (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH), the server closes the
+// connection, and libzmq reconnects after its reconnect interval. This handler sends 500 for
+// nothing else.
+inline constexpr uint32_t kZapRetryLater = 500;
+
 // The reply to `request`: "200" (admitted as `user_id`, which ZeroMQ attaches to every message of
-// the connection), "400" (refused) or "300" (`temporary`: refused for now, the peer may retry),
-// with `text`.
+// the connection), "400" (refused) or kZapRetryLater (`retry_later`: refused for now), with
+// `text`.
 void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
-                  const std::string& text, const std::string& user_id, bool temporary = false);
+                  const std::string& text, const std::string& user_id, bool retry_later = false);
 
 class ZapHandler {
  public:

@@ -442,6 +442,11 @@ class ZmqClient final : public ClientTransport {
 
   StatusOr<std::optional<StatusOr<wire::Message>>> Receive(int64_t timeout_ms) override {
     using Result = std::optional<StatusOr<wire::Message>>;
+    if (retry_at_ms_ >= 0 && SteadyNowMs() >= retry_at_ms_) {
+      retry_at_ms_ = -1;
+      HUDDLE_RETURN_IF_ERROR(Reconnect());
+    }
+    if (retry_at_ms_ >= 0) timeout_ms = std::min(timeout_ms, retry_at_ms_ - SteadyNowMs());
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     try {
@@ -491,9 +496,12 @@ class ZmqClient final : public ClientTransport {
     switch (id) {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         handshake_failures_ = 0;
+        retry_delay_ms_ = options_.reconnect_ivl_ms;
         return absl::OkStatus();
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
-        if (value == 300) {  // temporary: too many handshakes from this key; libzmq retries
+        if (value == kZapRetryLater) {
+          // Too many handshakes from this key for now. libzmq does not reconnect after a refused
+          // handshake, so this client does, backing off up to reconnect_ivl_max_ms.
           if (!warned_throttled_) {
             warned_throttled_ = true;
             spdlog::warn(
@@ -501,6 +509,8 @@ class ZmqClient final : public ClientTransport {
                 "this client's key {}); retrying",
                 endpoint_, mine);
           }
+          retry_at_ms_ = SteadyNowMs() + retry_delay_ms_;
+          retry_delay_ms_ = std::min(2 * retry_delay_ms_, options_.reconnect_ivl_max_ms);
           return absl::OkStatus();
         }
         return absl::PermissionDeniedError(absl::StrCat(
@@ -545,6 +555,8 @@ class ZmqClient final : public ClientTransport {
   zmq::socket_t monitor_;
   int handshake_failures_ = 0;
   bool warned_throttled_ = false;
+  int64_t retry_at_ms_ = -1;  // when to reconnect after a handshake refused for now; -1: none
+  int retry_delay_ms_ = options_.reconnect_ivl_ms;
 };
 
 }  // namespace
