@@ -851,9 +851,10 @@ void Coordinator::OnRevokedKey(const transport::Inbound& in) {
   auto it = clients_.find(in.auth_id);
   if (it != clients_.end() && it->second.peer == in.peer) {
     // The key was removed from the allow-list: the client leaves the population now, and its
-    // work in the open round (if any) fails.
+    // work in the open round or evaluation (if any) fails.
     spdlog::warn("client {}: {}; removing it from the federation", in.auth_id, why);
     if (round_) FailMember(in.auth_id, "lost its enrollment (key revoked)");
+    FailEvaluator(in.auth_id, "lost its enrollment (key revoked)");
     peer_to_id_.erase(in.peer);
     clients_.erase(it);
   } else {

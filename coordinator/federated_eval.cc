@@ -114,7 +114,11 @@ Status Coordinator::FederatedEvaluate(uint64_t round, RoundMetrics* metrics) {
     }
     Pump(std::min<int64_t>(100, eval.deadline_ms - now));
     for (const auto& [id, state] : eval.members) {
-      if (state == EvalState::kPending && !Alive(clients_.at(id))) {
+      if (state != EvalState::kPending) continue;
+      auto c = clients_.find(id);
+      if (c == clients_.end()) {
+        FailEvaluator(id, "left the federation while evaluating");
+      } else if (!Alive(c->second)) {
         FailEvaluator(id, "went silent (client_timeout) while evaluating");
       }
     }

@@ -206,7 +206,12 @@ void Coordinator::BroadcastSecAgg(Round& round, secagg::Stage stage,
   SecAggRound& s = *round.secagg;
   for (const std::string& id : ids) {
     if (round.members[id] == MemberState::kFailed) continue;
-    Status st = transport_->Send(clients_.at(id).peer,
+    auto client = clients_.find(id);  // a member whose key was revoked has left (and failed)
+    if (client == clients_.end()) {
+      FailMember(id, "left the federation during secure aggregation");
+      continue;
+    }
+    Status st = transport_->Send(client->second.peer,
                                  secagg::ToMessage(stage, bytes, round.number, "coordinator"));
     if (!st.ok()) {
       FailMember(id, "unreachable during secure aggregation");

@@ -4,6 +4,7 @@
 // are bitwise those of a job without evaluation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -71,9 +72,9 @@ class FederatedEvalTest : public ::testing::Test {
   // Runs a job whose clients answer evaluations with `answer`; metrics of every round.
   Status Run(const CoordinatorOptions& o, std::vector<SyntheticClient> clients,
              FakeFederation::EvaluateAnswer answer, std::vector<RoundMetrics>* metrics = nullptr,
-             uint64_t delivery_seed = 1) {
+             uint64_t delivery_seed = 1, bool authenticated = false) {
     fed_ = std::make_unique<FakeFederation>(std::move(clients), models::Layout(o.model), &clock_,
-                                            delivery_seed);
+                                            delivery_seed, authenticated);
     fed_->set_evaluate_answer(std::move(answer));
     coord_ = std::make_unique<Coordinator>(o, fed_.get(), &clock_, Evaluator{},
                                            [&](const RoundMetrics& m) {
@@ -412,6 +413,40 @@ TEST_F(FederatedEvalTest, TrainingRoundsAreThoseOfAJobWithoutEvaluation) {
     EXPECT_EQ(metrics[r].federated_eval->answered, 2);
     EXPECT_EQ(metrics[r].federated_eval->rejected, 1);
   }
+}
+
+// A client whose key is revoked while its evaluation is pending leaves the federation: its
+// evaluation fails at once (the coordinator looked it up among the clients and threw), the others'
+// answers count, and the next round goes on without it.
+TEST_F(FederatedEvalTest, AClientRevokedWhileEvaluatingFailsItsEvaluationAndTheJobGoesOn) {
+  CoordinatorOptions o = Options(2, 3);
+  o.min_clients = 3;
+  o.client_timeout_ms = 60'000;
+  auto answer = [this](const std::string& peer, const wire::Message& in) {
+    if (peer != "c2") return std::vector<wire::Message>{Answer(peer, in, {100, 0.4, 0.6})};
+    // c2 is revoked before it answers; the transport reports it, and once more for a message of
+    // the revoked connection still read.
+    for (int i = 0; i < 2; ++i) {
+      fed_->InjectDecodeError(
+          peer, absl::PermissionDeniedError(
+                    "the key of client 'c2' was removed from the allow-list (revoked)"));
+    }
+    return std::vector<wire::Message>{};
+  };
+  std::vector<RoundMetrics> metrics;
+  Status st = Run(o, Clients(4), answer, &metrics, /*delivery_seed=*/1, /*authenticated=*/true);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(metrics.size(), 2u);
+  ASSERT_TRUE(metrics[0].federated_eval.has_value());
+  const bool c2_asked_first = std::any_of(
+      fed_->evaluations().begin(), fed_->evaluations().end(),
+      [](const FakeFederation::SeenEvaluate& e) { return e.round == 1 && e.peer == "c2"; });
+  ASSERT_TRUE(c2_asked_first) << "c2 must be asked to evaluate for the revocation to matter";
+  EXPECT_EQ(metrics[0].federated_eval->answered, metrics[0].federated_eval->asked - 1);
+  for (const FakeFederation::SeenFit& fit : fed_->fits()) {
+    EXPECT_FALSE(fit.round == 2 && fit.peer == "c2") << "a revoked client was sampled";
+  }
+  EXPECT_EQ(metrics[1].results, 3);
 }
 
 TEST_F(FederatedEvalTest, ARefusedConfigurationDoesNotStart) {

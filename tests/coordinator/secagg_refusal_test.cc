@@ -79,6 +79,60 @@ bool IsStage(const wire::Message& m, secagg::Stage stage) {
          std::get<wire::SecAggData>(m.body).stage == static_cast<uint32_t>(stage);
 }
 
+// The in-process transport, authenticated as the CurveZMQ one is (each peer's messages carry its
+// enrolled id), with one peer's key revoked right after the coordinator sends it a chosen message:
+// the revocation is reported at once, and every later message of that peer arrives as refused, as
+// the ZeroMQ transport reports a revoked key's connection until it is cut.
+class RevokingTransport final : public transport::ServerTransport {
+ public:
+  using Trigger = std::function<bool(const wire::Message&)>;
+  RevokingTransport(transport::ServerTransport* inner, std::vector<std::string> ids,
+                    transport::PeerId victim, Trigger trigger)
+      : inner_(inner), ids_(std::move(ids)), victim_(std::move(victim)), trigger_(trigger) {}
+
+  Status Send(const transport::PeerId& peer, const wire::Message& msg) override {
+    Status st = inner_->Send(peer, msg);
+    if (peer == victim_ && !revoked_ && trigger_(msg)) {
+      revoked_ = true;
+      pending_.push_back(Refused(victim_));
+    }
+    return st;
+  }
+  StatusOr<std::optional<transport::Inbound>> Receive(int64_t timeout_ms) override {
+    if (!pending_.empty()) {
+      transport::Inbound in = std::move(pending_.front());
+      pending_.erase(pending_.begin());
+      return std::optional<transport::Inbound>(std::move(in));
+    }
+    HUDDLE_ASSIGN_OR_RETURN(std::optional<transport::Inbound> in, inner_->Receive(timeout_ms));
+    if (!in) return in;
+    if (revoked_ && in->peer == victim_) return std::optional<transport::Inbound>(Refused(victim_));
+    in->auth_id = ids_.at(std::stoul(in->peer));
+    return in;
+  }
+  uint64_t bytes_in() const override { return inner_->bytes_in(); }
+  uint64_t bytes_out() const override { return inner_->bytes_out(); }
+  bool authenticates() const override { return true; }
+  bool revoked() const { return revoked_; }
+
+ private:
+  transport::Inbound Refused(const transport::PeerId& peer) const {
+    transport::Inbound in;
+    in.peer = peer;
+    in.auth_id = ids_.at(std::stoul(peer));
+    in.message = absl::PermissionDeniedError(absl::StrCat(
+        "the key of client '", in.auth_id, "' was removed from the allow-list (revoked)"));
+    return in;
+  }
+
+  transport::ServerTransport* inner_;
+  std::vector<std::string> ids_;
+  transport::PeerId victim_;
+  Trigger trigger_;
+  bool revoked_ = false;
+  std::vector<transport::Inbound> pending_;
+};
+
 const ModelLayout kLayout = {{"w", DType::kFloat32, {8, 4}}, {"b", DType::kFloat32, {3}}};
 
 class SecAggRefusalTest : public ::testing::Test {
@@ -130,6 +184,26 @@ class SecAggRefusalTest : public ::testing::Test {
         Options(), &transport, SteadyClock::Get(), {},
         [&](const coordinator::RoundMetrics& m) { metrics_.push_back(m); });
     return coord.Run();
+  }
+
+  // Runs the one-round job over a RevokingTransport that revokes site-3's key right after
+  // `trigger` matches a message sent to it; its status.
+  Status RunRevoking(RevokingTransport::Trigger trigger, bool* revoked) {
+    std::vector<transport::InProcPeer*> raw;
+    std::vector<std::string> ids;
+    for (auto& p : peers_) {
+      raw.push_back(p.get());
+      ids.push_back(p->certificate().id);
+    }
+    transport::InProcServerTransport inproc(raw, 2);
+    RevokingTransport transport(&inproc, ids, "3", std::move(trigger));
+    inproc.Start();
+    coordinator::Coordinator coord(
+        Options(), &transport, SteadyClock::Get(), {},
+        [&](const coordinator::RoundMetrics& m) { metrics_.push_back(m); });
+    Status st = coord.Run();
+    *revoked = transport.revoked();
+    return st;
   }
 
   // The round ended on its members' answers: every stage closed when its last due member
@@ -213,6 +287,44 @@ TEST_F(SecAggRefusalTest, AMemberSendingAMessageNoClientMaySendDoesNotHoldItsSta
   ASSERT_TRUE(Run().ok());
   ExpectNoStageTimedOut();
 }
+
+}  // namespace
+}  // namespace huddle
+
+namespace huddle {
+namespace {
+
+// A member whose key is revoked at any point of a secure-aggregation round leaves the federation
+// there: the round goes on without it (a dropout at once, no stage held open) and the job ends
+// normally. No stage may look it up among the clients after it was removed.
+class SecAggRevocationTest : public SecAggRefusalTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(SecAggRevocationTest, AMemberRevokedMidRoundIsADropoutAndTheJobEnds) {
+  const int when = GetParam();  // 0: after its fit instruction; else after this stage was sent
+  bool revoked = false;
+  Status st = RunRevoking(
+      [when](const wire::Message& m) {
+        return when == 0 ? m.type() == wire::MessageType::kFitInstruction
+                         : IsStage(m, static_cast<secagg::Stage>(when));
+      },
+      &revoked);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(revoked) << "the trigger never matched";
+  ExpectNoStageTimedOut();
+  EXPECT_GE(metrics_[0].results, 7);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStage, SecAggRevocationTest,
+                         ::testing::Values(0, static_cast<int>(secagg::Stage::kMemberList),
+                                           static_cast<int>(secagg::Stage::kSeeds),
+                                           static_cast<int>(secagg::Stage::kShareList),
+                                           static_cast<int>(secagg::Stage::kMask),
+                                           static_cast<int>(secagg::Stage::kSurvivors),
+                                           static_cast<int>(secagg::Stage::kUnmask)),
+                         [](const ::testing::TestParamInfo<int>& param) {
+                           return param.param == 0 ? std::string("AfterItsFitInstruction")
+                                                   : "AfterStage" + std::to_string(param.param);
+                         });
 
 }  // namespace
 }  // namespace huddle
