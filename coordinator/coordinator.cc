@@ -871,7 +871,9 @@ void Coordinator::FailMember(const std::string& id, const char* why) {
   if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
   if (m->second == MemberState::kUploading) {
     round.uploads_in_flight--;
-    transport_->SetUploadAllowance(clients_.at(id).peer, 0);
+    if (auto c = clients_.find(id); c != clients_.end()) {
+      transport_->SetUploadAllowance(c->second.peer, 0);
+    }
   }
   m->second = MemberState::kFailed;
   if (round.secagg) round.secagg->awaiting.erase(id);  // a stage no longer waits for it
