@@ -1,6 +1,6 @@
-// The NCCL backend of Collective, internal to the CUDA plugin (kernels/cuda_plugin.h): only
-// datacenter/cuda_plugin.cc includes this header. Everything else reaches it through ConnectNccl
-// (collective.h), which loads the plugin.
+// The NCCL backend of Collective, internal to the CUDA plugin (kernels/cuda_plugin.h,
+// nccl_plugin.h): only datacenter/cuda_plugin.cc includes this header. Everything else reaches it
+// through ConnectNccl (collective.h), which loads the plugin.
 #pragma once
 
 #include <memory>

@@ -54,7 +54,7 @@ StatusOr<DeviceRequest> ParseDeviceRequest(std::string_view text) {
 bool BuiltWithCuda() { return HUDDLE_BUILT_CUDA_PLUGIN != 0; }
 
 StatusOr<int> CountCudaDevices() {
-  HUDDLE_ASSIGN_OR_RETURN(const CudaPluginV1* plugin, LoadCudaPlugin());
+  HUDDLE_ASSIGN_OR_RETURN(const CudaPlugin* plugin, LoadCudaPlugin());
   std::string why;
   const int gpus = plugin->device_count(&why);
   if (gpus == 0) {
@@ -75,7 +75,7 @@ StatusOr<std::unique_ptr<Backend>> OpenBackend(const DeviceRequest& request) {
   // GPU only where a driver is installed, so a CPU host never maps the CUDA libraries.
   if (request.kind == Kind::kAuto) {
     if (CudaDeviceCount() > 0) {
-      HUDDLE_ASSIGN_OR_RETURN(const CudaPluginV1* plugin, LoadCudaPlugin());
+      HUDDLE_ASSIGN_OR_RETURN(const CudaPlugin* plugin, LoadCudaPlugin());
       return plugin->open_backend(0);
     }
     return OpenCpuBackend();

@@ -32,7 +32,13 @@ std::vector<std::string> Candidates() {
                               ec ? std::string() : exe.string());
 }
 
-StatusOr<const CudaPluginV1*> Load() {
+struct Loaded {
+  void* handle = nullptr;
+  const CudaPlugin* plugin = nullptr;
+  std::string path;
+};
+
+StatusOr<Loaded> Load() {
   const std::vector<std::string> candidates = Candidates();
   const std::string* found = nullptr;
   for (const std::string& path : candidates) {
@@ -66,9 +72,9 @@ StatusOr<const CudaPluginV1*> Load() {
         " (it needs the CUDA 13 libraries libcublas, libcublasLt and libnccl on the loader's "
         "path)"));
   }
-  using Entry = const CudaPluginV1* (*)();
+  using Entry = const CudaPlugin* (*)();
   auto entry = reinterpret_cast<Entry>(dlsym(handle, kCudaPluginEntry));
-  const CudaPluginV1* plugin = entry != nullptr ? entry() : nullptr;
+  const CudaPlugin* plugin = entry != nullptr ? entry() : nullptr;
   if (plugin == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, " is not a huddle CUDA plugin (no ", kCudaPluginEntry, ")"));
@@ -82,7 +88,12 @@ StatusOr<const CudaPluginV1*> Load() {
         "): use the plugin of the same build"));
   }
   // Never dlclose'd: backends and collectives it made may live until exit.
-  return plugin;
+  return Loaded{handle, plugin, path};
+}
+
+const StatusOr<Loaded>& LoadOnce() {
+  static const StatusOr<Loaded> loaded = Load();
+  return loaded;
 }
 
 }  // namespace
@@ -94,9 +105,21 @@ std::vector<std::string> CudaPluginCandidates(std::string_view override_path,
   return {(fs::path(exe).parent_path() / kCudaPluginFile).string()};
 }
 
-StatusOr<const CudaPluginV1*> LoadCudaPlugin() {
-  static const StatusOr<const CudaPluginV1*> loaded = Load();
-  return loaded;
+StatusOr<const CudaPlugin*> LoadCudaPlugin() {
+  const StatusOr<Loaded>& loaded = LoadOnce();
+  if (!loaded.ok()) return loaded.status();
+  return loaded->plugin;
+}
+
+StatusOr<void*> CudaPluginSymbol(const char* name) {
+  const StatusOr<Loaded>& loaded = LoadOnce();
+  if (!loaded.ok()) return loaded.status();
+  void* symbol = dlsym(loaded->handle, name);
+  if (symbol == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the CUDA plugin ", loaded->path, " has no ", name));
+  }
+  return symbol;
 }
 
 bool NvidiaDriverPresent() {

@@ -14,10 +14,13 @@
 // from their own directories, are given the build's plugin through $HUDDLE_CUDA_PLUGIN (CTest
 // sets it, tests/CMakeLists.txt).
 //
-// The plugin exports one C symbol, huddle_cuda_plugin_v1, returning a CudaPluginV1. C++ objects
-// (Backend, Collective, Status) cross the boundary, so the plugin must come from the same source
-// and compiler as the binary that loads it: `build_id` (a hash of the interface headers and the
-// compiler, kernels/CMakeLists.txt) must match, or the plugin is refused with both ids named. Bump
+// The plugin exports one C symbol per module that puts code in it, each returning that module's
+// table: huddle_cuda_plugin_v2 (a CudaPlugin, below: the backend, this module's part) and the
+// datacenter's NCCL entry (datacenter/nccl_plugin.h), which the datacenter looks up by name
+// (CudaPluginSymbol), so that this floor names nothing above it. C++ objects (Backend, Collective,
+// Status) cross the boundary, so the plugin must come from the same source and compiler as the
+// binary that loads it: `build_id` (a hash of the interface headers and the compiler, the
+// top-level CMakeLists.txt) must match, or the plugin is refused with both ids named. Bump
 // kCudaPluginAbiVersion when the struct below changes.
 //
 // Thread-safety: LoadCudaPlugin may be called from any thread; the plugin is loaded at most once
@@ -32,32 +35,21 @@
 
 #include "common/status.h"
 
-namespace huddle::transport {
-class KvStore;
-}  // namespace huddle::transport
-namespace huddle::datacenter {
-class Collective;
-struct CollectiveOptions;
-}  // namespace huddle::datacenter
-
 namespace huddle::kernels {
 
 class Backend;
 
-inline constexpr uint32_t kCudaPluginAbiVersion = 1;
+inline constexpr uint32_t kCudaPluginAbiVersion = 2;
 inline constexpr const char* kCudaPluginFile = "libhuddle_cuda.so";
-inline constexpr const char* kCudaPluginEntry = "huddle_cuda_plugin_v1";
+inline constexpr const char* kCudaPluginEntry = "huddle_cuda_plugin_v2";
 
-struct CudaPluginV1 {
+struct CudaPlugin {
   uint32_t abi_version;  // kCudaPluginAbiVersion
   const char* build_id;  // HUDDLE_CUDA_PLUGIN_BUILD_ID of the plugin's build
   // GPUs the CUDA runtime sees; 0 with *why set (the runtime's message) when it sees none.
   int (*device_count)(std::string* why);
   // kernels/cuda/cuda_backend.h: GPU `ordinal` with its own stream and cuBLAS handle.
   StatusOr<std::unique_ptr<Backend>> (*open_backend)(int ordinal);
-  // datacenter/collective.h's ConnectNccl, options already validated.
-  StatusOr<std::unique_ptr<datacenter::Collective>> (*connect_nccl)(
-      transport::KvStore& store, const datacenter::CollectiveOptions& options, int device);
 };
 
 // The places to look for the plugin, in order, given $HUDDLE_CUDA_PLUGIN (`override_path`, ""
@@ -69,7 +61,12 @@ std::vector<std::string> CudaPluginCandidates(std::string_view override_path, st
 // FailedPrecondition says what is missing: this build made no plugin, no file at the places
 // above (named), the dynamic loader's message for a file that does not load (a missing
 // libcublas.so / libnccl.so names itself there), or an id that does not match this binary's.
-StatusOr<const CudaPluginV1*> LoadCudaPlugin();
+StatusOr<const CudaPlugin*> LoadCudaPlugin();
+
+// Another module's entry in the loaded plugin (its exported C symbol `name`), for that module to
+// call and cast to its own table's type; LoadCudaPlugin's error when the plugin does not load,
+// FailedPrecondition naming the symbol when the plugin lacks it.
+StatusOr<void*> CudaPluginSymbol(const char* name);
 
 // Whether this host shows signs of an NVIDIA driver (/dev/nvidiactl, /proc/driver/nvidia or WSL's
 // /dev/dxg): a check that maps nothing, so that `device: auto` on a host without a GPU never loads

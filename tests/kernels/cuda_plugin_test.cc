@@ -38,13 +38,26 @@ TEST(CudaPluginCandidates, ARelativePluginPathIsKeptAsGiven) {
 // an error, never a crash: the CPU is used instead (kernels/backend.h).
 TEST(CudaPluginCandidates, LoadingWithoutAGpuIsAnErrorOrAPlugin) {
   if (NvidiaDriverPresent()) GTEST_SKIP() << "this host has an NVIDIA driver";
-  StatusOr<const CudaPluginV1*> plugin = LoadCudaPlugin();
+  StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
   if (plugin.ok()) {
     std::string why;
     EXPECT_EQ((*plugin)->device_count(&why), 0) << why;
   } else {
     EXPECT_TRUE(absl::IsFailedPrecondition(plugin.status())) << plugin.status();
   }
+}
+
+// Another module's entry is found by name in the loaded plugin; a name it lacks is an error
+// naming it, never a null pointer to call.
+TEST(CudaPluginCandidates, EntriesAreLookedUpByName) {
+  StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
+  if (!plugin.ok()) GTEST_SKIP() << "no plugin loads here: " << plugin.status();
+  StatusOr<void*> entry = CudaPluginSymbol(kCudaPluginEntry);
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  EXPECT_NE(*entry, nullptr);
+  StatusOr<void*> missing = CudaPluginSymbol("huddle_no_such_entry_v1");
+  EXPECT_TRUE(absl::IsFailedPrecondition(missing.status())) << missing.status();
+  EXPECT_NE(missing.status().message().find("huddle_no_such_entry_v1"), std::string::npos);
 }
 
 }  // namespace
