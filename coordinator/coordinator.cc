@@ -248,26 +248,26 @@ Status Coordinator::WaitForClients(const std::atomic<bool>* stop, bool started) 
               : options_.min_clients;
   const int64_t give_up = clock_->NowMs() + options_.wait_for_clients_ms;
   bool announced = false;
-  while (LiveClients() < needed) {
+  while (population_.LiveCount() < needed) {
     if (stop != nullptr && stop->load()) return absl::CancelledError("stopped");
     if (!announced) {
-      spdlog::info("waiting for clients: {} of {} {}", LiveClients(), needed,
+      spdlog::info("waiting for clients: {} of {} {}", population_.LiveCount(), needed,
                    started ? "needed to go on are live" : "joined");
       announced = true;
     }
     if (clock_->NowMs() >= give_up) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "only ", LiveClients(), " of the ", needed, " required clients ",
+          "only ", population_.LiveCount(), " of the ", needed, " required clients ",
           started ? "were live" : "joined", " within ", options_.wait_for_clients_ms / 1000,
           " s (coordinator.min_clients, round.quorum, coordinator.wait_for_clients_s)"));
     }
     Pump(100);
     ExpireSilentClients();
   }
-  if (announced) spdlog::info("{} clients live", LiveClients());
-  if (started && LiveClients() < options_.min_clients) {
-    spdlog::warn("{} live clients, fewer than coordinator.min_clients {}; going on", LiveClients(),
-                 options_.min_clients);
+  if (announced) spdlog::info("{} clients live", population_.LiveCount());
+  if (started && population_.LiveCount() < options_.min_clients) {
+    spdlog::warn("{} live clients, fewer than coordinator.min_clients {}; going on",
+                 population_.LiveCount(), options_.min_clients);
   }
   return absl::OkStatus();
 }
@@ -294,7 +294,7 @@ Status Coordinator::RunRound(uint64_t number) {
   round.global = std::make_shared<const TensorList>(model_);
   round.metrics.round = number;
   round.metrics.total_rounds = static_cast<uint64_t>(options_.rounds);
-  round.metrics.clients_enrolled = LiveClients();
+  round.metrics.clients_enrolled = population_.LiveCount();
   round.metrics.stale = std::exchange(pending_stale_, 0);
   round.metrics.malformed = std::exchange(pending_malformed_, 0);
   round.metrics.auth_rejected = std::exchange(pending_auth_rejected_, 0);
@@ -363,7 +363,9 @@ Status Coordinator::RunRound(uint64_t number) {
   rate_limited_seen_ = transport_->rate_limited();
   connections_cut_seen_ = transport_->connections_cut();
   for (const auto& [id, state] : round.members) {
-    if (state == MemberState::kUploading) transport_->SetUploadAllowance(clients_.at(id).peer, 0);
+    const Population::Client* c = population_.Find(id);
+    if (state == MemberState::kUploading && c != nullptr)
+      transport_->SetUploadAllowance(c->peer, 0);
   }
   Status st = FinishRound(round);
   round_.reset();
@@ -371,10 +373,7 @@ Status Coordinator::RunRound(uint64_t number) {
 }
 
 std::vector<std::string> Coordinator::SampleCohort() {
-  std::vector<std::string> live;
-  for (const auto& [id, c] : clients_) {
-    if (Alive(c) && secagg_excluded_.count(id) == 0) live.push_back(id);
-  }
+  std::vector<std::string> live = population_.LiveIds(secagg_excluded_);
   std::vector<std::string> cohort;
   if (options_.cohort.sampling == CohortOptions::Sampling::kPoisson) {
     for (const std::string& id : live) {
@@ -400,7 +399,10 @@ int64_t Coordinator::WeightCap() const {
   if (dp() || options_.max_weight_ratio <= 0 || round_->members.empty()) return max_weight;
   // The median of the counts the cohort claimed when joining: a minority of liars cannot move it.
   std::vector<uint64_t> claims;
-  for (const auto& [id, state] : round_->members) claims.push_back(clients_.at(id).num_examples);
+  for (const auto& [id, state] : round_->members) {
+    const Population::Client* c = population_.Find(id);
+    claims.push_back(c != nullptr ? c->num_examples : 0);
+  }
   std::nth_element(claims.begin(), claims.begin() + claims.size() / 2, claims.end());
   const double cap = options_.max_weight_ratio * static_cast<double>(claims[claims.size() / 2]);
   return std::clamp<int64_t>(static_cast<int64_t>(std::min(cap, 9e15)), 1, max_weight);
@@ -432,7 +434,9 @@ void Coordinator::SendFit(const std::string& id) {
   }
   wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
   msg.tensors = wire::ShareAll(round.global);
-  Status st = transport_->Send(clients_.at(id).peer, msg);
+  const Population::Client* c = population_.Find(id);
+  Status st =
+      c != nullptr ? transport_->Send(c->peer, msg) : absl::NotFoundError("it left the federation");
   if (!st.ok()) {
     spdlog::warn("round {}: cannot send the model to client {}: {}", round.number, id,
                  st.message());
@@ -465,9 +469,8 @@ void Coordinator::Handle(transport::Inbound in) {
   }
   if (!in.message.ok()) {
     const Status& err = in.message.status();
-    auto id_it = peer_to_id_.find(in.peer);
-    const std::string who =
-        id_it != peer_to_id_.end() ? "client " + id_it->second : "peer " + PeerName(in.peer);
+    const std::string* known = population_.IdOf(in.peer);
+    const std::string who = known != nullptr ? "client " + *known : "peer " + PeerName(in.peer);
     Warn(absl::IsFailedPrecondition(err) ? "messages of another protocol version"
                                          : "malformed messages",
          in.auth_id.empty() ? who : in.auth_id,
@@ -476,23 +479,24 @@ void Coordinator::Handle(transport::Inbound in) {
     const auto code = absl::IsFailedPrecondition(err) ? wire::ErrorCode::kVersionMismatch
                                                       : wire::ErrorCode::kMalformed;
     Reply(in.peer, wire::MakeError(code, std::string(err.message()), current));
-    if (id_it != peer_to_id_.end() && EvaluationPending(id_it->second)) {
+    if (known != nullptr && EvaluationPending(*known)) {
       // Garbage in answer to an evaluation: the client fails for it now, not at its deadline.
       eval_->metrics.rejected++;
-      FailEvaluator(id_it->second, "sent a malformed message while evaluating");
+      FailEvaluator(*known, "sent a malformed message while evaluating");
     }
-    if (round_ && id_it != peer_to_id_.end()) {
+    if (round_ && known != nullptr) {
+      const std::string id = *known;
       // A member holding an upload slot that sends garbage gives the slot back now, not at
       // round.upload_timeout_s: it cannot hold up the others.
-      auto m = round_->members.find(id_it->second);
+      auto m = round_->members.find(id);
       if (m != round_->members.end() && m->second == MemberState::kUploading) {
         round_->metrics.rejected++;
         if (round_->first_rejection.empty()) {
           round_->first_rejection = absl::StrCat("malformed: ", err.message());
         }
-        FailMember(id_it->second, "sent a malformed result");
+        FailMember(id, "sent a malformed result");
       } else {
-        OnRefusedSecAggMessage(id_it->second, absl::StrCat("malformed: ", err.message()));
+        OnRefusedSecAggMessage(id, absl::StrCat("malformed: ", err.message()));
       }
     }
     return;
@@ -502,20 +506,20 @@ void Coordinator::Handle(transport::Inbound in) {
     OnJoin(in, msg);
     return;
   }
-  auto id_it = peer_to_id_.find(in.peer);
-  if (id_it == peer_to_id_.end()) {
+  const std::string* known = population_.IdOf(in.peer);
+  if (known == nullptr) {
     Refuse(in.peer, wire::ErrorCode::kUnknownClient,
            "this connection has not joined (send Join first)", msg.round);
     return;
   }
-  const std::string id = id_it->second;
+  const std::string id = *known;
   if (transport_->authenticates() && in.auth_id != id) {
     // A connection presenting another connection's routing id: the key decides who it is.
     RefuseIdentity(in, absl::StrCat("this connection's key is enrolled as '", in.auth_id,
                                     "'; it cannot speak for client '", id, "'"));
     return;
   }
-  clients_[id].last_seen_ms = clock_->NowMs();
+  population_.Heard(id);
   switch (msg.type()) {
     case wire::MessageType::kHeartbeat:
       Reply(in.peer, wire::MakeMessage(wire::Heartbeat{}, current, "coordinator"));
@@ -580,34 +584,29 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
                                     "'; it cannot join as '", join.client_id, "'"));
     return;
   }
-  ClientRecord& c = clients_[join.client_id];
-  const bool rejoin = !c.peer.empty();
-  const transport::PeerId old_peer = c.peer;
-  if (rejoin && c.peer != peer &&
-      clock_->NowMs() - c.last_seen_ms < 2 * options_.heartbeat_interval_ms) {
+  const Population::Joined joined =
+      population_.Join(join.client_id, peer, join.num_examples, 2 * options_.heartbeat_interval_ms);
+  const bool rejoin = joined.rejoin;
+  const transport::PeerId& old_peer = joined.old_peer;
+  if (joined.old_peer_live) {
     // The old connection was alive a moment ago: two agents may share this id (ids must be
     // unique). The newest connection wins; the other will be told it is unknown and rejoin.
     Warn("joins from a second live connection", join.client_id, [&] {
       return absl::StrCat("client ", join.client_id, " joined from a second connection (",
-                          PeerName(peer), ") while its first (", PeerName(c.peer),
+                          PeerName(peer), ") while its first (", PeerName(old_peer),
                           ") is live; client ids must be unique");
     });
   }
-  if (rejoin && c.peer != peer) peer_to_id_.erase(c.peer);
-  c.peer = peer;
-  c.num_examples = join.num_examples;
-  c.last_seen_ms = clock_->NowMs();
-  peer_to_id_[peer] = join.client_id;
   // Each first join at info while the population is small (a simulation of thousands logs a
   // summary); rejoins as one flood-proof summary, so that a rejoin flood cannot flood the log.
   if (!rejoin) {
-    spdlog::log(clients_.size() <= 32 ? spdlog::level::info : spdlog::level::debug,
+    spdlog::log(population_.size() <= 32 ? spdlog::level::info : spdlog::level::debug,
                 "client {} joined ({} examples, {} live)", join.client_id, join.num_examples,
-                LiveClients());
+                population_.LiveCount());
   } else {
     Warn("rejoins", join.client_id, [&] {
       return absl::StrCat("client ", join.client_id, " rejoined (", join.num_examples,
-                          " examples, ", LiveClients(), " live)");
+                          " examples, ", population_.LiveCount(), " live)");
     });
   }
   wire::Welcome welcome;
@@ -644,7 +643,7 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
 }
 
 void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId& peer = clients_[id].peer;
+  const transport::PeerId peer = PeerOf(id);
   if (!round_ || msg.round != round_->number) {
     (round_ ? round_->metrics.stale : pending_stale_)++;
     Refuse(peer, wire::ErrorCode::kWrongRound,
@@ -715,7 +714,7 @@ void Coordinator::GrantSlots() {
     auto m = round.members.find(id);
     if (m == round.members.end() || m->second != MemberState::kWaitingSlot) continue;
     Status st = transport_->Send(
-        clients_.at(id).peer, wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
+        PeerOf(id), wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
     if (!st.ok()) {
       FailMember(id, "unreachable for its upload grant");
       continue;
@@ -728,7 +727,7 @@ void Coordinator::GrantSlots() {
     const size_t bytes = round.secagg ? static_cast<size_t>(round.secagg->server->config().length) *
                                             static_cast<size_t>(round.secagg->plan.bits / 8)
                                       : static_cast<size_t>(TotalElements(layout_)) * sizeof(float);
-    transport_->SetUploadAllowance(clients_.at(id).peer, bytes + kResultOverheadBytes);
+    transport_->SetUploadAllowance(PeerOf(id), bytes + kResultOverheadBytes);
   }
 }
 
@@ -749,7 +748,7 @@ void Coordinator::RevokeStaleGrants() {
 }
 
 void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId& peer = clients_[id].peer;
+  const transport::PeerId peer = PeerOf(id);
   if (!round_ || msg.round != round_->number) {
     (round_ ? round_->metrics.stale : pending_stale_)++;
     Warn("results after their round closed", id, [&] {
@@ -848,15 +847,14 @@ void Coordinator::RefuseIdentity(const transport::Inbound& in, const std::string
 void Coordinator::OnRevokedKey(const transport::Inbound& in) {
   (round_ ? round_->metrics.auth_rejected : pending_auth_rejected_)++;
   const std::string why(in.message.status().message());
-  auto it = clients_.find(in.auth_id);
-  if (it != clients_.end() && it->second.peer == in.peer) {
+  const Population::Client* client = population_.Find(in.auth_id);
+  if (client != nullptr && client->peer == in.peer) {
     // The key was removed from the allow-list: the client leaves the population now, and its
     // work in the open round or evaluation (if any) fails.
     spdlog::warn("client {}: {}; removing it from the federation", in.auth_id, why);
     if (round_) FailMember(in.auth_id, "lost its enrollment (key revoked)");
     FailEvaluator(in.auth_id, "lost its enrollment (key revoked)");
-    peer_to_id_.erase(in.peer);
-    clients_.erase(it);
+    population_.Remove(in.auth_id, in.peer);
   } else {
     Warn("messages with a revoked key", in.auth_id,
          [&] { return absl::StrCat("peer ", PeerName(in.peer), ": ", why); });
@@ -871,9 +869,8 @@ void Coordinator::FailMember(const std::string& id, const char* why) {
   if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
   if (m->second == MemberState::kUploading) {
     round.uploads_in_flight--;
-    if (auto c = clients_.find(id); c != clients_.end()) {
-      transport_->SetUploadAllowance(c->second.peer, 0);
-    }
+    if (const Population::Client* c = population_.Find(id))
+      transport_->SetUploadAllowance(c->peer, 0);
   }
   m->second = MemberState::kFailed;
   if (round.secagg) round.secagg->awaiting.erase(id);  // a stage no longer waits for it
@@ -881,21 +878,16 @@ void Coordinator::FailMember(const std::string& id, const char* why) {
   GrantSlots();
 }
 
-bool Coordinator::Alive(const ClientRecord& c) const {
-  return options_.client_timeout_ms <= 0 ||
-         clock_->NowMs() - c.last_seen_ms <= options_.client_timeout_ms;
-}
-
-int64_t Coordinator::LiveClients() const {
-  return std::count_if(clients_.begin(), clients_.end(),
-                       [this](const auto& kv) { return Alive(kv.second); });
+transport::PeerId Coordinator::PeerOf(const std::string& id) const {
+  const Population::Client* c = population_.Find(id);
+  return c != nullptr ? c->peer : transport::PeerId();
 }
 
 void Coordinator::ExpireSilentClients() {
   if (!round_ || options_.client_timeout_ms <= 0) return;
   for (const auto& [id, state] : round_->members) {
     if (state == MemberState::kDone || state == MemberState::kFailed) continue;
-    if (!Alive(clients_.at(id))) FailMember(id, "went silent (client_timeout)");
+    if (!population_.Alive(id)) FailMember(id, "went silent (client_timeout)");
   }
 }
 
@@ -1075,7 +1067,7 @@ Status Coordinator::SaveCheckpoint() {
 }
 
 Status Coordinator::Finish() {
-  for (const auto& [id, c] : clients_) {
+  for (const auto& [id, c] : population_.clients()) {
     Reply(c.peer, wire::MakeMessage(wire::Shutdown{"job complete"}, 0, "coordinator"));
   }
   if (options_.out_dir.empty()) return absl::OkStatus();

@@ -38,6 +38,7 @@
 #include "common/logging.h"
 #include "common/rng.h"
 #include "coordinator/options.h"
+#include "coordinator/population.h"
 #include "coordinator/round_metrics.h"
 #include "coordinator/update_check.h"
 #include "models/model.h"
@@ -140,11 +141,6 @@ class Coordinator {
     std::optional<privacy::LedgerEntry> distributed;
     bool accounted = false;  // its entry is in the ledger (appended before unmasking)
   };
-  struct ClientRecord {
-    transport::PeerId peer;
-    uint64_t num_examples = 0;
-    int64_t last_seen_ms = 0;
-  };
   struct Round {
     uint64_t number = 0;
     int64_t deadline_ms = 0;
@@ -197,8 +193,8 @@ class Coordinator {
   void FailMember(const std::string& id, const char* why);
   void ExpireSilentClients();
   void RevokeStaleGrants();
-  bool Alive(const ClientRecord& c) const;
-  int64_t LiveClients() const;
+  // The connection `id` joined on ("" when it is not in the population).
+  transport::PeerId PeerOf(const std::string& id) const;
   void Reply(const transport::PeerId& peer, const wire::Message& msg);
   void Refuse(const transport::PeerId& peer, wire::ErrorCode code, const std::string& text,
               uint64_t round);
@@ -297,8 +293,7 @@ class Coordinator {
   std::optional<aggregation::StreamingAggregator> aggregator_;
   aggregation::ServerOptimizer optimizer_;
 
-  std::map<std::string, ClientRecord> clients_;  // by client id: sorted, so sampling is stable
-  std::unordered_map<transport::PeerId, std::string> peer_to_id_;
+  Population population_{clock_, options_.client_timeout_ms};
   std::optional<Round> round_;
   // An open federated evaluation (between rounds).
   enum class EvalState { kPending, kAnswered, kFailed };

@@ -56,10 +56,7 @@ Status CheckEvaluationBounds(const wire::EvaluateResult& result) {
 }  // namespace
 
 std::vector<std::string> Coordinator::SampleEvaluators(uint64_t round) const {
-  std::vector<std::string> live;
-  for (const auto& [id, c] : clients_) {
-    if (Alive(c)) live.push_back(id);
-  }
+  std::vector<std::string> live = population_.LiveIds();
   Rng rng(DeriveSeed(options_.seed, kEvalStream, round));
   rng.Shuffle(live);
   const size_t n = std::min(live.size(), static_cast<size_t>(options_.federated_eval.clients));
@@ -88,7 +85,7 @@ Status Coordinator::FederatedEvaluate(uint64_t round, RoundMetrics* metrics) {
     eval.metrics.asked++;
     wire::Message msg = wire::MakeMessage(std::move(instruction), round, "coordinator");
     msg.tensors = wire::ShareAll(global);
-    if (Status st = transport_->Send(clients_.at(id).peer, msg); !st.ok()) {
+    if (Status st = transport_->Send(PeerOf(id), msg); !st.ok()) {
       FailEvaluator(id, "is unreachable for its evaluation instruction");
     }
   }
@@ -115,10 +112,9 @@ Status Coordinator::FederatedEvaluate(uint64_t round, RoundMetrics* metrics) {
     Pump(std::min<int64_t>(100, eval.deadline_ms - now));
     for (const auto& [id, state] : eval.members) {
       if (state != EvalState::kPending) continue;
-      auto c = clients_.find(id);
-      if (c == clients_.end()) {
+      if (population_.Find(id) == nullptr) {
         FailEvaluator(id, "left the federation while evaluating");
-      } else if (!Alive(c->second)) {
+      } else if (!population_.Alive(id)) {
         FailEvaluator(id, "went silent (client_timeout) while evaluating");
       }
     }
@@ -189,7 +185,7 @@ void Coordinator::FailEvaluator(const std::string& id, const char* why) {
 }
 
 void Coordinator::OnEvaluateResult(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId& peer = clients_[id].peer;
+  const transport::PeerId peer = PeerOf(id);
   if (!eval_ || msg.round != eval_->round) {
     // After its evaluation closed (a straggler), or for another round's model.
     (round_ ? round_->metrics.stale : pending_stale_)++;

@@ -206,12 +206,12 @@ void Coordinator::BroadcastSecAgg(Round& round, secagg::Stage stage,
   SecAggRound& s = *round.secagg;
   for (const std::string& id : ids) {
     if (round.members[id] == MemberState::kFailed) continue;
-    auto client = clients_.find(id);  // a member whose key was revoked has left (and failed)
-    if (client == clients_.end()) {
+    const Population::Client* client = population_.Find(id);
+    if (client == nullptr) {  // a member whose key was revoked has left (and failed)
       FailMember(id, "left the federation during secure aggregation");
       continue;
     }
-    Status st = transport_->Send(client->second.peer,
+    Status st = transport_->Send(client->peer,
                                  secagg::ToMessage(stage, bytes, round.number, "coordinator"));
     if (!st.ok()) {
       FailMember(id, "unreachable during secure aggregation");
@@ -599,7 +599,7 @@ void Coordinator::OnRefusedSecAggMessage(const std::string& id, const std::strin
 }
 
 void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId& peer = clients_[id].peer;
+  const transport::PeerId peer = PeerOf(id);
   if (!round_ || msg.round != round_->number || !round_->secagg) {
     (round_ ? round_->metrics.stale : pending_stale_)++;
     Refuse(peer, wire::ErrorCode::kWrongRound,
