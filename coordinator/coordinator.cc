@@ -362,11 +362,7 @@ Status Coordinator::RunRound(uint64_t number) {
   auth_rejections_seen_ = transport_->auth_rejections();
   rate_limited_seen_ = transport_->rate_limited();
   connections_cut_seen_ = transport_->connections_cut();
-  for (const auto& [id, state] : round.members) {
-    const Population::Client* c = population_.Find(id);
-    if (state == MemberState::kUploading && c != nullptr)
-      transport_->SetUploadAllowance(c->peer, 0);
-  }
+  slots_.Reset();
   Status st = FinishRound(round);
   round_.reset();
   return st;
@@ -630,11 +626,7 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
         FailMember(join.client_id, "rejoined again mid-round; its work is not sent a third time");
         return;
       }
-      if (m->second == MemberState::kUploading) {
-        round_->uploads_in_flight--;
-        transport_->SetUploadAllowance(old_peer, 0);
-      }
-      std::erase(round_->waiting, join.client_id);
+      slots_.Release(join.client_id);  // its grant was for the old connection
       m->second = MemberState::kTraining;
       SendFit(join.client_id);
       GrantSlots();
@@ -673,7 +665,7 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
     return;
   }
   m->second = MemberState::kWaitingSlot;
-  round_->waiting.push_back(id);
+  slots_.Enqueue(id);
   GrantSlots();
 }
 
@@ -708,41 +700,30 @@ void Coordinator::OnClientError(const std::string& id, const wire::Message& msg)
 
 void Coordinator::GrantSlots() {
   Round& round = *round_;
-  while (round.uploads_in_flight < options_.upload_slots && !round.waiting.empty()) {
-    const std::string id = round.waiting.front();
-    round.waiting.pop_front();
+  while (std::optional<std::string> next = slots_.NextWaiting()) {
+    const std::string id = *next;
     auto m = round.members.find(id);
     if (m == round.members.end() || m->second != MemberState::kWaitingSlot) continue;
-    Status st = transport_->Send(
-        PeerOf(id), wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
+    const transport::PeerId peer = PeerOf(id);
+    Status st =
+        transport_->Send(peer, wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
     if (!st.ok()) {
       FailMember(id, "unreachable for its upload grant");
       continue;
     }
     m->second = MemberState::kUploading;
-    round.granted_at_ms[id] = clock_->NowMs();
-    round.uploads_in_flight++;
     // The transport holds undelivered bytes of this connection up to the result's size, and no
     // more (transport.h): a result (or a masked input) is the only large message a client sends.
     const size_t bytes = round.secagg ? static_cast<size_t>(round.secagg->server->config().length) *
                                             static_cast<size_t>(round.secagg->plan.bits / 8)
                                       : static_cast<size_t>(TotalElements(layout_)) * sizeof(float);
-    transport_->SetUploadAllowance(PeerOf(id), bytes + kResultOverheadBytes);
+    slots_.Hold(id, peer, bytes + kResultOverheadBytes);
   }
 }
 
 void Coordinator::RevokeStaleGrants() {
-  Round& round = *round_;
-  const int64_t now = clock_->NowMs();
-  std::vector<std::string> stale;
-  for (const auto& [id, at] : round.granted_at_ms) {
-    if (round.members[id] == MemberState::kUploading && now - at > options_.upload_timeout_ms) {
-      stale.push_back(id);
-    }
-  }
   // A client that holds a grant without uploading would starve the others of upload slots.
-  for (const std::string& id : stale) {
-    round.granted_at_ms.erase(id);
+  for (const std::string& id : slots_.Stale()) {
     FailMember(id, "did not upload within round.upload_timeout_s of its grant");
   }
 }
@@ -772,8 +753,7 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
            msg.round);
     return;
   }
-  round.uploads_in_flight--;
-  transport_->SetUploadAllowance(peer, 0);
+  slots_.Release(id);
   const auto& result = std::get<wire::FitResult>(msg.body);
   int64_t weight = 0;
   Status st = FoldResult(id, msg, result, &weight);
@@ -867,11 +847,7 @@ void Coordinator::FailMember(const std::string& id, const char* why) {
   auto m = round.members.find(id);
   if (m == round.members.end()) return;
   if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
-  if (m->second == MemberState::kUploading) {
-    round.uploads_in_flight--;
-    if (const Population::Client* c = population_.Find(id))
-      transport_->SetUploadAllowance(c->peer, 0);
-  }
+  slots_.Release(id);
   m->second = MemberState::kFailed;
   if (round.secagg) round.secagg->awaiting.erase(id);  // a stage no longer waits for it
   spdlog::warn("round {}: client {} {}", round.number, id, why);

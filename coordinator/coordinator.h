@@ -41,6 +41,7 @@
 #include "coordinator/population.h"
 #include "coordinator/round_metrics.h"
 #include "coordinator/update_check.h"
+#include "coordinator/upload_slots.h"
 #include "models/model.h"
 #include "privacy/budget.h"
 #include "privacy/ledger.h"
@@ -146,11 +147,8 @@ class Coordinator {
     int64_t deadline_ms = 0;
     std::shared_ptr<const TensorList> global;
     std::map<std::string, MemberState> members;
-    std::map<std::string, int64_t> granted_at_ms;  // members holding an upload grant
-    std::map<std::string, std::string> nonces;     // of each member's latest FitInstruction
-    std::map<std::string, int> fits_sent;  // instructions (with the model) sent to each member
-    std::deque<std::string> waiting;       // members waiting for an upload slot, in request order
-    int64_t uploads_in_flight = 0;
+    std::map<std::string, std::string> nonces;  // of each member's latest FitInstruction
+    std::map<std::string, int> fits_sent;       // instructions (with the model) sent to each member
     double weighted_loss = 0;
     int64_t weight_cap = 0;       // largest FedAvg weight of a result (max_weight_ratio)
     std::string first_rejection;  // why the first refused result was refused
@@ -294,6 +292,7 @@ class Coordinator {
   aggregation::ServerOptimizer optimizer_;
 
   Population population_{clock_, options_.client_timeout_ms};
+  UploadSlots slots_{transport_, clock_, options_.upload_slots, options_.upload_timeout_ms};
   std::optional<Round> round_;
   // An open federated evaluation (between rounds).
   enum class EvalState { kPending, kAnswered, kFailed };

@@ -681,8 +681,7 @@ void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
   if (st.ok()) {
     // Its upload is done: the slot goes to the next member. (A refused input fails the member
     // below, which frees the slot the same way.)
-    round.uploads_in_flight--;
-    transport_->SetUploadAllowance(peer, 0);
+    slots_.Release(id);
     m->second = MemberState::kSecAgg;
     GrantSlots();
   }
