@@ -205,8 +205,6 @@ class Backend {
   virtual void UpdatePipeline(const UpdatePipelineParams& p, const float* local,
                               const float* global, int64_t n, float* out_values, int32_t* out_units,
                               double* scratch, UpdatePipelineStats* stats) = 0;
-  virtual void AccumulateFixedPoint(const float* x, int64_t n, double scale,
-                                    uint32_t abs_bits_limit, uint64_t* acc, uint32_t* rejected) = 0;
 };
 
 inline void DeviceBuffer::Release() {

@@ -186,10 +186,6 @@ class CpuBackend final : public Backend {
                       UpdatePipelineStats* stats) override {
     kernels::UpdatePipeline(p, local, global, n, out_values, out_units, scratch, stats);
   }
-  void AccumulateFixedPoint(const float* x, int64_t n, double scale, uint32_t abs_bits_limit,
-                            uint64_t* acc, uint32_t* rejected) override {
-    kernels::AccumulateFixedPoint(x, n, scale, abs_bits_limit, acc, rejected);
-  }
 
  private:
   static constexpr int64_t kAlignment = 256;

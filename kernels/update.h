@@ -1,5 +1,5 @@
-// The client's update pipeline as one kernel, and the weighted fixed-point accumulation of
-// aggregation. See kernels/dense.h for the contract shared by all kernels.
+// The client's update pipeline as one kernel. See kernels/dense.h for the contract shared by all
+// kernels.
 //
 // UpdatePipeline turns a locally trained model into what the client sends:
 //   delta_i = local_i - global_i                        (float, as the CPU client computes it)
@@ -50,13 +50,5 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
 // The squared L2 norm Σ double(x_i)² in a fixed summation order (kernels/update_math.h), the
 // order the pipeline's first pass uses on every backend.
 double SquaredNorm(const float* x, int64_t n);
-
-// acc[i] += q(x[i]) with q = round_half_even(double(x[i]) * scale) in two's-complement uint64:
-// aggregation's exact fixed-point fold (aggregation/internal/fixed_point.h explains the bound
-// |double(x) * scale| <= 2^51 and the magic-number rounding). An element with
-// (bits(x[i]) & 0x7fffffff) > abs_bits_limit (too large, inf or NaN) still adds its deterministic
-// term and sets *rejected to 1; otherwise *rejected is left alone.
-void AccumulateFixedPoint(const float* x, int64_t n, double scale, uint32_t abs_bits_limit,
-                          uint64_t* acc, uint32_t* rejected);
 
 }  // namespace huddle::kernels

@@ -67,14 +67,4 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
   stats->saturated = saturated;
 }
 
-void AccumulateFixedPoint(const float* x, int64_t n, double scale, uint32_t abs_bits_limit,
-                          uint64_t* acc, uint32_t* rejected) {
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) {
-    bad |= (hd::FloatBits(x[i]) & 0x7fffffffu) > abs_bits_limit;
-    acc[i] += update_math::FixedPointTerm(x[i], scale);
-  }
-  if (bad) *rejected = 1;
-}
-
 }  // namespace huddle::kernels

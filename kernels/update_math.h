@@ -23,7 +23,6 @@ inline constexpr int kNormThreads = 256;
 // Clipping scales by C / norm times this, so that rounding v to float cannot push the L2 norm of
 // the output above C (each element's relative rounding error is below 2^-24).
 inline constexpr double kClipShrink = 1.0 - 0x1p-20;
-inline constexpr double kMagic = 0x1.8p52;  // aggregation/internal/fixed_point.h
 
 HUDDLE_HD inline int64_t NormBlocks(int64_t n) {
   const int64_t per_block = int64_t{kNormThreads} * 16;  // at least 16 elements per lane
@@ -88,12 +87,6 @@ HUDDLE_HD inline void StoreOutput(const UpdatePipelineParams& p, double v, uint3
   if (out_values != nullptr) {
     out_values[i] = static_cast<float>(hd::Mul(static_cast<double>(units), p.quantum));
   }
-}
-
-// Aggregation's fixed-point term round_half_even(double(x) * scale) in two's complement.
-HUDDLE_HD inline uint64_t FixedPointTerm(float x, double scale) {
-  const double shifted = hd::Add(hd::Mul(static_cast<double>(x), scale), kMagic);
-  return hd::DoubleBits(shifted) - hd::DoubleBits(kMagic);
 }
 
 }  // namespace huddle::kernels::update_math

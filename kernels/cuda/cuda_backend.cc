@@ -378,12 +378,6 @@ class CudaBackend final : public Backend {
     LaunchUpdatePipeline(stream_, p, local, global, n, out_values, out_units, scratch, stats);
     Launched("UpdatePipeline");
   }
-  void AccumulateFixedPoint(const float* x, int64_t n, double scale, uint32_t abs_bits_limit,
-                            uint64_t* acc, uint32_t* rejected) override {
-    Bind();
-    LaunchAccumulateFixedPoint(stream_, x, n, scale, abs_bits_limit, acc, rejected);
-    Launched("AccumulateFixedPoint");
-  }
 
  private:
   struct Slot {

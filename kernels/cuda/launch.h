@@ -97,7 +97,5 @@ void LaunchUnitsToFloat(cudaStream_t stream, const int64_t* acc, int64_t n, int 
 void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, const float* local,
                           const float* global, int64_t n, float* out_values, int32_t* out_units,
                           double* scratch, UpdatePipelineStats* stats);
-void LaunchAccumulateFixedPoint(cudaStream_t stream, const float* x, int64_t n, double scale,
-                                uint32_t abs_bits_limit, uint64_t* acc, uint32_t* rejected);
 
 }  // namespace huddle::kernels::cuda

@@ -76,17 +76,6 @@ __global__ void ApplyKernel(UpdatePipelineParams p, const float* __restrict__ lo
   }
 }
 
-__global__ void AccumulateFixedPointKernel(const float* __restrict__ x, int64_t n, double scale,
-                                           uint32_t abs_bits_limit, uint64_t* __restrict__ acc,
-                                           uint32_t* rejected) {
-  bool bad = false;
-  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
-    bad |= (hd::FloatBits(x[i]) & 0x7fffffffu) > abs_bits_limit;
-    acc[i] += update_math::FixedPointTerm(x[i], scale);
-  }
-  if (bad) atomicOr(rejected, 1u);
-}
-
 }  // namespace
 
 void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, const float* local,
@@ -103,13 +92,6 @@ void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, co
       1;
   ApplyKernel<<<BlocksFor(groups, 128), 128, 0, stream>>>(p, local, global, n, out_values,
                                                           out_units, stats);
-}
-
-void LaunchAccumulateFixedPoint(cudaStream_t stream, const float* x, int64_t n, double scale,
-                                uint32_t abs_bits_limit, uint64_t* acc, uint32_t* rejected) {
-  if (n == 0) return;
-  AccumulateFixedPointKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, scale, abs_bits_limit,
-                                                                    acc, rejected);
 }
 
 }  // namespace huddle::kernels::cuda

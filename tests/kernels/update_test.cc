@@ -1,6 +1,6 @@
 // The update pipeline's CPU reference (kernels/update.h): clipping guarantee, unbiased
-// stochastic rounding from the counter-based stream, saturation; the fixed-point fold against
-// aggregation's; device-request parsing and the CPU backend.
+// stochastic rounding from the counter-based stream, saturation; device-request parsing and the CPU
+// backend.
 #include "kernels/update.h"
 
 #include <gmock/gmock.h>
@@ -10,7 +10,6 @@
 #include <limits>
 #include <vector>
 
-#include "aggregation/internal/fixed_point.h"
 #include "common/rng.h"
 #include "kernels/backend.h"
 #include "kernels/noise_stream.h"
@@ -137,28 +136,6 @@ TEST(UpdatePipelineTest, SquaredNormFollowsTheDocumentedOrderAndIsAccurate) {
   for (float v : x) exact += static_cast<long double>(v) * v;
   EXPECT_NEAR(SquaredNorm(x.data(), static_cast<int64_t>(x.size())), static_cast<double>(exact),
               1e-12 * static_cast<double>(exact));
-}
-
-TEST(AccumulateFixedPointTest, SameBitsAsAggregationsFold) {
-  Rng rng(9);
-  auto x = RandomVector(rng, 5000, -2, 2);
-  x[17] = std::numeric_limits<float>::infinity();
-  const double scale = std::ldexp(3.0, 20);
-  const uint32_t limit = aggregation::internal::AbsBitsLimit(4.0);
-  std::vector<uint64_t> ours(x.size(), 5), theirs(x.size(), 5);
-  uint32_t rejected = 0;
-  AccumulateFixedPoint(x.data(), static_cast<int64_t>(x.size()), scale, limit, ours.data(),
-                       &rejected);
-  const bool bad =
-      aggregation::internal::AddQuantized(x.data(), x.size(), scale, limit, theirs.data());
-  EXPECT_EQ(ours, theirs);
-  EXPECT_TRUE(bad);
-  EXPECT_EQ(rejected, 1u);
-  x[17] = 0;
-  rejected = 0;
-  AccumulateFixedPoint(x.data(), static_cast<int64_t>(x.size()), scale, limit, ours.data(),
-                       &rejected);
-  EXPECT_EQ(rejected, 0u);
 }
 
 TEST(DeviceRequestTest, ParsesTheDocumentedForms) {
