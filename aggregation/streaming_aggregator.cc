@@ -7,7 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "aggregation/internal/fixed_point.h"
+#include "kernels/exact_sum.h"
+#include "kernels/exact_sum_math.h"
 
 namespace huddle::aggregation {
 namespace {
@@ -109,7 +110,7 @@ StreamingAggregator::StreamingAggregator(ModelLayout layout, AggregatorOptions o
 void StreamingAggregator::SetOptions(const AggregatorOptions& options, int fraction_bits) {
   options_ = options;
   fraction_bits_ = fraction_bits;
-  abs_bits_limit_ = internal::AbsBitsLimit(options_.max_abs_value);
+  abs_bits_limit_ = kernels::AbsBitsLimit(options_.max_abs_value);
   // max_abs_value * 2^S <= 2^(51 - ceil(log2(max_weight))): exact, and fits int64.
   unit_bound_ = static_cast<int64_t>(std::ceil(std::ldexp(options_.max_abs_value, fraction_bits)));
 }
@@ -180,11 +181,11 @@ Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors
     uint64_t* acc = acc_.data() + offsets_[t];
     for (size_t begin = 0; begin < x.size(); begin += kChunk) {
       const size_t n = std::min(kChunk, x.size() - begin);
-      if (!internal::AddQuantized(x.data() + begin, n, scale, abs_bits_limit_, acc + begin)) {
+      if (!kernels::AddFixedPoint(x.data() + begin, n, scale, abs_bits_limit_, acc + begin)) {
         continue;
       }
       size_t bad = begin;
-      while ((abs_bits_limit_ - (std::bit_cast<uint32_t>(x[bad]) & 0x7fffffffu)) >> 31 == 0) ++bad;
+      while (kernels::exact_sum_math::AboveAbsBits(x[bad], abs_bits_limit_) == 0) ++bad;
       RollBack(tensors, t, begin + n, scale);
       return absl::InvalidArgumentError(
           DescribeBadValue(layout_[t].name, bad, x[bad], options_.max_abs_value));
@@ -200,7 +201,7 @@ void StreamingAggregator::RollBack(std::span<const std::span<const float>> tenso
                                    size_t end, double scale) {
   for (size_t t = 0; t <= tensor; ++t) {
     const size_t n = t == tensor ? end : tensors[t].size();
-    internal::SubtractQuantized(tensors[t].data(), n, scale, acc_.data() + offsets_[t]);
+    kernels::SubtractFixedPoint(tensors[t].data(), n, scale, acc_.data() + offsets_[t]);
   }
 }
 
@@ -215,8 +216,8 @@ Status StreamingAggregator::Finalize(double divisor, TensorList* out) const {
     Tensor& tensor = (*out)[t];
     if (tensor.spec != layout_[t]) tensor.spec = layout_[t];
     tensor.data.resize(static_cast<size_t>(layout_[t].NumElements()));
-    const int64_t bad = internal::Dequantize(acc_.data() + offsets_[t], tensor.data.size(),
-                                             inv_scale, divisor, tensor.data.data());
+    const int64_t bad = kernels::FixedPointToFloat(acc_.data() + offsets_[t], tensor.data.size(),
+                                                   inv_scale, divisor, tensor.data.data());
     if (bad >= 0) {
       return absl::OutOfRangeError(absl::StrFormat(
           "tensor '%s' element %d: the sum divided by %g is outside the float range",

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/exact_sum_math.h"
 #include "kernels/hd.h"
 
 namespace huddle::kernels::grid_sum_math {
@@ -23,16 +24,15 @@ HUDDLE_HD inline double Scale(int e) {
 // is NaN. inverse_grid is a power of two, so the product u is exact unless it overflows (then it
 // is inf, refused) or underflows (then it is below 2^-1022 and rounds to 0 either way, also
 // where a denormals-are-zero mode reads it as 0). limit <= 2^62, so every accepted value and its
-// rounding convert to int64 exactly. Below 2^51 in magnitude the rounding is the addition and
-// subtraction of kMagic = 1.5 * 2^52 (round to nearest even in the default mode: the sum's last
-// bit is the units bit); from 2^52 on, u is an integer; in between, u has one fractional bit at
-// most and is rounded by hand. No libm call, so the loops vectorise.
-inline constexpr double kMagic = 0x1.8p52;
+// rounding convert to int64 exactly. Below 2^51 in magnitude the rounding is the magic-number
+// addition that every exact sum shares (exact_sum_math::RoundToInteger, kernels/exact_sum_math.h:
+// round to nearest even in the default mode); from 2^52 on, u is an integer; in between, u has one
+// fractional bit at most and is rounded by hand. No libm call, so the loops vectorise.
 HUDDLE_HD inline bool GridUnits(float v, double inverse_grid, double limit, int64_t* units) {
   const double u = hd::Mul(static_cast<double>(v), inverse_grid);
   if (!(u <= limit && u >= -limit)) return false;
   if (u < 0x1p51 && u > -0x1p51) {
-    *units = static_cast<int64_t>(hd::Sub(hd::Add(u, kMagic), kMagic));
+    *units = static_cast<int64_t>(exact_sum_math::RoundToInteger(u));
     return true;
   }
   auto k = static_cast<int64_t>(u);  // toward zero: exact for |u| >= 2^52, else drops a half

@@ -5,9 +5,9 @@
 #include <span>
 #include <vector>
 
-#include "aggregation/internal/fixed_point.h"
 #include "common/rng.h"
 #include "gtest/gtest.h"
+#include "kernels/exact_sum.h"
 #include "tests/aggregation/alloc_counter.h"
 
 namespace huddle::aggregation {
@@ -52,7 +52,7 @@ TensorList ExactReference(const ModelLayout& layout, const std::vector<Update>& 
     for (size_t i = 0; i < out[t].data.size(); ++i) {
       int64_t sum = 0;
       for (const Update& u : updates) {
-        sum += internal::QuantizeReference(u.values[t][i], std::ldexp(double(u.weight), s));
+        sum += kernels::FixedPointReference(u.values[t][i], std::ldexp(double(u.weight), s));
       }
       out[t].data[i] = static_cast<float>(static_cast<double>(sum) * std::ldexp(1.0, -s) / divisor);
     }
