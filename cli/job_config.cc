@@ -558,44 +558,14 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(output.Finish());
   HUDDLE_RETURN_IF_ERROR(top.Finish());
 
-  if (o.quorum > o.cohort.size &&
-      o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": round.quorum (", o.quorum,
-                                                   ") exceeds cohort.size (", o.cohort.size,
-                                                   "): no round could ever update the model"));
-  }
-  if (o.eval_mode == coordinator::CoordinatorOptions::EvalMode::kFederated &&
-      (o.privacy.mode != privacy::PrivacyMode::kNone || o.train.dp_sgd)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        ": evaluation.mode federated has the clients report a loss and an accuracy computed from "
-        "their data without noise, which the job's differential privacy (privacy.mode, "
-        "train.dp_sgd) does not cover; evaluate the released model.bin yourself instead"));
-  }
-  if (o.privacy.mode != privacy::PrivacyMode::kNone && o.max_update_norm > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        ": aggregation.max_update_norm applies to jobs without client-level DP; under "
-        "privacy.mode every update is already bounded by privacy.clip_norm (remove one)"));
-  }
   if (job.simulation && job.client_silo_nproc > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": client.silo.nproc (", job.client_silo_nproc,
         ") applies to the client processes `huddle run` starts; simulated clients train on one "
         "thread each (remove the simulation section or client.silo)"));
   }
-  if (o.privacy.mode == privacy::PrivacyMode::kCentral &&
-      o.cohort.sampling != coordinator::CohortOptions::Sampling::kPoisson) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path,
-                     ": privacy.mode central needs cohort.sampling: poisson (the accountant's "
-                     "amplification by sampling holds only for Poisson-sampled cohorts)"));
-  }
-  if (o.privacy.mode == privacy::PrivacyMode::kDistributed && !o.secure_aggregation.enabled) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        ": privacy.mode distributed needs secure_aggregation: {enabled: true}: the clients' "
-        "noise shares protect only a sum the coordinator cannot take apart"));
+  if (Status st = coordinator::ValidateOptions(o); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));
   }
   const bool derive_denominator =
       o.privacy.mode == privacy::PrivacyMode::kCentral && !o.privacy.expected_cohort_size;

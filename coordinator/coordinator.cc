@@ -49,6 +49,7 @@ Coordinator::Coordinator(CoordinatorOptions options, transport::ServerTransport*
       optimizer_(options_.server) {}
 
 Status Coordinator::Initialise() {
+  HUDDLE_RETURN_IF_ERROR(ValidateOptions(options_));
   HUDDLE_RETURN_IF_ERROR(models::ValidateModelSpec(options_.model));
   if (options_.initial_model) {
     Status st = models::CheckParams(options_.model, *options_.initial_model);
@@ -60,58 +61,6 @@ Status Coordinator::Initialise() {
     return absl::InvalidArgumentError(
         "the model is external (only its tensors are known): Huddle cannot initialise it; give "
         "its initial values (CoordinatorOptions::initial_model: model.file in the job)");
-  }
-  if (options_.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
-    const FederatedEvalOptions& f = options_.federated_eval;
-    if (options_.privacy.mode != privacy::PrivacyMode::kNone || options_.train.dp_sgd) {
-      return absl::InvalidArgumentError(
-          "federated evaluation reports metrics computed from the clients' data without noise, "
-          "which the job's differential privacy (privacy.mode, train.dp_sgd) does not cover");
-    }
-    if (f.clients < 1 || f.deadline_ms <= 0 || !(f.max_weight_ratio >= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "federated evaluation needs clients >= 1 (", f.clients, "), deadline_ms > 0 (",
-          f.deadline_ms, ") and max_weight_ratio >= 1 (", f.max_weight_ratio, ")"));
-    }
-  }
-  if (options_.privacy.mode == privacy::PrivacyMode::kDistributed &&
-      !options_.secure_aggregation.enabled) {
-    return absl::InvalidArgumentError(
-        "privacy.mode distributed needs secure aggregation: the clients' noise shares protect "
-        "only a sum the coordinator cannot take apart");
-  }
-  if (options_.secure_aggregation.enabled) {
-    const SecureAggregationOptions& a = options_.secure_aggregation;
-    const privacy::PrivacyMode mode = options_.privacy.mode;
-    if (mode == privacy::PrivacyMode::kCentral) {
-      return absl::InvalidArgumentError(
-          "secure_aggregation with privacy.mode central is not supported: central DP trusts the "
-          "coordinator with the noise, secure aggregation does not trust it with an update; use "
-          "privacy.mode local (each client noises its own update before masking it)");
-    }
-    if (mode == privacy::PrivacyMode::kNone && !(options_.max_update_norm > 0)) {
-      return absl::InvalidArgumentError(
-          "secure_aggregation needs aggregation.max_update_norm > 0 (without privacy.mode): the "
-          "coordinator cannot bound a masked update, so each client clips its update to that norm "
-          "before masking it, and the word width is chosen for it");
-    }
-    if (!(a.min_survivor_fraction >= 0 && a.min_survivor_fraction <= 1) ||
-        a.stage_timeout_ms <= 0 || (a.bits != 0 && a.bits != 32 && a.bits != 64) ||
-        (a.neighbours > 0) != (a.threshold > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "secure_aggregation: min_survivors ", a.min_survivor_fraction,
-          " must be in [0, 1], "
-          "stage_timeout_s > 0, bits 32 or 64 (or unset), and neighbours and threshold given "
-          "together"));
-    }
-    if (mode == privacy::PrivacyMode::kDistributed &&
-        !(a.min_survivor_fraction > a.graph.corrupt_fraction)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "privacy.mode distributed needs secure_aggregation.min_survivors (",
-          a.min_survivor_fraction, ") above corrupt_fraction (", a.graph.corrupt_fraction,
-          "): the noise is carried by the honest members among the fewest whose inputs are "
-          "unmasked, and colluders' shares do not count"));
-    }
   }
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   HUDDLE_RETURN_IF_ERROR(CheckOutputDir(options_));

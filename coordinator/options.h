@@ -10,6 +10,7 @@
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
 #include "common/member_certificate.h"
+#include "common/status.h"
 #include "models/model.h"
 #include "privacy/budget.h"
 #include "proto/messages.h"
@@ -122,5 +123,12 @@ struct CoordinatorOptions {
   // (or resume) such a directory is refused, so that nothing is lost by accident.
   bool force = false;
 };
+
+// The checks of `options` that need no file, no model and no client: combinations that cannot
+// work or whose guarantee would not hold (federated evaluation under DP, distributed DP without
+// secure aggregation, secure aggregation under central DP or without a bound, a quorum above a
+// fixed cohort, ...). InvalidArgument naming the job's YAML keys. The one place these rules live:
+// Coordinator::Run checks them first, and the YAML loader (cli/job_config.cc) at load time.
+Status ValidateOptions(const CoordinatorOptions& options);
 
 }  // namespace huddle::coordinator
