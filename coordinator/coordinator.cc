@@ -826,13 +826,10 @@ void Coordinator::Refuse(const transport::PeerId& peer, wire::ErrorCode code,
   Reply(peer, wire::MakeError(code, text, round));
 }
 
-Status Coordinator::FinishRound(Round& round) {
-  RoundMetrics& m = round.metrics;
-  m.dropped = m.clients_sampled - m.results;
-  // Secure aggregation's members report no loss (and, weighing uniformly, no example count).
-  if (m.results > 0 && !dp() && !round.secagg && m.examples > 0) {
-    m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
-  }
+StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
+  const RoundMetrics& m = round.metrics;
+  // Secure aggregation refused before unmasking, or discarded its sum.
+  const bool released_nothing = round.secagg && !round.secagg->sum;
   if (dp()) {
     // Under DP every round releases its noised update, whatever the number of results (skipping
     // a round for want of quorum would reveal that number without noise).
@@ -842,35 +839,43 @@ Status Coordinator::FinishRound(Round& round) {
           "update regardless",
           round.number, m.results, options_.quorum);
     }
-    TensorList mean;
-    if (round.secagg && !round.secagg->sum) {
-      // The secure aggregation released nothing (refused before unmasking, or its sum was
-      // discarded): no update, and nothing charged unless the unmasking began (the ledger then
-      // holds the round: SecAggStep appended it before asking for any share).
+    if (released_nothing) {
+      // No update, and nothing charged unless the unmasking began (the ledger then holds the
+      // round: SecAggStep appended it before asking for any share).
       HUDDLE_RETURN_IF_ERROR(NoRelease(round));
-    } else {
-      if (round.secagg) {
-        HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean, &*round.secagg->sum));
-      } else {
-        HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean));
-      }
-      HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
-      ++model_version_;
-      m.updated = true;
+      return std::nullopt;
     }
-  } else if (m.results >= options_.quorum && m.results > 0) {
-    TensorList mean;
-    if (round.secagg) {
-      HUDDLE_RETURN_IF_ERROR(SecAggMean(round, &mean));
-    } else {
-      HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
-    }
-    HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(mean, &model_));
-    ++model_version_;
-    m.updated = true;
-  } else {
+  } else if (released_nothing || m.results < options_.quorum || m.results == 0) {
     spdlog::warn("round {}: {} results, quorum is {}; the model is unchanged", round.number,
                  m.results, options_.quorum);
+    return std::nullopt;
+  }
+  // The sum: secure aggregation's unmasked one, or the aggregator's. Under DP it is noised and
+  // divided by the fixed denominator; without, it is averaged by the results' weights.
+  const TensorList* secure_sum = round.secagg ? &*round.secagg->sum : nullptr;
+  TensorList mean;
+  if (dp()) {
+    HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean, secure_sum));
+  } else if (secure_sum != nullptr) {
+    HUDDLE_RETURN_IF_ERROR(SecAggMean(round, &mean));
+  } else {
+    HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
+  }
+  return mean;
+}
+
+Status Coordinator::FinishRound(Round& round) {
+  RoundMetrics& m = round.metrics;
+  m.dropped = m.clients_sampled - m.results;
+  // Secure aggregation's members report no loss (and, weighing uniformly, no example count).
+  if (m.results > 0 && !dp() && !round.secagg && m.examples > 0) {
+    m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
+  }
+  HUDDLE_ASSIGN_OR_RETURN(std::optional<TensorList> mean, ReleasedMean(round));
+  if (mean) {
+    HUDDLE_RETURN_IF_ERROR(optimizer_.Apply(*mean, &model_));
+    ++model_version_;
+    m.updated = true;
   }
   if (m.updated) {
     // A model that is no longer finite is never checkpointed, sent or reported as trained.

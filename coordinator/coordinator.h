@@ -196,6 +196,11 @@ class Coordinator {
   void Reply(const transport::PeerId& peer, const wire::Message& msg);
   void Refuse(const transport::PeerId& peer, wire::ErrorCode code, const std::string& text,
               uint64_t round);
+  // The round's released update by its one path (nullopt: none, the model stays): the sum of
+  // secure aggregation or of the aggregator; under DP noised over the fixed denominator
+  // (PrivateMean; a secure round that released nothing is NoRelease), else the weighted mean when
+  // the quorum is met.
+  StatusOr<std::optional<TensorList>> ReleasedMean(Round& round);
   Status FinishRound(Round& round);
   // Secure aggregation (coordinator/secagg_round.cc). StartSecAgg: after the cohort is sampled,
   // its session, graph and quantization (false when the cohort is too small to hide anyone: the
