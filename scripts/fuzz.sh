@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/fuzz.sh [SECONDS] [WORKERS]
-# Fuzzes the wire decoder and the update validator (fuzz/codec_fuzzer.cc) with libFuzzer under
+# Checks the thread-safety annotations with clang (scripts/thread_safety.py), then fuzzes the wire
+# decoder and the update validator (fuzz/codec_fuzzer.cc) with libFuzzer under
 # ASan+UBSan for SECONDS (default 60) in WORKERS parallel processes (default 1), then prints the
 # final stats: executions, exec/s, coverage (cov/ft), corpus size, crashes.
 #
@@ -27,6 +28,9 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DHUDDLE_FUZZ=ON -DHUDDLE_SANITIZE=OFF \
   -DHUDDLE_BUILD_TESTS=OFF -DHUDDLE_BUILD_BENCH=OFF -DHUDDLE_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS" --target codec_fuzzer make_seed_corpus
+# The same clang configuration checks the thread-safety annotations (absl's ABSL_GUARDED_BY on
+# every mutex-holding class), which GCC ignores: -fsyntax-only -Wthread-safety -Werror.
+scripts/thread_safety.py "$BUILD_DIR" "$JOBS"
 
 FUZZER="$BUILD_DIR/fuzz/codec_fuzzer"
 CORPUS="$BUILD_DIR/corpus"

@@ -34,10 +34,10 @@ InProcServerTransport::InProcServerTransport(std::vector<InProcPeer*> peers, int
 
 InProcServerTransport::~InProcServerTransport() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     shutting_down_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   for (std::thread& t : pool_) t.join();
 }
 
@@ -48,7 +48,7 @@ void InProcServerTransport::Start() {
 
 void InProcServerTransport::Deliver(size_t index, std::vector<wire::Message> replies) {
   if (replies.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (wire::Message& m : replies) {
     Inbound in;
     in.peer = std::to_string(index);
@@ -56,7 +56,7 @@ void InProcServerTransport::Deliver(size_t index, std::vector<wire::Message> rep
     bytes_in_ += in.wire_bytes;
     inbox_.push_back(std::move(in));
   }
-  inbox_cv_.notify_one();
+  inbox_cv_.Signal();
 }
 
 Status InProcServerTransport::Send(const PeerId& peer, const wire::Message& msg) {
@@ -64,7 +64,7 @@ Status InProcServerTransport::Send(const PeerId& peer, const wire::Message& msg)
   if (!absl::SimpleAtoi(peer, &index) || index >= peers_.size() || std::to_string(index) != peer) {
     return absl::NotFoundError(absl::StrCat("no simulated client '", peer, "'"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Mailbox& box = mailboxes_[index];
   if (box.stopped) return absl::NotFoundError(absl::StrCat("simulated client ", peer, " stopped"));
   size_t wire_bytes = 0;
@@ -75,7 +75,7 @@ Status InProcServerTransport::Send(const PeerId& peer, const wire::Message& msg)
   if (!box.scheduled) {
     box.scheduled = true;
     ready_.push_back(index);
-    work_cv_.notify_one();
+    work_cv_.Signal();
   }
   return absl::OkStatus();
 }
@@ -85,8 +85,8 @@ void InProcServerTransport::Worker() {
     size_t index;
     wire::Message msg;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return shutting_down_ || !ready_.empty(); });
+      absl::MutexLock lock(&mu_);
+      while (!shutting_down_ && ready_.empty()) work_cv_.Wait(&mu_);
       if (shutting_down_) return;
       index = ready_.front();
       ready_.pop_front();
@@ -99,7 +99,7 @@ void InProcServerTransport::Worker() {
     } else {
       Deliver(index, std::move(replies).value());
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Mailbox& box = mailboxes_[index];
     if (!replies.ok()) {
       box.stopped = true;
@@ -107,7 +107,7 @@ void InProcServerTransport::Worker() {
     }
     if (!box.queue.empty()) {
       ready_.push_back(index);
-      work_cv_.notify_one();
+      work_cv_.Signal();
     } else {
       box.scheduled = false;
     }
@@ -115,9 +115,10 @@ void InProcServerTransport::Worker() {
 }
 
 StatusOr<std::optional<Inbound>> InProcServerTransport::Receive(int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  inbox_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)),
-                     [this] { return !inbox_.empty(); });
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(std::max<int64_t>(0, timeout_ms));
+  absl::MutexLock lock(&mu_);
+  while (inbox_.empty() && !inbox_cv_.WaitWithDeadline(&mu_, deadline)) {
+  }
   if (inbox_.empty()) return std::optional<Inbound>();
   Inbound in = std::move(inbox_.front());
   inbox_.pop_front();
@@ -125,12 +126,12 @@ StatusOr<std::optional<Inbound>> InProcServerTransport::Receive(int64_t timeout_
 }
 
 uint64_t InProcServerTransport::bytes_in() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_in_;
 }
 
 uint64_t InProcServerTransport::bytes_out() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_out_;
 }
 

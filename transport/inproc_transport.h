@@ -7,13 +7,13 @@
 // peer), so 1000+ clients need 1000+ agents but only `threads` threads.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "transport/transport.h"
 
 namespace huddle::transport {
@@ -49,22 +49,22 @@ class InProcServerTransport final : public ServerTransport {
     bool scheduled = false;
     bool stopped = false;
   };
-  void Worker();
-  void Deliver(size_t index, std::vector<wire::Message> replies);
+  void Worker() ABSL_LOCKS_EXCLUDED(mu_);
+  void Deliver(size_t index, std::vector<wire::Message> replies) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<InProcPeer*> peers_;
   int threads_;
   std::vector<std::thread> pool_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable inbox_cv_;
-  std::vector<Mailbox> mailboxes_;
-  std::deque<size_t> ready_;  // peers with queued messages, in scheduling order
-  std::deque<Inbound> inbox_;
-  bool shutting_down_ = false;
-  uint64_t bytes_in_ = 0;
-  uint64_t bytes_out_ = 0;
+  mutable absl::Mutex mu_;
+  absl::CondVar work_cv_;
+  absl::CondVar inbox_cv_;
+  std::vector<Mailbox> mailboxes_ ABSL_GUARDED_BY(mu_);
+  std::deque<size_t> ready_ ABSL_GUARDED_BY(mu_);  // peers with queued messages, in order
+  std::deque<Inbound> inbox_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace huddle::transport

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <zmq.hpp>
 
+#include "absl/synchronization/mutex.h"
 #include "common/file_util.h"
 #include "transport/curve_keys.h"
 #include "transport/zap_handler.h"
@@ -206,7 +206,7 @@ class ZmqKvStore final : public KvStore {
     std::string value;
   };
 
-  Status Connect() {
+  Status Connect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (socket_.handle() != nullptr) return absl::OkStatus();
     try {
       socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
@@ -229,7 +229,7 @@ class ZmqKvStore final : public KvStore {
 
   StatusOr<Reply> Request(std::string_view op, std::string_view key, std::string_view value,
                           milliseconds timeout) {
-    std::lock_guard lock(mu_);  // one request in flight per handle; waits poll between requests
+    absl::MutexLock lock(&mu_);  // one request in flight per handle; waits poll between requests
     HUDDLE_RETURN_IF_ERROR(Connect());
     uint64_t seq = ++seq_;
     try {
@@ -282,10 +282,10 @@ class ZmqKvStore final : public KvStore {
   std::string url_;
   milliseconds request_timeout_;
   std::optional<KvAuth> auth_;
-  std::mutex mu_;
+  absl::Mutex mu_;
   zmq::context_t context_;
-  zmq::socket_t socket_;
-  uint64_t seq_ = 0;
+  zmq::socket_t socket_ ABSL_GUARDED_BY(mu_);
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class ZmqKvServer final : public KvServer {

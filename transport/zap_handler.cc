@@ -28,6 +28,7 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context,
     if (!list.ok()) {
       return Status(list.status().code(), absl::StrCat("allow-list: ", list.status().message()));
     }
+    absl::MutexLock lock(&h->mu_);  // (no other thread yet; the analysis asks for it)
     h->list_ = std::move(list).value();
     h->signature_ = AllowList::Signature(h->options_.allow_list_path);
   }
@@ -44,7 +45,7 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context,
         absl::StrCat("cannot start the ZAP authentication handler: ", e.what()));
   }
   spdlog::info("client allow-list '{}': {} enrolled keys", h->options_.allow_list_path,
-               h->list_.size());
+               h->enrolled());
   ZapHandler* self = h.get();
   self->thread_ = std::thread([self, socket] { self->Serve(*socket); });
   return h;
@@ -56,12 +57,12 @@ ZapHandler::~ZapHandler() {
 }
 
 size_t ZapHandler::enrolled() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return list_.size();
 }
 
 bool ZapHandler::IsEnrolled(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return list_.HasId(id);
 }
 
@@ -72,7 +73,7 @@ Status ZapHandler::Reload() {
   for (const Status& s : skipped) {
     spdlog::error("allow-list reload: skipped (not enrolled until fixed): {}", s.message());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   signature_ = signature;  // a broken version is not retried until the files change again
   if (!list.ok()) {
     // Fail closed: which keys were removed cannot be known, and keeping the previous list would
@@ -103,7 +104,7 @@ void ZapHandler::MaybeReload(int64_t now_ms) {
   if (!requested && now_ms < next_check_ms_) return;
   next_check_ms_ = now_ms + options_.reload_interval_ms;
   if (!requested) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (AllowList::Signature(options_.allow_list_path) == signature_) return;
   }
   (void)Reload();  // logs its own outcome
@@ -181,7 +182,7 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
       }
       std::optional<std::string> id;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         id = list_.Lookup(*request.curve_key);
       }
       if (!id) {

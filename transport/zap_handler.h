@@ -23,11 +23,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "transport/curve_keys.h"
 
@@ -85,7 +86,7 @@ class ZapHandler {
   ZapHandler& operator=(const ZapHandler&) = delete;
 
   // Reloads now (same rules as the periodic reload) and returns its outcome.
-  Status Reload();
+  Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `id` is still enrolled (false once its key has been removed and the list reloaded).
   bool IsEnrolled(const std::string& id) const;
   // Handshakes refused so far (throttled ones included).
@@ -97,12 +98,12 @@ class ZapHandler {
  private:
   explicit ZapHandler(ZapOptions options) : options_(std::move(options)) {}
   void Serve(zmq::socket_t& socket);
-  void MaybeReload(int64_t now_ms);
+  void MaybeReload(int64_t now_ms) ABSL_LOCKS_EXCLUDED(mu_);
 
   ZapOptions options_;
-  mutable std::mutex mu_;
-  AllowList list_;         // guarded by mu_
-  std::string signature_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  AllowList list_ ABSL_GUARDED_BY(mu_);
+  std::string signature_ ABSL_GUARDED_BY(mu_);
   uint64_t seen_requests_ = 0;
   int64_t next_check_ms_ = 0;
   std::atomic<uint64_t> rejections_{0};
