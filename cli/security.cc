@@ -5,8 +5,9 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/file_util.h"
@@ -141,15 +142,15 @@ int RunCertifyCommand(const CertifyFlags& flags) {
 std::function<std::optional<MemberCertificate>(const std::string&)> AllowListCertificates(
     std::string path) {
   struct Cache {
-    std::mutex mu;
-    std::string signature;
-    int64_t checked_ms = -1;
-    std::optional<transport::AllowList> list;
+    absl::Mutex mu;
+    std::string signature ABSL_GUARDED_BY(mu);
+    int64_t checked_ms ABSL_GUARDED_BY(mu) = -1;
+    std::optional<transport::AllowList> list ABSL_GUARDED_BY(mu);
   };
   auto cache = std::make_shared<Cache>();
   return [path = std::move(path),
           cache](const std::string& id) -> std::optional<MemberCertificate> {
-    std::lock_guard<std::mutex> lock(cache->mu);
+    absl::MutexLock lock(&cache->mu);
     const int64_t now = SteadyClock::Get()->NowMs();
     if (cache->checked_ms < 0 || now - cache->checked_ms >= 1000) {
       cache->checked_ms = now;

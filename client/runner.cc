@@ -3,11 +3,11 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/rng.h"
 #include "transport/zmq_transport.h"
 
@@ -20,24 +20,24 @@ class AgentWorker {
   explicit AgentWorker(ClientAgent& agent) : agent_(agent), thread_([this] { Loop(); }) {}
   ~AgentWorker() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stopping_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
   }
 
   void Post(wire::Message msg) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       inbox_.push_back(std::move(msg));
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   // Replies produced so far; the agent's fatal error, if any.
   std::vector<wire::Message> TakeReplies(Status* fatal, bool* done) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::vector<wire::Message> out(std::make_move_iterator(outbox_.begin()),
                                    std::make_move_iterator(outbox_.end()));
     outbox_.clear();
@@ -48,16 +48,16 @@ class AgentWorker {
 
  private:
   void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     while (true) {
-      cv_.wait(lock, [this] { return stopping_ || !inbox_.empty(); });
+      while (!stopping_ && inbox_.empty()) cv_.Wait(&mu_);
       if (stopping_) return;
       wire::Message msg = std::move(inbox_.front());
       inbox_.pop_front();
       busy_ = true;
-      lock.unlock();
+      mu_.Unlock();
       StatusOr<std::vector<wire::Message>> replies = agent_.Handle(msg);
-      lock.lock();
+      mu_.Lock();
       busy_ = false;
       if (!replies.ok()) {
         fatal_ = replies.status();
@@ -69,14 +69,14 @@ class AgentWorker {
   }
 
   ClientAgent& agent_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<wire::Message> inbox_;
-  std::deque<wire::Message> outbox_;
-  Status fatal_;
-  bool done_ = false;
-  bool busy_ = false;
-  bool stopping_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::deque<wire::Message> inbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<wire::Message> outbox_ ABSL_GUARDED_BY(mu_);
+  Status fatal_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts after the fields it uses exist
 };
 

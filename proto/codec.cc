@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "huddle.pb.h"
 #include "proto/internal/convert.h"
 
@@ -33,7 +34,7 @@ class ReassemblyPool {
   std::shared_ptr<float[]> Take(size_t floats) {
     float* buffer = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (size_t i = 0; i < free_.size(); ++i) {
         if (free_[i].first == floats) {
           buffer = free_[i].second;
@@ -53,7 +54,7 @@ class ReassemblyPool {
 
   void Give(float* p, size_t floats) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (free_.size() < kMaxCached && cached_bytes_ + floats * sizeof(float) <= kMaxCachedBytes) {
         free_.emplace_back(floats, p);
         cached_bytes_ += floats * sizeof(float);
@@ -63,9 +64,9 @@ class ReassemblyPool {
     delete[] p;
   }
 
-  std::mutex mu_;
-  std::vector<std::pair<size_t, float*>> free_;
-  size_t cached_bytes_ = 0;
+  absl::Mutex mu_;
+  std::vector<std::pair<size_t, float*>> free_ ABSL_GUARDED_BY(mu_);
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 bool CarriesTensors(MessageType t) {

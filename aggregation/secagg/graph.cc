@@ -7,10 +7,11 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <numeric>
 #include <tuple>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/secure_random.h"
 
 namespace huddle::aggregation::secagg {
@@ -159,8 +160,8 @@ namespace {
 using IsolationKey = std::tuple<int64_t, uint64_t, int, int64_t, int64_t, int>;
 
 struct IsolationMemo {
-  std::mutex mu;
-  std::map<IsolationKey, Isolation> results;
+  absl::Mutex mu;
+  std::map<IsolationKey, Isolation> results ABSL_GUARDED_BY(mu);
 };
 
 IsolationMemo& Memo() {
@@ -179,13 +180,13 @@ StatusOr<Isolation> IsolationBound(int64_t n, uint64_t edge_threshold, int t, in
   const IsolationKey key{n, edge_threshold, t, colluders, min_survivors, security_bits};
   IsolationMemo& memo = Memo();
   {
-    std::lock_guard<std::mutex> lock(memo.mu);
+    absl::MutexLock lock(&memo.mu);
     auto it = memo.results.find(key);
     if (it != memo.results.end()) return it->second;
   }
   HUDDLE_ASSIGN_OR_RETURN(Isolation out, ComputeIsolationBound(n, edge_threshold, t, colluders,
                                                                min_survivors, security_bits));
-  std::lock_guard<std::mutex> lock(memo.mu);
+  absl::MutexLock lock(&memo.mu);
   if (memo.results.size() >= 64) memo.results.clear();
   memo.results.emplace(key, out);
   return out;

@@ -188,11 +188,11 @@ bool SignatureCache::Verify(const SigningPublicKey& key, std::span<const uint8_t
   const Hash32 id =
       Hasher("huddle-secagg-v2/verified").Bytes(key).Bytes(message).Bytes(signature).Final();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (newer_.count(id) != 0 || older_.count(id) != 0) return true;
   }
   if (!VerifySignature(key, message, signature)) return false;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (newer_.size() >= generation_) {
     older_ = std::move(newer_);
     newer_ = {};
@@ -202,7 +202,7 @@ bool SignatureCache::Verify(const SigningPublicKey& key, std::span<const uint8_t
 }
 
 size_t SignatureCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return newer_.size() + older_.size();
 }
 

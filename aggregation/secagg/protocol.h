@@ -81,7 +81,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -89,6 +88,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "aggregation/secagg/crypto.h"
 #include "aggregation/secagg/graph.h"
 #include "aggregation/secagg/shamir.h"
@@ -264,9 +265,10 @@ class SignatureCache {
     }
   };
   size_t generation_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   // BLAKE2b of (key, message, signature).
-  std::unordered_set<Hash32, HashOf> newer_, older_;
+  std::unordered_set<Hash32, HashOf> newer_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<Hash32, HashOf> older_ ABSL_GUARDED_BY(mu_);
 };
 
 // What a member requires of a session, whatever the coordinator says (its own assumptions).
