@@ -4,13 +4,13 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "datacenter/internal/agreement.h"
 #include "kernels/backend.h"
 #include "kernels/flush_denormals.h"
@@ -86,10 +86,10 @@ class BucketReducer {
   }
   ~BucketReducer() {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
   }
 
@@ -108,31 +108,31 @@ class BucketReducer {
     // A GPU computes asynchronously: the gradients must be there before another stream reads them.
     if (trainer_.backend().kind() != kernels::DeviceKind::kCpu) {
       if (Status s = trainer_.backend().Synchronize(); !s.ok()) {
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         if (error_.ok()) error_ = s;
       }
     }
     if (next_ == buckets_.size()) {
       // The step's last buckets: after the queued ones, here.
-      std::unique_lock lock(mu_);
+      absl::MutexLock lock(&mu_);
       const auto start = SteadyTime::now();
-      done_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+      WaitForQueue();
       wait_seconds_ += SecondsSince(start);
-      for (size_t b = first_ready; b < next_; ++b) Reduce(b, lock);
+      for (size_t b = first_ready; b < next_; ++b) Reduce(b);
       return;
     }
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (size_t b = first_ready; b < next_; ++b) queue_.push_back(b);
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   // Waits for every bucket of the step; the first error of any reduction.
   Status FinishStep(double* wait_seconds) {
     auto start = SteadyTime::now();
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    absl::MutexLock lock(&mu_);
+    WaitForQueue();
     *wait_seconds += SecondsSince(start) + wait_seconds_;
     wait_seconds_ = 0;
     return error_;
@@ -142,19 +142,25 @@ class BucketReducer {
   // thread once the buckets handed over so far are reduced: one thread uses the collective at a
   // time, and every rank issues the operations in the same order. Its error stops the step.
   void RunInOrder(const std::function<Status()>& op) {
-    std::unique_lock lock(mu_);
+    absl::MutexLock lock(&mu_);
     const auto start = SteadyTime::now();
-    done_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    WaitForQueue();
     wait_seconds_ += SecondsSince(start);
     if (!error_.ok()) return;
-    lock.unlock();
+    mu_.Unlock();
     Status s = op();
-    lock.lock();
+    mu_.Lock();
     if (!s.ok() && error_.ok()) error_ = s;
   }
 
-  double reduce_seconds() const { return reduce_seconds_; }
-  int64_t bytes_reduced() const { return bytes_reduced_; }
+  double reduce_seconds() const {
+    absl::MutexLock lock(&mu_);
+    return reduce_seconds_;
+  }
+  int64_t bytes_reduced() const {
+    absl::MutexLock lock(&mu_);
+    return bytes_reduced_;
+  }
 
  private:
   BucketReducer(models::Trainer& trainer, std::vector<Bucket> buckets,
@@ -163,16 +169,21 @@ class BucketReducer {
     thread_ = std::thread([this] { Loop(); });
   }
 
+  // Until the communication thread has reduced every bucket handed over.
+  void WaitForQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (!queue_.empty() || busy_) done_cv_.Wait(&mu_);
+  }
+
   // All-reduces bucket b (unless an earlier reduction failed: a broken collective is drained
-  // without reducing). Called with `lock` held; releases it during the reduction.
-  void Reduce(size_t b, std::unique_lock<std::mutex>& lock) {
+  // without reducing). Called with mu_ held; releases it during the reduction.
+  void Reduce(size_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!error_.ok()) return;
     busy_ = true;
-    lock.unlock();
+    mu_.Unlock();
     const auto start = SteadyTime::now();
     Status s = prepared_[b]->Run();
     const double took = SecondsSince(start);
-    lock.lock();
+    mu_.Lock();
     reduce_seconds_ += took;
     bytes_reduced_ += buckets_[b].count * static_cast<int64_t>(sizeof(float));
     if (!s.ok() && error_.ok()) error_ = s;
@@ -180,14 +191,14 @@ class BucketReducer {
   }
 
   void Loop() {
-    std::unique_lock lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
       if (stop_) return;
       const size_t b = queue_.front();
       queue_.pop_front();
-      Reduce(b, lock);
-      done_cv_.notify_all();
+      Reduce(b);
+      done_cv_.SignalAll();
     }
   }
 
@@ -195,15 +206,16 @@ class BucketReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::unique_ptr<PreparedAllReduce>> prepared_;  // one per bucket
   size_t next_ = 0;                                           // main thread only
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::deque<size_t> queue_;
-  bool busy_ = false;
-  bool stop_ = false;
-  Status error_;
-  double reduce_seconds_ = 0;
-  double wait_seconds_ = 0;  // the training thread waiting for the queue before its last buckets
-  int64_t bytes_reduced_ = 0;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_, done_cv_;
+  std::deque<size_t> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Status error_ ABSL_GUARDED_BY(mu_);
+  double reduce_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  // The training thread waiting for the queue before its last buckets.
+  double wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_reduced_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 
