@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/exact_sum.h"
 #include "tests/aggregation/alloc_counter.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::aggregation {
 namespace {
@@ -60,17 +61,6 @@ TensorList ExactReference(const ModelLayout& layout, const std::vector<Update>& 
   return out;
 }
 
-bool BitwiseEqual(const TensorList& a, const TensorList& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].spec != b[t].spec || a[t].data.size() != b[t].data.size()) return false;
-    if (std::memcmp(a[t].data.data(), b[t].data.data(), a[t].data.size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 StreamingAggregator MakeAggregator(AggregatorOptions options = {}) {
   auto agg = StreamingAggregator::Create(TestLayout(), options);
   EXPECT_TRUE(agg.ok()) << agg.status();
@@ -119,8 +109,8 @@ TEST(StreamingAggregatorTest, MatchesExactAndDoubleReferences) {
 
   TensorList mean;
   ASSERT_TRUE(agg.WeightedMean(&mean).ok());
-  EXPECT_TRUE(BitwiseEqual(mean, ExactReference(agg.layout(), updates, agg.fraction_bits(),
-                                                static_cast<double>(total_weight))));
+  EXPECT_TRUE(testing::BitwiseEqual(mean, ExactReference(agg.layout(), updates, agg.fraction_bits(),
+                                                         static_cast<double>(total_weight))));
   // Against plain double arithmetic: each term is within half a fixed-point step.
   const double step_error = 20 * std::ldexp(0.5, -agg.fraction_bits()) / total_weight;
   for (size_t t = 0; t < mean.size(); ++t) {
@@ -163,7 +153,7 @@ TEST(StreamingAggregatorTest, AnyFoldOrderGivesIdenticalBits) {
       first = mean;
       first_naive = naive;
     } else {
-      EXPECT_TRUE(BitwiseEqual(first, mean)) << "permutation " << permutation;
+      EXPECT_TRUE(testing::BitwiseEqual(first, mean)) << "permutation " << permutation;
       naive_differs |= naive != first_naive;
     }
   }
@@ -203,7 +193,7 @@ TEST(StreamingAggregatorTest, RejectedValueLeavesStateBitwiseUnchanged) {
       EXPECT_EQ(agg.total_weight(), good.weight);
       TensorList after;
       ASSERT_TRUE(agg.Finalize(1.0, &after).ok());
-      ASSERT_TRUE(BitwiseEqual(before, after)) << c.where << " " << bad;
+      ASSERT_TRUE(testing::BitwiseEqual(before, after)) << c.where << " " << bad;
     }
   }
   // Exactness below float resolution: folding the negated update must cancel to exact zeros.
@@ -310,7 +300,7 @@ TEST(StreamingAggregatorTest, ResetReusesBuffersAndFoldDoesNotAllocate) {
   ASSERT_TRUE(fresh.Fold(s2, u2.weight).ok());
   TensorList fresh_mean;
   ASSERT_TRUE(fresh.WeightedMean(&fresh_mean).ok());
-  EXPECT_TRUE(BitwiseEqual(mean, fresh_mean));
+  EXPECT_TRUE(testing::BitwiseEqual(mean, fresh_mean));
 
   agg.Reset();
   EXPECT_EQ(agg.WeightedMean(&mean).code(), absl::StatusCode::kFailedPrecondition);

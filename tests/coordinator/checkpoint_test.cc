@@ -20,6 +20,7 @@
 #include "common/file_util.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -59,12 +60,10 @@ Checkpoint Good() {
   return c;
 }
 
+// A fresh, empty directory, removed when the test binary exits.
 std::string TempDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("huddle_ckpt_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  static testing::TempDirs dirs;
+  return dirs.Make("ckpt_" + name);
 }
 
 // The bytes of `path`, less their digest.

@@ -20,6 +20,7 @@
 #include "coordinator/checkpoint.h"
 #include "privacy/ledger.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -75,21 +76,9 @@ class CoordinatorTest : public ::testing::Test {
     return coord.model();
   }
 
-  static bool BitwiseEqual(const TensorList& a, const TensorList& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i].data.size() != b[i].data.size()) return false;
-      if (std::memcmp(a[i].data.data(), b[i].data.data(), a[i].data.size() * 4) != 0) return false;
-    }
-    return true;
-  }
-
-  std::string TempDir(const std::string& name) {
-    auto dir = std::filesystem::temp_directory_path() /
-               ("huddle_coord_" + name + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    return dir.string();
-  }
+  // A fresh directory (not yet created: the coordinator makes it), removed after the test.
+  std::string TempDir(const std::string& name) { return dirs_.Make("coord_" + name, false); }
+  testing::TempDirs dirs_;
 };
 
 TEST_F(CoordinatorTest, RoundsCompleteAndApplyTheWeightedMean) {
@@ -124,7 +113,8 @@ TEST_F(CoordinatorTest, ArrivalOrderDoesNotChangeTheModelBitwise) {
   CoordinatorOptions o = Options(3, 12);
   const TensorList reference = RunJob(o, Clients(12), 1);
   for (uint64_t seed = 2; seed < 8; ++seed) {
-    EXPECT_TRUE(BitwiseEqual(RunJob(o, Clients(12), seed), reference)) << "delivery seed " << seed;
+    EXPECT_TRUE(testing::BitwiseEqual(RunJob(o, Clients(12), seed), reference))
+        << "delivery seed " << seed;
   }
 }
 
@@ -149,7 +139,7 @@ TEST_F(CoordinatorTest, HostileAndBrokenClientsChangeNothing) {
   FakeFederation* fed = nullptr;
   TensorList model = RunJob(o, clients, 4, &metrics, &fed);
   std::unique_ptr<FakeFederation> owned(fed);
-  EXPECT_TRUE(BitwiseEqual(model, honest_only));
+  EXPECT_TRUE(testing::BitwiseEqual(model, honest_only));
   ASSERT_EQ(metrics.size(), 2u);
   for (const RoundMetrics& m : metrics) {
     EXPECT_EQ(m.clients_sampled, 9);
@@ -196,7 +186,7 @@ TEST_F(CoordinatorTest, AnUploadRequestWithAnotherNonceIsRefused) {
   FakeFederation* fed = nullptr;
   TensorList model = RunJob(o, clients, 1, &metrics, &fed);
   std::unique_ptr<FakeFederation> owned(fed);
-  EXPECT_TRUE(BitwiseEqual(model, reference));
+  EXPECT_TRUE(testing::BitwiseEqual(model, reference));
   EXPECT_EQ(fed->ErrorsSent("forger", wire::ErrorCode::kRejected), 2);
   for (const RoundMetrics& m : metrics) EXPECT_EQ(m.rejected, 1);
 }
@@ -213,7 +203,7 @@ TEST_F(CoordinatorTest, AnEnrolledClientCannotJoinOrSpeakAsAnother) {
     f.Inject("c1", wire::MakeMessage(wire::Heartbeat{}, 0, "c1"), "mallory");
   });
   std::unique_ptr<FakeFederation> owned(fed);
-  EXPECT_TRUE(BitwiseEqual(model, reference));
+  EXPECT_TRUE(testing::BitwiseEqual(model, reference));
   EXPECT_GE(fed->ErrorsSent("mallory", wire::ErrorCode::kAuthRefused), 1);
   EXPECT_EQ(fed->ErrorsSent("c1", wire::ErrorCode::kAuthRefused), 1);
   ASSERT_EQ(metrics.size(), 2u);
@@ -281,8 +271,8 @@ TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchangedAndAJobThatTrainedNothing
   EXPECT_NE(st.message().find("no round of the job accepted an update"), absl::string_view::npos);
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_FALSE(metrics[0].updated);
-  EXPECT_TRUE(
-      BitwiseEqual(coord.model(), models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974))));
+  EXPECT_TRUE(testing::BitwiseEqual(coord.model(),
+                                    models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974))));
   // The outputs are written, and say why the job failed.
   auto summary = ReadFile(o.out_dir + "/summary.json");
   ASSERT_TRUE(summary.ok());
@@ -608,7 +598,7 @@ TEST_F(CoordinatorTest, ResumeFromCheckpointEqualsAnUninterruptedRun) {
   const TensorList model = RunJob(resumed, Clients(5), 3, &metrics);
   ASSERT_EQ(metrics.size(), 2u);
   EXPECT_EQ(metrics[0].round, 3u);
-  EXPECT_TRUE(BitwiseEqual(model, full));
+  EXPECT_TRUE(testing::BitwiseEqual(model, full));
 }
 
 TEST_F(CoordinatorTest, ResumeRefusesACheckpointOfAnotherJob) {

@@ -16,6 +16,7 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -84,21 +85,9 @@ class ExternalCoordinatorTest : public ::testing::Test {
     return coord.model();
   }
 
-  std::string TempDir(const std::string& name) {
-    auto dir = std::filesystem::temp_directory_path() /
-               ("huddle_external_" + name + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    return dir.string();
-  }
-
-  static bool BitwiseEqual(const TensorList& a, const TensorList& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i].spec != b[i].spec || a[i].data.size() != b[i].data.size()) return false;
-      if (std::memcmp(a[i].data.data(), b[i].data.data(), a[i].data.size() * 4) != 0) return false;
-    }
-    return true;
-  }
+  // A fresh directory (not yet created: the coordinator makes it), removed after the test.
+  std::string TempDir(const std::string& name) { return dirs_.Make("external_" + name, false); }
+  testing::TempDirs dirs_;
 
   ManualClock clock_;
   std::unique_ptr<FakeFederation> fed_;
@@ -197,7 +186,7 @@ TEST_F(ExternalCoordinatorTest, CheckpointsResumeExactlyAndModelBinHoldsTheModel
   ASSERT_TRUE(reference.ok()) << reference.status();
   StatusOr<TensorList> file = ReadModelFile(whole.out_dir + "/model.bin");
   ASSERT_TRUE(file.ok()) << file.status();
-  EXPECT_TRUE(BitwiseEqual(*file, *reference));
+  EXPECT_TRUE(testing::BitwiseEqual(*file, *reference));
 
   CoordinatorOptions first = Options(2, 3);
   first.out_dir = TempDir("resumed");
@@ -211,7 +200,8 @@ TEST_F(ExternalCoordinatorTest, CheckpointsResumeExactlyAndModelBinHoldsTheModel
   rest.resume = true;
   StatusOr<TensorList> resumed = Run(rest, Clients(3));
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_TRUE(BitwiseEqual(*resumed, *reference)) << "the checkpoint wins over the initial model";
+  EXPECT_TRUE(testing::BitwiseEqual(*resumed, *reference))
+      << "the checkpoint wins over the initial model";
   std::filesystem::remove_all(whole.out_dir);
   std::filesystem::remove_all(first.out_dir);
 }
@@ -254,7 +244,8 @@ TEST_F(ExternalCoordinatorTest, ClientLevelDpRunsUnchanged) {
     }
     ASSERT_EQ(LayoutOf(*model), ExternalLayout());
     EXPECT_TRUE(CheckFinite(*model, "model").ok());
-    EXPECT_FALSE(BitwiseEqual(*model, InitialValues())) << "the noised mean moved the model";
+    EXPECT_FALSE(testing::BitwiseEqual(*model, InitialValues()))
+        << "the noised mean moved the model";
     EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/privacy.json"));
     EXPECT_TRUE(summary_.epsilon.has_value());
     std::filesystem::remove_all(o.out_dir);

@@ -20,6 +20,7 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -92,21 +93,9 @@ class FederatedEvalTest : public ::testing::Test {
     };
   }
 
-  std::string TempDir(const std::string& name) {
-    auto dir = std::filesystem::temp_directory_path() /
-               ("huddle_fedeval_" + name + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    return dir.string();
-  }
-
-  static bool BitwiseEqual(const TensorList& a, const TensorList& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i].data.size() != b[i].data.size()) return false;
-      if (std::memcmp(a[i].data.data(), b[i].data.data(), a[i].data.size() * 4) != 0) return false;
-    }
-    return true;
-  }
+  // A fresh directory (not yet created: the coordinator makes it), removed after the test.
+  std::string TempDir(const std::string& name) { return dirs_.Make("fedeval_" + name, false); }
+  testing::TempDirs dirs_;
 
   ManualClock clock_;
   std::unique_ptr<FakeFederation> fed_;
@@ -169,7 +158,8 @@ TEST_F(FederatedEvalTest, RunsEveryNRoundsAndAfterTheLastOnTheRoundsModel) {
   const auto& last = fed_->evaluations().back();
   EXPECT_EQ(last.round, 5u);
   EXPECT_EQ(last.model_version, 5u);
-  EXPECT_TRUE(BitwiseEqual(last.model, coord_->model())) << "the instruction carries the model";
+  EXPECT_TRUE(testing::BitwiseEqual(last.model, coord_->model()))
+      << "the instruction carries the model";
   std::set<std::string> nonces;
   for (const auto& e : fed_->evaluations()) nonces.insert(e.nonce);
   EXPECT_EQ(nonces.size(), 9u) << "a fresh nonce per instruction";
@@ -404,7 +394,7 @@ TEST_F(FederatedEvalTest, TrainingRoundsAreThoseOfAJobWithoutEvaluation) {
   };
   std::vector<RoundMetrics> metrics;
   ASSERT_TRUE(Run(evaluated, Clients(4), answer, &metrics).ok());
-  EXPECT_TRUE(BitwiseEqual(coord_->model(), reference));
+  EXPECT_TRUE(testing::BitwiseEqual(coord_->model(), reference));
   ASSERT_EQ(metrics.size(), reference_metrics.size());
   for (size_t r = 0; r < metrics.size(); ++r) {
     EXPECT_EQ(metrics[r].results, reference_metrics[r].results);
