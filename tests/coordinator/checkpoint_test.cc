@@ -20,7 +20,7 @@
 #include "common/file_util.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
-#include "tests/testing/tensors.h"
+#include "tests/testing/temp_dir.h"
 
 namespace huddle::coordinator {
 namespace {

@@ -20,6 +20,7 @@
 #include "coordinator/checkpoint.h"
 #include "privacy/ledger.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/tensors.h"
 
 namespace huddle::coordinator {

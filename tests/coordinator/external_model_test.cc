@@ -16,6 +16,7 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/tensors.h"
 
 namespace huddle::coordinator {
