@@ -20,22 +20,13 @@ MARKERS = ("absl::Mutex", "ABSL_GUARDED_BY")
 
 
 def annotated(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return False
-    return any(m in text for m in MARKERS) or any(
-        m in _header_text(path, text) for m in MARKERS)
-
-
-def _header_text(path, text):
-    # The file's own header (foo.cc -> foo.h, or a quoted include of the same stem).
-    header = os.path.splitext(path)[0] + ".h"
-    if os.path.exists(header):
-        with open(header, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    return ""
+    """Whether the file, or its own header (foo.cc -> foo.h), uses an annotated mutex."""
+    text = ""
+    for p in (path, os.path.splitext(path)[0] + ".h"):
+        if os.path.exists(p):
+            with open(p, encoding="utf-8", errors="replace") as f:
+                text += f.read()
+    return any(m in text for m in MARKERS)
 
 
 def syntax_command(entry):
