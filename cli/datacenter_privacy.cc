@@ -16,32 +16,6 @@ std::string LedgerPath(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / privacy::kLedgerFile).string();
 }
 
-int64_t LedgerSteps(const privacy::PrivacyLedger& ledger) {
-  int64_t steps = 0;
-  for (const privacy::LedgerEntry& e : ledger.entries()) steps += e.steps;
-  return steps;
-}
-
-// Why the ledger's releases are not private, one line per run of equal releases.
-std::vector<std::string> NotPrivateBecause(const privacy::PrivacyLedger& ledger) {
-  std::vector<std::string> why;
-  for (const privacy::ReportReleases& run : privacy::GroupReleases(ledger.entries())) {
-    const std::string where =
-        run.first_round == run.last_round
-            ? fmt::format("epoch {} ({} steps)", run.first_round, run.steps)
-            : fmt::format("epochs {}-{} ({} steps)", run.first_round, run.last_round, run.steps);
-    if (!(run.noise_multiplier > 0)) {
-      why.push_back(where + ": noise_multiplier 0, no noise was added");
-    } else if (run.noise != kPrivateNoise) {
-      why.push_back(fmt::format(
-          "{}: the noise came from '{}', not from the OS CSPRNG (whoever can reproduce it can "
-          "remove it)",
-          where, run.noise));
-    }
-  }
-  return why;
-}
-
 std::vector<std::string> SessionNotPrivateBecause(double z, const SessionNoise& noise) {
   if (!(z > 0)) return {"noise_multiplier is 0: no noise is added"};
   if (!noise.is_private) {
@@ -109,21 +83,16 @@ StatusOr<DatacenterPrivacy> DatacenterPrivacy::Open(const DatacenterConfig& c, i
                                                     int64_t n, bool resume,
                                                     const privacy::DpEvent& plan,
                                                     SessionNoise noise) {
-  const std::string path = LedgerPath(c.out_dir);
-  HUDDLE_ASSIGN_OR_RETURN(privacy::PrivacyLedger ledger, privacy::PrivacyLedger::Open(path));
-  if (!resume && !ledger.entries().empty()) {
-    return absl::FailedPreconditionError(fmt::format(
-        "{} records {} DP-SGD releases ({} steps) of an earlier run: continue that job with "
-        "--resume, or use a new output directory (deleting the ledger would forget privacy "
-        "already spent)",
-        path, ledger.entries().size(), LedgerSteps(ledger)));
-  }
+  HUDDLE_ASSIGN_OR_RETURN(
+      privacy::JobLedger ledger,
+      privacy::JobLedger::Open(c.out_dir,
+                               {.resume = resume, .releases = "DP-SGD", .count_steps = true}));
   for (const privacy::LedgerEntry& e : ledger.entries()) {
-    if (e.unit != privacy::kUnitExample || e.mode != "dp_sgd") {
+    if (e.unit != privacy::kUnitExample || e.mode != privacy::kModeDpSgd) {
       return absl::FailedPreconditionError(fmt::format(
           "{} holds a {} release of unit '{}' (round {}): it is not a datacenter DP-SGD job's "
           "ledger; use this job's own output directory",
-          path, e.mode, e.unit, e.round));
+          ledger.path(), e.mode, e.unit, e.round));
     }
   }
   return DatacenterPrivacy(c, world_size, n, plan, std::move(noise), std::move(ledger));
@@ -131,7 +100,7 @@ StatusOr<DatacenterPrivacy> DatacenterPrivacy::Open(const DatacenterConfig& c, i
 
 DatacenterPrivacy::DatacenterPrivacy(const DatacenterConfig& c, int world_size, int64_t n,
                                      const privacy::DpEvent& plan, SessionNoise noise,
-                                     privacy::PrivacyLedger ledger)
+                                     privacy::JobLedger ledger)
     : c_(&c),
       world_size_(world_size),
       n_(n),
@@ -141,13 +110,8 @@ DatacenterPrivacy::DatacenterPrivacy(const DatacenterConfig& c, int world_size, 
 
 Status DatacenterPrivacy::CheckStart(int64_t start_steps, bool from_checkpoint) {
   const DatacenterDpSgd& d = *c_->dp_sgd;
-  const int64_t ledger_steps = LedgerSteps(ledger_);
-  if (from_checkpoint && ledger_steps < start_steps) {
-    return absl::DataLossError(fmt::format(
-        "{} counts {} DP-SGD steps, but {}/checkpoint.bin is at step {}: the ledger was deleted or "
-        "truncated, so the privacy already spent cannot be established (restore the ledger from a "
-        "backup, or start afresh in a new output directory)",
-        ledger_.path(), ledger_steps, c_->out_dir, start_steps));
+  if (from_checkpoint) {
+    HUDDLE_RETURN_IF_ERROR(ledger_.CheckStepsCovered(start_steps, c_->out_dir + "/checkpoint.bin"));
   }
   recorded_steps_ = start_steps;
   if (!d.epsilon_budget) return absl::OkStatus();
@@ -164,17 +128,10 @@ Status DatacenterPrivacy::CheckStart(int64_t start_steps, bool from_checkpoint) 
 }
 
 Status DatacenterPrivacy::Record(int64_t epoch, int64_t steps_so_far) {
-  privacy::LedgerEntry e;
-  e.round = static_cast<uint64_t>(epoch);
-  e.mechanism = "poisson_gaussian";
-  e.sampling_rate = plan_.sampling_rate;
-  e.noise_multiplier = plan_.noise_multiplier;
-  e.clip_norm = c_->dp_sgd->dp.clip_norm;
-  e.mode = "dp_sgd";
-  e.steps = steps_so_far - recorded_steps_;
-  e.noise = noise_.description;
-  e.unit = privacy::kUnitExample;
-  e.adjacency = privacy::kAddRemove;
+  privacy::LedgerEntry e = privacy::LedgerEntry::DpSgdSteps(
+      static_cast<uint64_t>(epoch),
+      privacy::DpEvent{plan_.sampling_rate, plan_.noise_multiplier, steps_so_far - recorded_steps_},
+      c_->dp_sgd->dp.clip_norm, noise_.description);
   e.job = c_->job_name;
   HUDDLE_RETURN_IF_ERROR(ledger_.Append(e));
   recorded_steps_ = steps_so_far;
@@ -186,9 +143,9 @@ StatusOr<JobSpend> DatacenterPrivacy::SpendOf(std::vector<privacy::DpEvent> extr
   std::vector<privacy::DpEvent> events = ledger_.Events(privacy::kUnitExample);
   JobSpend s;
   s.delta = d.delta;
-  s.ledger_steps = LedgerSteps(ledger_);
+  s.ledger_steps = ledger_.steps();
   s.ledger_entries = static_cast<int64_t>(ledger_.entries().size());
-  s.not_private_because = NotPrivateBecause(ledger_);
+  s.not_private_because = ledger_.NotPrivateBecause(kPrivateNoise, "epoch");
   // This session's noise decides when it will add steps, or when nothing is recorded yet.
   bool session_counts = ledger_.entries().empty();
   for (const privacy::DpEvent& e : extra) {
@@ -212,7 +169,7 @@ StatusOr<JobSpend> DatacenterPrivacy::SpendOf(std::vector<privacy::DpEvent> extr
   return s;
 }
 
-int64_t DatacenterPrivacy::ledger_steps() const { return LedgerSteps(ledger_); }
+int64_t DatacenterPrivacy::ledger_steps() const { return ledger_.steps(); }
 
 StatusOr<JobSpend> DatacenterPrivacy::Spent() const { return SpendOf({}); }
 
@@ -248,9 +205,7 @@ Status DatacenterPrivacy::WriteReport(const std::string& stopped_early) const {
   r.is_private = spent.is_private;
   r.not_private_because = spent.not_private_because;
   r.budget_epsilon = d.epsilon_budget;
-  r.releases = privacy::GroupReleases(ledger_.entries());
   r.noise_source = noise_.description;
-  r.ledger = privacy::kLedgerFile;
   r.assumptions = {
       "The ranks are trusted: all of them know the secret sample and see each other's clipped "
       "gradient sums, and their network (the rendezvous store, Gloo's TCP, NCCL) is neither "
@@ -287,7 +242,7 @@ Status DatacenterPrivacy::WriteReport(const std::string& stopped_early) const {
       "noised steps, as model.bin is).",
       "Other uses of the same people's data: this ledger composes the releases of this job only."};
   r.stopped_early = stopped_early;
-  return privacy::WritePrivacyReport(c_->out_dir, r);
+  return ledger_.WriteReport(std::move(r));
 }
 
 }  // namespace huddle::cli

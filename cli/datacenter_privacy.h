@@ -39,6 +39,7 @@
 #include "cli/job_config.h"
 #include "common/status.h"
 #include "privacy/accountant.h"
+#include "privacy/job_ledger.h"
 #include "privacy/ledger.h"
 #include "privacy/report.h"
 
@@ -111,12 +112,11 @@ class DatacenterPrivacy {
   int64_t ledger_steps() const;  // the steps of all the ledger's entries
   const privacy::DpEvent& plan() const { return plan_; }
   const SessionNoise& noise() const { return noise_; }
-  const privacy::PrivacyLedger& ledger() const { return ledger_; }
+  const privacy::JobLedger& ledger() const { return ledger_; }
 
  private:
   DatacenterPrivacy(const DatacenterConfig& c, int world_size, int64_t n,
-                    const privacy::DpEvent& plan, SessionNoise noise,
-                    privacy::PrivacyLedger ledger);
+                    const privacy::DpEvent& plan, SessionNoise noise, privacy::JobLedger ledger);
   StatusOr<JobSpend> SpendOf(std::vector<privacy::DpEvent> extra) const;
 
   const DatacenterConfig* c_;
@@ -124,7 +124,7 @@ class DatacenterPrivacy {
   int64_t n_;
   privacy::DpEvent plan_;
   SessionNoise noise_;
-  privacy::PrivacyLedger ledger_;
+  privacy::JobLedger ledger_;   // the job's privacy session
   int64_t recorded_steps_ = 0;  // the step position of the last entry (or the start)
 };
 

@@ -10,6 +10,7 @@
 #include "common/file_util.h"
 #include "common/tensor_io.h"
 #include "models/dp_sgd.h"
+#include "privacy/distributed.h"
 
 namespace huddle::client {
 namespace {
@@ -216,20 +217,9 @@ StatusOr<privacy::LedgerEntry> PrivacyGuard::Distributed(const RoundRequest& req
   const double clip = std::min(session.clip_norm, fit.privacy.clip_norm);
   const double sensitivity =
       aggregation::secagg::GridSensitivity(clip, session.scale_exponent, dim);
-  const privacy::DpEvent sum =
-      privacy::DistributedDiscreteGaussianEvent(session.noise_variance, honest, sensitivity, dim);
-  privacy::LedgerEntry e;
-  e.round = request.round;
+  privacy::LedgerEntry e = privacy::DistributedRelease(
+      request.round, {session.noise_variance, honest, sensitivity, dim}, clip, {});
   e.job = request.job;
-  e.mechanism = privacy::kMechanismDistributed;
-  e.mode = "distributed";
-  e.sampling_rate = 1;
-  e.noise_multiplier = sum.noise_multiplier;
-  e.tau = sum.tau;
-  e.dimension = dim;
-  e.clip_norm = clip;
-  e.unit = privacy::kUnitClient;
-  e.adjacency = privacy::kReplaceOne;
   e.release = release;
   if (policy_.distributed) {
     const DistributedDpPolicy& d = *policy_.distributed;
@@ -308,9 +298,8 @@ StatusOr<Admission> PrivacyGuard::Admit(const RoundRequest& request) const {
     }
     if (l.clip_norm) a.clip_norm = std::min(a.clip_norm, *l.clip_norm);
     if (l.max_epsilon) {
-      privacy::LedgerEntry next;
-      next.noise_multiplier = z;
-      next.adjacency = l.adjacency;
+      const privacy::LedgerEntry next = privacy::LedgerEntry::ClientGaussian(
+          privacy::kModeLocal, request.round, 1, z, a.clip_norm, l.adjacency, {});
       HUDDLE_RETURN_IF_ERROR(
           CheckClientLevelCap(next.event(), l.delta, *l.max_epsilon, "privacy.local.max_epsilon"));
     }
@@ -356,31 +345,19 @@ Status PrivacyGuard::Record(const RoundRequest& request, const Admission& admiss
   if (admission.again) return absl::OkStatus();
   if (!admission.dp_release) return absl::OkStatus();
   const wire::FitInstruction& fit = *request.fit;
-  privacy::LedgerEntry base;
-  base.round = request.round;
-  base.job = request.job;
-  base.release = admission.release;
-  base.noise = noise;
+  auto for_this_release = [&](privacy::LedgerEntry e) {
+    e.job = request.job;
+    e.release = admission.release;
+    return e;
+  };
   if (fit.privacy.mode == wire::UpdatePrivacy::Mode::kLocal) {
-    privacy::LedgerEntry e = base;
-    e.mode = "local";
-    e.sampling_rate = 1;
-    e.noise_multiplier = fit.privacy.noise_multiplier;
-    e.clip_norm = admission.clip_norm;
-    e.unit = privacy::kUnitClient;
-    e.adjacency = policy_.local ? policy_.local->adjacency : privacy::kReplaceOne;
-    HUDDLE_RETURN_IF_ERROR(Append(e));
+    HUDDLE_RETURN_IF_ERROR(Append(for_this_release(privacy::LedgerEntry::ClientGaussian(
+        privacy::kModeLocal, request.round, 1, fit.privacy.noise_multiplier, admission.clip_norm,
+        policy_.local ? policy_.local->adjacency : privacy::kReplaceOne, noise))));
   }
   if (dp_sgd) {
-    privacy::LedgerEntry e = base;
-    e.mode = "dp_sgd";
-    e.sampling_rate = dp_sgd->sampling_rate;
-    e.noise_multiplier = dp_sgd->noise_multiplier;
-    e.steps = dp_sgd->steps;
-    e.clip_norm = fit.train.dp_sgd ? fit.train.dp_sgd->clip_norm : 0;
-    e.unit = privacy::kUnitExample;
-    e.adjacency = privacy::kAddRemove;
-    HUDDLE_RETURN_IF_ERROR(Append(e));
+    HUDDLE_RETURN_IF_ERROR(Append(for_this_release(privacy::LedgerEntry::DpSgdSteps(
+        request.round, *dp_sgd, fit.train.dp_sgd ? fit.train.dp_sgd->clip_norm : 0, noise))));
   }
   kept_ = Kept{admission.release, std::move(released)};
   if (!ledger_) return absl::OkStatus();

@@ -44,6 +44,7 @@
 #include "coordinator/upload_slots.h"
 #include "models/model.h"
 #include "privacy/budget.h"
+#include "privacy/job_ledger.h"
 #include "privacy/ledger.h"
 #include "privacy/noise.h"
 #include "transport/transport.h"
@@ -338,7 +339,7 @@ class Coordinator {
   std::map<std::string, LogSummary> logs_;  // Warn()'s, by kind
 
   std::optional<privacy::PrivacyPlan> privacy_;
-  std::optional<privacy::PrivacyLedger> ledger_;
+  std::optional<privacy::JobLedger> ledger_;  // the job's privacy session (under DP)
   std::optional<privacy::NoiseSource> noise_;
   std::optional<privacy::NoiseSource> sampler_;  // secret cohorts and client seeds (see above)
   double clip_norm_ = 0;                         // adaptive clipping: C of the next round

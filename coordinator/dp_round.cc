@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 
 #include "coordinator/coordinator.h"
 #include "privacy/clip.h"
@@ -18,10 +17,6 @@ namespace {
 using privacy::PrivacyMode;
 
 constexpr size_t kNoiseChunk = size_t{1} << 16;
-
-std::string LedgerPath(const std::string& dir) {
-  return (std::filesystem::path(dir) / privacy::kLedgerFile).string();
-}
 
 }  // namespace
 
@@ -41,32 +36,11 @@ Status Coordinator::InitialisePrivacy(double checkpoint_clip_norm, uint64_t resu
   HUDDLE_ASSIGN_OR_RETURN(auto plan,
                           privacy::PrivacyPlan::Create(p, options_.cohort.rate, options_.rounds));
   privacy_.emplace(std::move(plan));
-  const std::string path = LedgerPath(options_.out_dir);
-  HUDDLE_ASSIGN_OR_RETURN(auto ledger, privacy::PrivacyLedger::Open(path));
-  if (!options_.resume && !ledger.entries().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " records ", ledger.entries().size(),
-        " DP releases of an earlier run: continue that job with --resume, or use a new output "
-        "directory (deleting the ledger would forget privacy already spent)"));
-  }
+  HUDDLE_ASSIGN_OR_RETURN(auto ledger,
+                          privacy::JobLedger::Open(options_.out_dir, {.resume = options_.resume}));
   // Every DP round appends its entry before it completes, so a checkpoint after round R needs
-  // entries for rounds 1..R: otherwise the ledger was deleted, truncated or replaced, and the
-  // spend of the model being resumed is unknown.
-  if (resumed_round > 0) {
-    std::vector<bool> covered(resumed_round + 1, false);
-    for (const privacy::LedgerEntry& e : ledger.entries()) {
-      if (e.round >= 1 && e.round <= resumed_round) covered[e.round] = true;
-    }
-    for (uint64_t r = 1; r <= resumed_round; ++r) {
-      if (!covered[r]) {
-        return absl::DataLossError(absl::StrCat(
-            "--resume: the checkpoint has completed ", resumed_round, " DP rounds but ", path,
-            " records no release for round ", r, " (it holds ", ledger.entries().size(),
-            " entries): the privacy already spent cannot be established; restore the ledger, or "
-            "start the job afresh in a new output directory"));
-      }
-    }
-  }
+  // entries for rounds 1..R.
+  HUDDLE_RETURN_IF_ERROR(ledger.CheckRoundsCovered(resumed_round));
   ledger_.emplace(std::move(ledger));
   if (p.noise_seed) {
     noise_.emplace(privacy::NoiseSource::SeededForTesting(*p.noise_seed));
@@ -248,23 +222,24 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
   }
   // Durable before anything computed from the noised sum leaves this function.
   privacy::LedgerEntry entry;
-  entry.round = round.number;
-  entry.sampling_rate = privacy_->accounting_rate();
-  entry.noise_multiplier = round.noise_multiplier;
-  entry.clip_norm = round.clip_norm;
-  entry.mode = info.mode;
-  entry.noise = central ? noise_->Describe() : "client-side";
-  entry.unit = privacy::kUnitClient;
-  entry.adjacency = privacy_->adjacency();
-  entry.job = options_.job_name;
-  if (p.mode == PrivacyMode::kDistributed) {
+  if (p.mode != PrivacyMode::kDistributed) {
+    entry = privacy::LedgerEntry::ClientGaussian(
+        info.mode, round.number, privacy_->accounting_rate(), round.noise_multiplier,
+        round.clip_norm, privacy_->adjacency(),
+        central ? noise_->Describe() : privacy::kNoiseClientSide);
+    entry.job = options_.job_name;
+  } else {
     if (round.secagg && round.secagg->distributed) {
       entry = *round.secagg->distributed;  // the shares the members were told to add
     } else {
       // No secure session this round (a cohort too small): nothing was released, accounted as
       // planned all the same (an over-count is safe).
-      entry.mechanism = privacy::kMechanismDistributed;
-      entry.dimension = static_cast<int64_t>(aggregator_->size());
+      privacy::DpEvent planned;
+      planned.noise_multiplier = round.noise_multiplier;
+      planned.dimension = static_cast<int64_t>(aggregator_->size());
+      entry = privacy::LedgerEntry::DistributedSum(round.number, planned, round.clip_norm,
+                                                   privacy::kNoiseClientSide);
+      entry.job = options_.job_name;
     }
     info.noise_multiplier = entry.noise_multiplier;
     if (round.secagg) {
@@ -357,11 +332,9 @@ Status Coordinator::WritePrivacyReport() const {
   r.adjacency = privacy_->adjacency();
   r.delta = p.delta;
   r.budget_epsilon = p.total_epsilon;
-  r.ledger = privacy::kLedgerFile;
   HUDDLE_ASSIGN_OR_RETURN(const privacy::Spend spent, privacy_->Spent(ledger_->Events()));
   r.nominal_epsilon = spent.epsilon;
   r.accountant = privacy::AccountantName(spent.accountant);
-  r.releases = privacy::GroupReleases(ledger_->entries());
   r.noise_source = central ? noise_->Describe() : "each client's own (client-side)";
   // (Distributed: the members' shares come from their own sources, never the coordinator's.)
   r.is_private = noise_->is_private();
@@ -461,7 +434,7 @@ Status Coordinator::WritePrivacyReport() const {
       "checkpoint.bin: operator-only (the model and server optimizer state)",
       "side channels: timing, message sizes, which clients are online",
   };
-  return privacy::WritePrivacyReport(options_.out_dir, r);
+  return ledger_->WriteReport(std::move(r));
 }
 
 }  // namespace huddle::coordinator

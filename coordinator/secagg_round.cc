@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "coordinator/coordinator.h"
+#include "privacy/distributed.h"
 
 namespace huddle::coordinator {
 
@@ -111,20 +112,9 @@ StatusOr<bool> Coordinator::StartSecAgg(Round& round, const std::vector<std::str
   if (distributed) {
     // The round's release as accounted: the sum's multiplier with the variance as rounded up
     // (sqrt(m s) / Delta >= z) and Kairouz et al.'s tau for m shares.
-    const privacy::DpEvent sum = privacy::DistributedDiscreteGaussianEvent(
-        s.plan.noise_variance, s.noise_members, s.plan.sensitivity, dim);
-    privacy::LedgerEntry e;
-    e.round = round.number;
-    e.mechanism = privacy::kMechanismDistributed;
-    e.sampling_rate = 1;
-    e.noise_multiplier = sum.noise_multiplier;
-    e.tau = sum.tau;
-    e.dimension = dim;
-    e.clip_norm = round.clip_norm;
-    e.mode = privacy::PrivacyModeName(privacy::PrivacyMode::kDistributed);
-    e.noise = "client-side (secure aggregation shares)";
-    e.unit = privacy::kUnitClient;
-    e.adjacency = privacy_->adjacency();
+    privacy::LedgerEntry e = privacy::DistributedRelease(
+        round.number, {s.plan.noise_variance, s.noise_members, s.plan.sensitivity, dim},
+        round.clip_norm, privacy::kNoiseSecAggShares);
     e.job = options_.job_name;
     // The plan fitted the round with tau = 0; a coarse grid's tau could take it past the total.
     HUDDLE_ASSIGN_OR_RETURN(auto would, privacy_->WouldSpendEvent(ledger_->Events(), e.event()));
@@ -435,10 +425,13 @@ bool Coordinator::SecAggStep(Round& round) {
             c.min_survivors, options_.secure_aggregation.graph.security_bits);
         if (honest.ok() && *honest > s.noise_members) {
           s.noise_members = *honest;
-          const privacy::DpEvent sum = privacy::DistributedDiscreteGaussianEvent(
-              s.plan.noise_variance, s.noise_members, s.plan.sensitivity, s.distributed->dimension);
-          s.distributed->noise_multiplier = sum.noise_multiplier;
-          s.distributed->tau = sum.tau;
+          const privacy::LedgerEntry more =
+              privacy::DistributedRelease(round.number,
+                                          {s.plan.noise_variance, s.noise_members,
+                                           s.plan.sensitivity, s.distributed->dimension},
+                                          s.distributed->clip_norm, s.distributed->noise);
+          s.distributed->noise_multiplier = more.noise_multiplier;
+          s.distributed->tau = more.tau;
         }
         Status st = ledger_->Append(*s.distributed);
         if (!st.ok()) {

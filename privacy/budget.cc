@@ -15,11 +15,11 @@ bool Positive(double v) { return std::isfinite(v) && v > 0; }
 const char* PrivacyModeName(PrivacyMode mode) {
   switch (mode) {
     case PrivacyMode::kCentral:
-      return "central";
+      return kModeCentral;
     case PrivacyMode::kLocal:
-      return "local";
+      return kModeLocal;
     case PrivacyMode::kDistributed:
-      return "distributed";
+      return kModeDistributed;
     case PrivacyMode::kNone:
       break;
   }
@@ -32,15 +32,15 @@ const char* AdjacencyOf(PrivacyMode mode) {
 }
 
 DpEvent PrivacyPlan::RoundEvent(double noise_multiplier) const {
-  LedgerEntry e;
-  e.sampling_rate = accounting_rate_;
-  e.noise_multiplier = noise_multiplier;
-  e.adjacency = adjacency();
   if (options_.mode == PrivacyMode::kDistributed) {
-    e.mechanism = kMechanismDistributed;
-    e.dimension = 1;
+    DpEvent sum;
+    sum.noise_multiplier = noise_multiplier;
+    sum.dimension = 1;  // tau = 0: the plan's bound before the grid is known
+    return LedgerEntry::DistributedSum(0, sum, 0, {}).event();
   }
-  return e.event();
+  return LedgerEntry::ClientGaussian(PrivacyModeName(options_.mode), 0, accounting_rate_,
+                                     noise_multiplier, 0, adjacency(), {})
+      .event();
 }
 
 StatusOr<double> ValueNoiseMultiplier(double z, double count_stddev) {

@@ -462,6 +462,51 @@ Status PrivacyLedger::AppendLost(int64_t lost, std::string_view release) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The fields every release has; the factories below add what their kind has besides.
+LedgerEntry Release(std::string_view mechanism, std::string_view mode, uint64_t round,
+                    const DpEvent& event, double clip_norm, std::string noise,
+                    std::string_view unit, std::string_view adjacency) {
+  LedgerEntry e;
+  e.round = round;
+  e.mechanism = mechanism;
+  e.sampling_rate = event.sampling_rate;
+  e.noise_multiplier = event.noise_multiplier;
+  e.steps = event.steps;
+  e.clip_norm = clip_norm;
+  e.mode = mode;
+  e.noise = std::move(noise);
+  e.unit = unit;
+  e.adjacency = adjacency;
+  return e;
+}
+
+}  // namespace
+
+LedgerEntry LedgerEntry::ClientGaussian(std::string_view mode, uint64_t round, double sampling_rate,
+                                        double noise_multiplier, double clip_norm,
+                                        std::string_view adjacency, std::string noise) {
+  return Release(kMechanismGaussian, mode, round, DpEvent{sampling_rate, noise_multiplier, 1},
+                 clip_norm, std::move(noise), kUnitClient, adjacency);
+}
+
+LedgerEntry LedgerEntry::DistributedSum(uint64_t round, const DpEvent& sum, double clip_norm,
+                                        std::string noise) {
+  LedgerEntry e =
+      Release(kMechanismDistributed, kModeDistributed, round, DpEvent{1, sum.noise_multiplier, 1},
+              clip_norm, std::move(noise), kUnitClient, kReplaceOne);
+  e.tau = sum.tau;
+  e.dimension = sum.dimension;
+  return e;
+}
+
+LedgerEntry LedgerEntry::DpSgdSteps(uint64_t round, const DpEvent& steps, double clip_norm,
+                                    std::string noise) {
+  return Release(kMechanismGaussian, kModeDpSgd, round, steps, clip_norm, std::move(noise),
+                 kUnitExample, kAddRemove);
+}
+
 DpEvent LedgerEntry::event() const {
   const double z = adjacency == kReplaceOne ? noise_multiplier / 2 : noise_multiplier;
   DpEvent event{sampling_rate, z, steps};

@@ -84,6 +84,14 @@ inline constexpr char kMechanismGaussian[] = "poisson_gaussian";
 inline constexpr char kMechanismDistributed[] = "distributed_discrete_gaussian";
 inline constexpr char kAddRemove[] = "add_remove";
 inline constexpr char kReplaceOne[] = "replace_one";
+// LedgerEntry::mode: how the release was made (PrivacyModeName's names for the federated modes).
+inline constexpr char kModeCentral[] = "central";          // the coordinator's noise on the sum
+inline constexpr char kModeLocal[] = "local";              // each client's noise on its update
+inline constexpr char kModeDistributed[] = "distributed";  // the clients' shares in a secure sum
+inline constexpr char kModeDpSgd[] = "dp_sgd";             // DP-SGD over one party's examples
+// LedgerEntry::noise of a release whose noise the clients added (the coordinator's record).
+inline constexpr char kNoiseClientSide[] = "client-side";
+inline constexpr char kNoiseSecAggShares[] = "client-side (secure aggregation shares)";
 
 struct LedgerEntry {
   uint64_t round = 0;  // the round (federated) or epoch (datacenter) the release belongs to
@@ -91,7 +99,7 @@ struct LedgerEntry {
   double sampling_rate = 1.0;                  // q
   double noise_multiplier = 0;  // z: noise std / C (effective, after any split between queries)
   double clip_norm = 0;         // C (for the record; epsilon does not depend on it)
-  std::string mode;             // "central" | "local" | "dp_sgd"
+  std::string mode;             // kModeCentral | kModeLocal | kModeDistributed | kModeDpSgd
   int64_t steps = 1;
   std::string noise;                   // the noise source: "os-csprng" or "seeded (NOT PRIVATE)"
   std::string unit = kUnitClient;      // whose privacy the event spends: kUnitClient / kUnitExample
@@ -100,6 +108,22 @@ struct LedgerEntry {
   std::string release;                 // optional: an id of the released value (client ledgers)
   double tau = 0;                      // kMechanismDistributed only (accountant.h)
   int64_t dimension = 0;               // kMechanismDistributed only: d >= 1
+
+  // One entry per kind of release; `job` and `release` are left for the caller to add.
+  //
+  // A client-level Gaussian release of `mode` (kModeCentral: the coordinator's noised sum, q the
+  // cohort's rate, add/remove; kModeLocal: one client's noised update, q = 1, its adjacency).
+  static LedgerEntry ClientGaussian(std::string_view mode, uint64_t round, double sampling_rate,
+                                    double noise_multiplier, double clip_norm,
+                                    std::string_view adjacency, std::string noise);
+  // A distributed-DP round: the sum of secure aggregation's discrete Gaussian shares whose event
+  // is `sum` (DistributedDiscreteGaussianEvent: its z, tau and dimension); q = 1, client-level,
+  // replace-one. privacy/distributed.h's DistributedRelease computes it from the shares.
+  static LedgerEntry DistributedSum(uint64_t round, const DpEvent& sum, double clip_norm,
+                                    std::string noise);
+  // `steps` DP-SGD steps (q, z, steps) over one party's examples: example-level, add/remove.
+  static LedgerEntry DpSgdSteps(uint64_t round, const DpEvent& steps, double clip_norm,
+                                std::string noise);
 
   // The accountant's event: z as given under add/remove, z / 2 under replace-one (the mechanism,
   // tau and dimension carried over).

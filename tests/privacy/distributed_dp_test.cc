@@ -8,6 +8,7 @@
 
 #include "privacy/accountant.h"
 #include "privacy/budget.h"
+#include "privacy/distributed.h"
 #include "privacy/ledger.h"
 
 namespace huddle::privacy {
@@ -108,6 +109,30 @@ LedgerEntry DistributedEntry() {
   e.tau = 1e-300;
   e.dimension = 50890;
   return e;
+}
+
+// The one release formula the coordinator and each client's guard share: the sum's event as
+// DistributedDiscreteGaussianEvent computes it, in the entry both wrote before, byte for byte.
+TEST(DistributedDpTest, ReleaseIsTheSumsEventInTheRoundsEntry) {
+  const DistributedShares shares{40, 12, 1024.0 + std::sqrt(50890.0), 50890};
+  LedgerEntry e = DistributedRelease(3, shares, 1.0, kNoiseSecAggShares);
+  const DpEvent sum = DistributedDiscreteGaussianEvent(40, 12, shares.sensitivity, 50890);
+  EXPECT_EQ(e.noise_multiplier, sum.noise_multiplier);
+  EXPECT_EQ(e.tau, sum.tau);
+  EXPECT_EQ(e.dimension, 50890);
+  e.noise_multiplier = 8.25;  // a value with a short decimal form, for the line below
+  e.tau = 1e-300;
+  e.job = "mnist";
+  EXPECT_EQ(LedgerLine(e),
+            R"j({"round":3,"mechanism":"distributed_discrete_gaussian","sampling_rate":1.0,)j"
+            R"j("noise_multiplier":8.25,"clip_norm":1.0,"mode":"distributed","steps":1,)j"
+            R"j("noise":"client-side (secure aggregation shares)","unit":"client",)j"
+            R"j("adjacency":"replace_one","tau":1e-300,"dimension":50890,"job":"mnist"})j");
+  EXPECT_EQ(LedgerLine(e), [&] {
+    LedgerEntry by_hand = DistributedEntry();
+    by_hand.job = "mnist";
+    return LedgerLine(by_hand);
+  }());
 }
 
 TEST(DistributedDpTest, LedgerLinesKeepTauAndDimension) {

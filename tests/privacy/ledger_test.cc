@@ -330,5 +330,45 @@ TEST_F(LedgerTest, AnAcknowledgedLossOpensCountingItUnbounded) {
   EXPECT_EQ(ledger->entries().size(), 4u);
 }
 
+// Each kind of release has one constructor; its line is the one the sites that filled entries by
+// hand wrote (the file format does not change).
+TEST(LedgerEntryTest, EachKindOfReleaseHasItsLine) {
+  LedgerEntry central =
+      LedgerEntry::ClientGaussian(kModeCentral, 3, 0.1, 1.1, 0.5, kAddRemove, "os-csprng");
+  central.job = "mnist";
+  EXPECT_EQ(LedgerLine(central),
+            R"j({"round":3,"mechanism":"poisson_gaussian","sampling_rate":0.1,)j"
+            R"j("noise_multiplier":1.1,"clip_norm":0.5,"mode":"central","steps":1,)j"
+            R"j("noise":"os-csprng","unit":"client","adjacency":"add_remove","job":"mnist"})j");
+  LedgerEntry local =
+      LedgerEntry::ClientGaussian(kModeLocal, 4, 1, 2.0, 1.0, kReplaceOne, "os-csprng");
+  local.release = "r1";
+  EXPECT_EQ(LedgerLine(local),
+            R"j({"round":4,"mechanism":"poisson_gaussian","sampling_rate":1.0,)j"
+            R"j("noise_multiplier":2.0,"clip_norm":1.0,"mode":"local","steps":1,)j"
+            R"j("noise":"os-csprng","unit":"client","adjacency":"replace_one","release":"r1"})j");
+  EXPECT_EQ(local.event().noise_multiplier, 1.0);  // replace-one halves it
+  const LedgerEntry sgd =
+      LedgerEntry::DpSgdSteps(2, DpEvent{0.01, 1.5, 300}, 0.25, "none (NOT PRIVATE)");
+  EXPECT_EQ(LedgerLine(sgd),
+            R"j({"round":2,"mechanism":"poisson_gaussian","sampling_rate":0.01,)j"
+            R"j("noise_multiplier":1.5,"clip_norm":0.25,"mode":"dp_sgd","steps":300,)j"
+            R"j("noise":"none (NOT PRIVATE)","unit":"example","adjacency":"add_remove"})j");
+  const DpEvent steps = sgd.event();
+  EXPECT_EQ(steps.sampling_rate, 0.01);
+  EXPECT_EQ(steps.noise_multiplier, 1.5);
+  EXPECT_EQ(steps.steps, 300);
+  DpEvent sum;
+  sum.noise_multiplier = 8.0;
+  sum.tau = 0.5;
+  sum.dimension = 10;
+  const LedgerEntry distributed = LedgerEntry::DistributedSum(5, sum, 1.0, kNoiseClientSide);
+  EXPECT_EQ(LedgerLine(distributed),
+            R"j({"round":5,"mechanism":"distributed_discrete_gaussian","sampling_rate":1.0,)j"
+            R"j("noise_multiplier":8.0,"clip_norm":1.0,"mode":"distributed","steps":1,)j"
+            R"j("noise":"client-side","unit":"client","adjacency":"replace_one","tau":0.5,)j"
+            R"j("dimension":10})j");
+}
+
 }  // namespace
 }  // namespace huddle::privacy
