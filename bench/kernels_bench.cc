@@ -1,12 +1,12 @@
 // Training and update-pipeline kernels on every device of this machine, as ratios to a baseline
 // measured in the same run (issue 5's figures):
 //
-//   BM_Pipeline/<dev>/N     the fused update pipeline on N floats: delta, norm, clip and
-//                           stochastic-rounding quantization to int32 (kernels/update.h). Bytes
-//                           counted: the memory it moves, 20 per element (pass 1 reads local and
-//                           global for the norm; pass 2 reads them again and writes the int32;
-//                           the clip scale depends on every element, so two passes are the
-//                           fewest). Its useful rate (12 bytes per element) is 0.6 of this.
+//   BM_Pipeline/<dev>/N     the fused update pipeline on N floats: delta, norm and clip
+//                           (kernels/update.h). Bytes counted: the memory it moves, 20 per
+//                           element (pass 1 reads local and global for the norm; pass 2 reads
+//                           them again and writes the float; the clip scale depends on every
+//                           element, so two passes are the fewest). Its useful rate (12 bytes per
+//                           element) is 0.6 of this.
 //   BM_DeviceCopy/<dev>/N   a device-to-device copy of N floats (memcpy on the CPU); bytes counted:
 //                           8 per element (read and write)
 //   BM_SgdStep/<dev>        one minibatch SGD step (momentum 0.9) of the MLP 784-128-10, batch 256:
@@ -93,17 +93,14 @@ void BM_Pipeline(benchmark::State& state) {
   const int64_t n = state.range(1);
   const kernels::DeviceBuffer local = Filled(device, n, 1, 1.0);
   const kernels::DeviceBuffer global = Filled(device, n, 2, 1.0);
-  kernels::DeviceBuffer units = device.Allocate(n * 4).value();
+  kernels::DeviceBuffer out = device.Allocate(n * 4).value();
   kernels::DeviceBuffer scratch = device.Allocate(kernels::kUpdatePipelineScratch * 8).value();
   kernels::DeviceBuffer stats = device.Allocate(sizeof(kernels::UpdatePipelineStats)).value();
   kernels::UpdatePipelineParams p;
   p.clip_norm = 1.0;  // the norm is ~sqrt(2n): always clipped
-  p.key = kernels::NoiseKeyFromSeed(3);
-  p.quantum = 1.0 / 1024;
   for (auto _ : state) {
-    device.UpdatePipeline(p, local.as<float>(), global.as<float>(), n, nullptr, units.as<int32_t>(),
+    device.UpdatePipeline(p, local.as<float>(), global.as<float>(), n, out.as<float>(),
                           scratch.as<double>(), stats.as<kernels::UpdatePipelineStats>());
-    p.rounding_offset += static_cast<uint64_t>(n);  // fresh rounding bits, as in a real run
     Wait(state, device);
   }
   state.SetBytesProcessed(state.iterations() * n * 20);

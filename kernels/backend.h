@@ -203,8 +203,8 @@ class Backend {
 
   // ---- Update pipeline and aggregation (kernels/update.h) ------------------------------------
   virtual void UpdatePipeline(const UpdatePipelineParams& p, const float* local,
-                              const float* global, int64_t n, float* out_values, int32_t* out_units,
-                              double* scratch, UpdatePipelineStats* stats) = 0;
+                              const float* global, int64_t n, float* out, double* scratch,
+                              UpdatePipelineStats* stats) = 0;
 };
 
 inline void DeviceBuffer::Release() {

@@ -182,9 +182,8 @@ class CpuBackend final : public Backend {
     kernels::UnitsToFloat(acc, n, exponent, divisor, out);
   }
   void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
-                      int64_t n, float* out_values, int32_t* out_units, double* scratch,
-                      UpdatePipelineStats* stats) override {
-    kernels::UpdatePipeline(p, local, global, n, out_values, out_units, scratch, stats);
+                      int64_t n, float* out, double* scratch, UpdatePipelineStats* stats) override {
+    kernels::UpdatePipeline(p, local, global, n, out, scratch, stats);
   }
 
  private:

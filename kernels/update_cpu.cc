@@ -42,29 +42,18 @@ double SquaredNorm(const float* x, int64_t n) {
 }
 
 void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
-                    int64_t n, float* out_values, int32_t* out_units, double* /*scratch*/,
-                    UpdatePipelineStats* stats) {
+                    int64_t n, float* out, double* /*scratch*/, UpdatePipelineStats* stats) {
   // Pass 1: the norm of delta, and the clip factor.
   const double squared =
       OrderedSquaredSum(n, [&](int64_t i) { return update_math::Delta(local[i], global[i]); });
   double norm = 0;
   const double scale = update_math::ClipScale(squared, p.clip_norm, &norm);
-  // Pass 2: scale, (quantize). The rounding stream is read a ChaCha block at a time.
-  int64_t saturated = 0;
-  uint32_t rounding[16] = {};
-  uint64_t rounding_block = UINT64_MAX;
+  // Pass 2: scale.
   for (int64_t i = 0; i < n; ++i) {
-    const uint64_t index = p.rounding_offset + static_cast<uint64_t>(i);
-    const double v = hd::Mul(update_math::Delta(local[i], global[i]), scale);
-    if (p.quantum > 0 && index / 16 != rounding_block) {
-      rounding_block = index / 16;
-      ChaCha20Block(p.key, kRoundingStream, rounding_block, rounding);
-    }
-    update_math::StoreOutput(p, v, rounding[index % 16], i, out_values, out_units, &saturated);
+    out[i] = static_cast<float>(hd::Mul(update_math::Delta(local[i], global[i]), scale));
   }
   stats->norm = norm;
   stats->scale = scale;
-  stats->saturated = saturated;
 }
 
 }  // namespace huddle::kernels

@@ -14,7 +14,6 @@
 #include <cstdint>
 
 #include "kernels/hd.h"
-#include "kernels/noise_stream.h"
 #include "kernels/update.h"
 
 namespace huddle::kernels::update_math {
@@ -51,42 +50,6 @@ HUDDLE_HD inline double ClipScale(double squared_norm, double clip_norm, double*
   if (!(*norm <= 1.7976931348623157e308)) return 0.0;  // NaN or inf: refuse (scale 0)
   if (clip_norm > 0 && *norm > clip_norm) return hd::Mul(hd::Div(clip_norm, *norm), kClipShrink);
   return 1.0;
-}
-
-// floor(v / quantum + r), r = bits * 2^-32 in [0, 1): rounds up with probability frac(v / quantum)
-// (to 2^-32). Saturates to [-(2^31 - 1), 2^31 - 1] (NaN -> 0), counting into *saturated.
-HUDDLE_HD inline int32_t StochasticRound(double v, double quantum, uint32_t bits,
-                                         int64_t* saturated) {
-  const double u = hd::Add(hd::Div(v, quantum), hd::Mul(static_cast<double>(bits), 0x1p-32));
-  constexpr double kMax = 2147483647.0;
-  if (!(u >= -kMax)) {  // below the range, or NaN
-    ++*saturated;
-    return u != u ? 0 : -2147483647;
-  }
-  if (u >= kMax + 1.0) {
-    ++*saturated;
-    return 2147483647;
-  }
-  // u in [-(2^31 - 1), 2^31): floor by truncation toward zero, corrected for negatives.
-  auto t = static_cast<int64_t>(u);
-  if (static_cast<double>(t) > u) --t;
-  return static_cast<int32_t>(t);
-}
-
-// Writes element i's outputs for the pipeline value v; `rounding_bits` is the element's word of
-// the rounding stream (read only when quantizing).
-HUDDLE_HD inline void StoreOutput(const UpdatePipelineParams& p, double v, uint32_t rounding_bits,
-                                  int64_t i, float* out_values, int32_t* out_units,
-                                  int64_t* saturated) {
-  if (!(p.quantum > 0)) {
-    out_values[i] = static_cast<float>(v);
-    return;
-  }
-  const int32_t units = StochasticRound(v, p.quantum, rounding_bits, saturated);
-  out_units[i] = units;
-  if (out_values != nullptr) {
-    out_values[i] = static_cast<float>(hd::Mul(static_cast<double>(units), p.quantum));
-  }
 }
 
 }  // namespace huddle::kernels::update_math

@@ -62,7 +62,7 @@ StatusOr<Update> UpdateFromTrained(const TensorList& local, const TensorList& gl
   params.clip_norm = clip_norm;
   kernels::UpdatePipelineStats stats;
   kernels::UpdatePipeline(params, l.data(), g.data(), static_cast<int64_t>(g.size()), packed.data(),
-                          nullptr, nullptr, &stats);
+                          nullptr, &stats);
   TensorList delta = global;
   auto next = packed.begin();
   for (Tensor& t : delta) {
@@ -121,8 +121,7 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
   kernels::UpdatePipelineParams params;
   params.clip_norm = options.clip_norm;
   backend.UpdatePipeline(params, trained.data(), global_copy.as<float>(), span, out.as<float>(),
-                         nullptr, scratch.as<double>(),
-                         stats_buffer.as<kernels::UpdatePipelineStats>());
+                         scratch.as<double>(), stats_buffer.as<kernels::UpdatePipelineStats>());
   // The model's one trip down, as the delta.
   std::vector<float> packed(static_cast<size_t>(span));
   HUDDLE_RETURN_IF_ERROR(backend.CopyToHost(packed.data(), out.data(), bytes));

@@ -372,10 +372,9 @@ class CudaBackend final : public Backend {
     Launched("UnitsToFloat");
   }
   void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
-                      int64_t n, float* out_values, int32_t* out_units, double* scratch,
-                      UpdatePipelineStats* stats) override {
+                      int64_t n, float* out, double* scratch, UpdatePipelineStats* stats) override {
     Bind();
-    LaunchUpdatePipeline(stream_, p, local, global, n, out_values, out_units, scratch, stats);
+    LaunchUpdatePipeline(stream_, p, local, global, n, out, scratch, stats);
     Launched("UpdatePipeline");
   }
 

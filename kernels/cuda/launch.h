@@ -95,7 +95,7 @@ void LaunchUnitsToFloat(cudaStream_t stream, const int64_t* acc, int64_t n, int 
                         double divisor, float* out);
 // kernels/update.h
 void LaunchUpdatePipeline(cudaStream_t stream, const UpdatePipelineParams& p, const float* local,
-                          const float* global, int64_t n, float* out_values, int32_t* out_units,
-                          double* scratch, UpdatePipelineStats* stats);
+                          const float* global, int64_t n, float* out, double* scratch,
+                          UpdatePipelineStats* stats);
 
 }  // namespace huddle::kernels::cuda

@@ -202,28 +202,26 @@ TEST_F(ParityTest, UpdatePipelineIsTheSameBits) {
   for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{100003}, int64_t{3000001}}) {
     Rng rng(DeriveSeed(6, static_cast<uint64_t>(n)));
     const auto local = RandomVector(rng, n, -2, 2), global = RandomVector(rng, n);
-    UpdatePipelineParams p;
-    p.clip_norm = 1.5;
-    p.key = NoiseKeyFromSeed(7);
-    p.rounding_offset = 11;
-    p.quantum = 1e-4;
-    std::vector<float> values(static_cast<size_t>(n));
-    std::vector<int32_t> units(static_cast<size_t>(n));
-    std::vector<double> scratch(kUpdatePipelineScratch);
-    UpdatePipelineStats stats;
-    UpdatePipeline(p, local.data(), global.data(), n, values.data(), units.data(), scratch.data(),
-                   &stats);
-    DeviceBuffer gl = Upload(local), gg = Upload(global), gv = Zeros<float>(values.size()),
-                 gu = Zeros<int32_t>(units.size()), gs = Zeros<double>(kUpdatePipelineScratch),
-                 gstats = Zeros<UpdatePipelineStats>(1);
-    gpu_->UpdatePipeline(p, gl.as<float>(), gg.as<float>(), n, gv.as<float>(), gu.as<int32_t>(),
-                         gs.as<double>(), gstats.as<UpdatePipelineStats>());
-    const UpdatePipelineStats got = Download<UpdatePipelineStats>(gstats)[0];
-    EXPECT_EQ(got.norm, stats.norm) << n;
-    EXPECT_EQ(got.scale, stats.scale) << n;
-    EXPECT_EQ(got.saturated, stats.saturated) << n;
-    EXPECT_EQ(Download<float>(gv), values) << n;
-    EXPECT_EQ(Download<int32_t>(gu), units) << n;
+    for (const double clip_norm : {0.0, 1.5}) {
+      UpdatePipelineParams p;
+      p.clip_norm = clip_norm;
+      std::vector<float> values(static_cast<size_t>(n));
+      std::vector<double> scratch(kUpdatePipelineScratch);
+      UpdatePipelineStats stats;
+      UpdatePipeline(p, local.data(), global.data(), n, values.data(), scratch.data(), &stats);
+      DeviceBuffer gl = Upload(local), gg = Upload(global), gv = Zeros<float>(values.size()),
+                   gs = Zeros<double>(kUpdatePipelineScratch),
+                   gstats = Zeros<UpdatePipelineStats>(1);
+      gpu_->UpdatePipeline(p, gl.as<float>(), gg.as<float>(), n, gv.as<float>(), gs.as<double>(),
+                           gstats.as<UpdatePipelineStats>());
+      const UpdatePipelineStats got = Download<UpdatePipelineStats>(gstats)[0];
+      EXPECT_EQ(got.norm, stats.norm) << n;
+      EXPECT_EQ(got.scale, stats.scale) << n;
+      const std::vector<float> got_values = Download<float>(gv);
+      ASSERT_EQ(got_values.size(), values.size());
+      EXPECT_EQ(std::memcmp(got_values.data(), values.data(), values.size() * sizeof(float)), 0)
+          << n << " clip " << clip_norm;
+    }
   }
 }
 

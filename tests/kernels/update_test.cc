@@ -1,6 +1,5 @@
-// The update pipeline's CPU reference (kernels/update.h): clipping guarantee, unbiased
-// stochastic rounding from the counter-based stream, saturation; device-request parsing and the CPU
-// backend.
+// The update pipeline's CPU reference (kernels/update.h): the delta, the clipping guarantee, the
+// norm's order; device-request parsing and the CPU backend.
 #include "kernels/update.h"
 
 #include <gmock/gmock.h>
@@ -12,7 +11,6 @@
 
 #include "common/rng.h"
 #include "kernels/backend.h"
-#include "kernels/noise_stream.h"
 #include "privacy/clip.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -24,7 +22,6 @@ using ::testing::HasSubstr;
 
 struct Pipeline {
   std::vector<float> values;
-  std::vector<int32_t> units;
   UpdatePipelineStats stats;
 };
 
@@ -32,14 +29,13 @@ Pipeline RunPipeline(const UpdatePipelineParams& p, const std::vector<float>& lo
                      const std::vector<float>& global) {
   Pipeline out;
   out.values.assign(local.size(), -1.0f);
-  out.units.assign(local.size(), -1);
   std::vector<double> scratch(kUpdatePipelineScratch);
   UpdatePipeline(p, local.data(), global.data(), static_cast<int64_t>(local.size()),
-                 out.values.data(), out.units.data(), scratch.data(), &out.stats);
+                 out.values.data(), scratch.data(), &out.stats);
   return out;
 }
 
-TEST(UpdatePipelineTest, WithoutClipOrQuantumItIsTheDelta) {
+TEST(UpdatePipelineTest, WithoutClipItIsTheDelta) {
   Rng rng(1);
   const auto local = RandomVector(rng, 1000), global = RandomVector(rng, 1000);
   const Pipeline out = RunPipeline({}, local, global);
@@ -86,47 +82,6 @@ TEST(UpdatePipelineTest, NonFiniteDeltaReportsNaNNormAndScaleZero) {
   const Pipeline out = RunPipeline(p, local, global);
   EXPECT_TRUE(std::isnan(out.stats.norm));
   EXPECT_EQ(out.stats.scale, 0.0);
-}
-
-TEST(UpdatePipelineTest, StochasticRoundingIsUnbiasedAndOnTheGrid) {
-  constexpr int64_t n = 200000;
-  const std::vector<float> local(n, 0.3f), global(n, 0.0f);
-  UpdatePipelineParams p;
-  p.quantum = 0.25;  // 0.3 / 0.25 = 1.2: 1 with probability 0.8, 2 with 0.2
-  p.key = NoiseKeyFromSeed(4);
-  const Pipeline out = RunPipeline(p, local, global);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_TRUE(out.units[i] == 1 || out.units[i] == 2) << out.units[i];
-    ASSERT_EQ(out.values[i], static_cast<float>(out.units[i] * 0.25));
-    sum += out.units[i];
-  }
-  const double expected = static_cast<double>(0.3f) / 0.25;
-  // Standard error of the mean of a Bernoulli(0.2) over n draws: sqrt(0.16 / n).
-  EXPECT_NEAR(sum / n, expected, 5 * std::sqrt(0.16 / n));
-  EXPECT_EQ(out.stats.saturated, 0);
-}
-
-TEST(UpdatePipelineTest, RoundingIsReproducibleAndKeyed) {
-  Rng rng(5);
-  const auto local = RandomVector(rng, 999), global = RandomVector(rng, 999);
-  UpdatePipelineParams p;
-  p.quantum = 1e-3;
-  p.key = NoiseKeyFromSeed(6);
-  const Pipeline a = RunPipeline(p, local, global), b = RunPipeline(p, local, global);
-  EXPECT_EQ(a.units, b.units);
-  p.key = NoiseKeyFromSeed(7);
-  EXPECT_NE(RunPipeline(p, local, global).units, a.units);
-}
-
-TEST(UpdatePipelineTest, SaturatesOutsideInt32AndCountsIt) {
-  const std::vector<float> local = {1e6f, -1e6f, 1.0f}, global = {0, 0, 0};
-  UpdatePipelineParams p;
-  p.quantum = 1e-6;  // 1e12 units: outside int32
-  const Pipeline out = RunPipeline(p, local, global);
-  EXPECT_EQ(out.units[0], 2147483647);
-  EXPECT_EQ(out.units[1], -2147483647);
-  EXPECT_EQ(out.stats.saturated, 2);
 }
 
 TEST(UpdatePipelineTest, SquaredNormFollowsTheDocumentedOrderAndIsAccurate) {
