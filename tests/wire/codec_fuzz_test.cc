@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "huddle.pb.h"
 #include "proto/codec.h"
+#include "tests/wire/corrupt.h"
 #include "tests/wire/wire_testing.h"
 
 namespace huddle::wire {
@@ -21,14 +22,10 @@ namespace {
 
 using testutil::Describe;
 using testutil::ExpectSamePayloads;
+using testutil::OwnedFrame;
 
 constexpr uint64_t kSeed = 20240601;
 constexpr int kIterations = 2000;
-
-Frame OwnedFrame(std::string bytes) {
-  auto data = std::make_shared<std::string>(std::move(bytes));
-  return Frame{data, std::as_bytes(std::span<const char>(*data))};
-}
 
 std::string RandomBytes(std::mt19937_64& rng, size_t n) {
   std::string s(n, '\0');

@@ -3,7 +3,7 @@
 // precise error (status code and a message naming the field and the offending value).
 //
 // Corrupt inputs are built the way a hostile or buggy peer would: encode a valid message, parse its
-// header with the generated protobuf, change one field, serialise it again (CorruptHeader), or
+// header with the generated protobuf, change one field, serialise it again (CorruptFrames), or
 // replace one tensor frame (DecodeWithFrameSize).
 #include "proto/codec.h"
 
@@ -18,44 +18,27 @@
 
 #include "gtest/gtest.h"
 #include "huddle.pb.h"
+#include "tests/wire/corrupt.h"
 #include "tests/wire/wire_testing.h"
 
 namespace huddle::wire {
 namespace {
 
 using absl::StatusCode;
+using testutil::CorruptFrames;
+using testutil::DecodeCorrupted;
 using testutil::Describe;
 using testutil::ExpectSamePayloads;
 using testutil::IsError;
+using testutil::Mutation;
+using testutil::OwnedFrame;
 using testutil::Payload;
+using testutil::ZeroFrame;
 
 constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
 
-// An edit to a parsed header.
-using Mutation = std::function<void(pb::Header&)>;
-
-// A frame that owns a copy of `bytes` (heap storage: 4-byte aligned).
-Frame OwnedFrame(std::span<const std::byte> bytes) {
-  auto data = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
-  return Frame{data, std::span<const std::byte>(*data)};
-}
-Frame OwnedFrame(const std::string& bytes) { return OwnedFrame(std::as_bytes(std::span(bytes))); }
-Frame ZeroFrame(size_t size) { return OwnedFrame(std::vector<std::byte>(size)); }
-
 class CodecTest : public ::testing::Test {
  protected:
-  // `msg` encoded with its header edited by `mutate`; the tensor frames are unchanged.
-  static std::vector<Frame> CorruptHeader(const Message& msg, const Mutation& mutate) {
-    std::vector<Frame> frames = EncodeToFrames(msg);
-    pb::Header h;
-    EXPECT_TRUE(h.ParseFromArray(frames[0].bytes.data(), static_cast<int>(frames[0].bytes.size())));
-    mutate(h);
-    frames[0] = OwnedFrame(h.SerializeAsString());
-    return frames;
-  }
-  static StatusOr<Message> DecodeCorrupted(const Message& msg, const Mutation& mutate) {
-    return Decode(CorruptHeader(msg, mutate));
-  }
   // `msg` encoded with tensor frame `index` replaced by `size` zero bytes.
   static StatusOr<Message> DecodeWithFrameSize(const Message& msg, size_t index, size_t size) {
     std::vector<Frame> frames = EncodeToFrames(msg);
@@ -310,7 +293,7 @@ TEST_F(CodecTest, ByteLengthCannotOverflowUnderAGenerousElementLimit) {
   unlimited.max_tensor_elements = std::numeric_limits<int64_t>::max();
   Message msg = testutil::SampleFitResult();
   msg.tensors.resize(1);
-  std::vector<Frame> frames = CorruptHeader(msg, [](pb::Header& h) {
+  std::vector<Frame> frames = CorruptFrames(msg, [](pb::Header& h) {
     h.mutable_tensors(0)->clear_shape();
     h.mutable_tensors(0)->add_shape(int64_t{1} << 62);
     h.mutable_tensors(0)->set_byte_length(0);
@@ -413,7 +396,7 @@ TEST_F(CodecTest, RejectsNonFiniteTrainingSettings) {
 }
 
 TEST_F(CodecTest, RejectsBadPrivacyAndDpSgdSettings) {
-  const std::pair<const char*, std::function<void(pb::Header&)>> cases[] = {
+  const std::pair<const char*, Mutation> cases[] = {
       {"fit_instruction.privacy.mode 7 is unknown",
        [](pb::Header& h) {
          h.mutable_fit_instruction()->mutable_privacy()->set_mode(

@@ -28,7 +28,7 @@ using testutil::Describe;
 using testutil::ExpectSamePayloads;
 using testutil::IsError;
 constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
-using Mutation = std::function<void(pb::Header&)>;
+using testutil::Mutation;
 
 // Refused as malformed (InvalidArgument "malformed message: ..."), naming `needle`.
 ::testing::AssertionResult Malformed(const StatusOr<Message>& got, const std::string& needle) {
@@ -38,11 +38,6 @@ using Mutation = std::function<void(pb::Header&)>;
     return ::testing::AssertionFailure() << "not a malformed-message error: " << got.status();
   }
   return ::testing::AssertionSuccess();
-}
-
-Frame OwnedFrame(std::span<const std::byte> bytes) {
-  auto data = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
-  return Frame{data, std::span<const std::byte>(*data)};
 }
 
 // The member list's SecAggData (747 bytes: an odd length).
@@ -203,7 +198,7 @@ TEST(SecAggCodecTest, TheFrameHasOneDimensionOfItsByteCount) {
     h.mutable_tensors(0)->set_shape(0, 0);
     h.mutable_tensors(0)->set_byte_length(0);
   });
-  empty[1] = OwnedFrame({});
+  empty[1] = testutil::ZeroFrame(0);
   EXPECT_TRUE(Malformed(Decode(empty), "tensor 0 ('secagg'): shape [0] has a dimension < 1"));
   // Byte length, shape and frame must all agree.
   EXPECT_TRUE(
@@ -218,7 +213,7 @@ TEST(SecAggCodecTest, TheFrameHasOneDimensionOfItsByteCount) {
                         "with shape [97]: frame 1 of 1 has 96 bytes, expected 97"));
   for (size_t size : {size_t{0}, size_t{95}, size_t{97}}) {
     std::vector<Frame> frames = EncodeToFrames(AdvertiseData());
-    frames[1] = OwnedFrame(std::vector<std::byte>(size));
+    frames[1] = testutil::ZeroFrame(size);
     EXPECT_TRUE(Malformed(Decode(frames), absl::StrCat("tensor 0 ('secagg') with shape [96]: frame "
                                                        "1 of 1 has ",
                                                        size, " bytes, expected 96")));
