@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -12,10 +11,13 @@
 #include "common/file_util.h"
 #include "datacenter/checkpoint.h"
 #include "tests/models/test_data.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::datacenter {
 namespace {
 
+using huddle::testing::BitwiseEqual;
+using huddle::testing::MaxAbsDiff;
 using std::chrono::milliseconds;
 
 const models::MlpSpec kSpec{20, {32, 16}, 4};
@@ -80,34 +82,12 @@ std::vector<RankResult> Train(int world, const data::Dataset& data,
   return TrainModel(kSpec, world, data, options, timeout, data_of);
 }
 
-bool SameBits(const TensorList& a, const TensorList& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const std::vector<float>& x = a[i].data;
-    const std::vector<float>& y = b[i].data;
-    if (x.size() != y.size() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
-double MaxAbsDiff(const TensorList& a, const TensorList& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const std::vector<float>& x = a[i].data;
-    const std::vector<float>& y = b[i].data;
-    for (size_t j = 0; j < x.size(); ++j) worst = std::max(worst, std::abs(double(x[j]) - y[j]));
-  }
-  return worst;
-}
-
 // Trains 2 ranks with options(r) until rank 0 has written its state after the first epoch (then
 // every rank stops, as if killed), and reads that checkpoint back.
 StatusOr<TrainingState> CheckpointAfterFirstEpoch(
     const models::MlpSpec& spec, const data::Dataset& data,
     const std::function<DataParallelOptions(int)>& options, const std::string& name) {
-  const std::string path = testing::TempDir() + "/" + name;
+  const std::string path = ::testing::TempDir() + "/" + name;
   auto stopped = TrainModel(spec, 2, data, [&](int r) {
     DataParallelOptions o = options(r);
     o.state_on_rank0 = true;
@@ -143,18 +123,18 @@ TEST(DataParallel, ReplicasAreBitwiseIdenticalAndMatchOneRankWithTheGlobalBatch)
   // it splits 20/20; the single rank takes it whole.
   const data::Dataset data = models::Blobs(1000, kSpec.input_dim, kSpec.num_classes, 3);
   for (int world : {2, 4}) {
-    SCOPED_TRACE(testing::Message() << "world " << world);
+    SCOPED_TRACE(::testing::Message() << "world " << world);
     auto ranks = Train(world, data, [](int) { return BaseOptions(16); });
     for (int r = 0; r < world; ++r) {
       ASSERT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
-      EXPECT_TRUE(SameBits(ranks[r].params, ranks[0].params)) << "rank " << r;
+      EXPECT_TRUE(BitwiseEqual(ranks[r].params, ranks[0].params)) << "rank " << r;
       EXPECT_EQ(ranks[r].stats.steps, 2 * ((1000 + 16 * world - 1) / (16 * world)));
       EXPECT_EQ(ranks[r].stats.checksums, ranks[r].stats.steps + 1);
       EXPECT_EQ(ranks[r].stats.loss, ranks[0].stats.loss);
     }
     auto one = Train(1, data, [&](int) { return BaseOptions(16 * world); });
     ASSERT_TRUE(one[0].status.ok()) << one[0].status;
-    EXPECT_FALSE(SameBits(one[0].params, models::InitModel(kSpec, 100)));
+    EXPECT_FALSE(BitwiseEqual(one[0].params, models::InitModel(kSpec, 100)));
     // The same trajectory up to the order of float sums (per-rank partial GEMMs summed across
     // ranks instead of one GEMM): parameters are O(0.1-1), and 64 steps of momentum SGD amplify
     // the rounding differences to ~1e-5 at most (measured: 2.4e-7 for 2 ranks, 1.1e-5 for 4).
@@ -176,7 +156,7 @@ TEST(DataParallel, RanksWithoutRowsInTheLastBatchContributeZeros) {
   ASSERT_TRUE(one[0].status.ok()) << one[0].status;
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
-    EXPECT_TRUE(SameBits(ranks[r].params, ranks[0].params)) << "rank " << r;
+    EXPECT_TRUE(BitwiseEqual(ranks[r].params, ranks[0].params)) << "rank " << r;
   }
   EXPECT_EQ(ranks[0].stats.examples, 2 * 16);  // two epochs of one full slice and one empty one
   EXPECT_EQ(ranks[1].stats.examples, 2 * 17);
@@ -195,12 +175,12 @@ TEST(DataParallel, SyncBatchNormMatchesOneProcessOnTheConcatenatedBatch) {
   // 1002 rows: the last global batch is 42 rows, split 21/21 or 10/11/10/11. 66 rows with 4 x 16:
   // the last global batch has 2 rows, so ranks 0 and 2 have none and still take part.
   for (const Case c : {Case{2, 1002}, Case{4, 1002}, Case{4, 66}}) {
-    SCOPED_TRACE(testing::Message() << "world " << c.world << ", " << c.rows << " rows");
+    SCOPED_TRACE(::testing::Message() << "world " << c.world << ", " << c.rows << " rows");
     const data::Dataset data = models::Blobs(c.rows, spec.input_dim, spec.num_classes, 5);
     auto ranks = TrainModel(spec, c.world, data, [](int) { return BaseOptions(16); });
     for (int r = 0; r < c.world; ++r) {
       ASSERT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
-      EXPECT_TRUE(SameBits(ranks[r].params, ranks[0].params)) << "rank " << r;
+      EXPECT_TRUE(BitwiseEqual(ranks[r].params, ranks[0].params)) << "rank " << r;
     }
     auto one = TrainModel(spec, 1, data, [&](int) { return BaseOptions(16 * c.world); });
     ASSERT_TRUE(one[0].status.ok()) << one[0].status;
@@ -208,7 +188,7 @@ TEST(DataParallel, SyncBatchNormMatchesOneProcessOnTheConcatenatedBatch) {
     TensorList client = models::InitModel(spec, 100);
     models::TrainOptions train = BaseOptions(16 * c.world).train;
     ASSERT_TRUE(models::TrainModel(spec, train, {&data, {}}, 7, &client).ok());
-    EXPECT_TRUE(SameBits(client, one[0].params));
+    EXPECT_TRUE(BitwiseEqual(client, one[0].params));
     // Measured: at most 4.8e-7 (every parameter and running statistic, O(0.1-1)); the sums of
     // the statistics and of the gradients are taken in another order. Stated tolerance: 5e-5,
     // as for the model without batch norm. (With per-rank batch statistics instead, the sums not
@@ -232,7 +212,7 @@ TEST(DataParallel, DropoutMasksDoNotDependOnTheNumberOfRanks) {
   spec.layers.insert(spec.layers.begin() + 2, {.kind = models::LayerKind::kDropout, .rate = 0.5});
   const data::Dataset data = models::Blobs(1000, 20, 4, 6);
   for (int world : {2, 4}) {
-    SCOPED_TRACE(testing::Message() << "world " << world);
+    SCOPED_TRACE(::testing::Message() << "world " << world);
     auto ranks = TrainModel(spec, world, data, [](int) { return BaseOptions(16); });
     for (int r = 0; r < world; ++r) ASSERT_TRUE(ranks[r].status.ok()) << ranks[r].status;
     auto one = TrainModel(spec, 1, data, [&](int) { return BaseOptions(16 * world); });
@@ -263,8 +243,8 @@ TEST(DataParallel, BucketingAndOverlapDoNotChangeTheResult) {
   });
   ASSERT_TRUE(serial[0].status.ok()) << serial[0].status;
   // Two ranks: each element is one addition, whatever the bucketing.
-  EXPECT_TRUE(SameBits(many[0].params, reference[0].params));
-  EXPECT_TRUE(SameBits(serial[0].params, reference[0].params));
+  EXPECT_TRUE(BitwiseEqual(many[0].params, reference[0].params));
+  EXPECT_TRUE(BitwiseEqual(serial[0].params, reference[0].params));
   EXPECT_GT(many[0].stats.bytes_reduced, 0);
 }
 
@@ -401,7 +381,7 @@ TEST(DataParallel, AStopMidEpochEndsEveryRankAtTheSameStepAndResumesExactly) {
   EXPECT_EQ(saved->epoch_rows, 9 * 16);
   EXPECT_GT(saved->epoch_correct, 0);
   // Through the checkpoint file, as the command does.
-  const std::string path = testing::TempDir() + "/dc_stop_checkpoint.bin";
+  const std::string path = ::testing::TempDir() + "/dc_stop_checkpoint.bin";
   ASSERT_TRUE(WriteTrainingState(path, *saved).ok());
   auto back = ReadTrainingState(path);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -410,7 +390,7 @@ TEST(DataParallel, AStopMidEpochEndsEveryRankAtTheSameStepAndResumesExactly) {
   auto resumed = ResumeFrom(kSpec, data, options, *back);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
-    EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
+    EXPECT_TRUE(BitwiseEqual(resumed[r].params, straight[0].params)) << "rank " << r;
     EXPECT_EQ(resumed[r].stats.steps, straight[0].stats.steps);
     EXPECT_EQ(resumed[r].stats.loss, straight[0].stats.loss);
     EXPECT_EQ(resumed[r].stats.accuracy, straight[0].stats.accuracy);
@@ -439,7 +419,7 @@ TEST(DataParallel, ResumeFromACheckpointEqualsAnUninterruptedRun) {
   auto resumed = ResumeFrom(kSpec, data, options, *saved);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
-    EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
+    EXPECT_TRUE(BitwiseEqual(resumed[r].params, straight[0].params)) << "rank " << r;
     EXPECT_EQ(resumed[r].stats.steps, straight[0].stats.steps);
     EXPECT_EQ(resumed[r].stats.loss, straight[0].stats.loss);
   }
@@ -481,7 +461,7 @@ TEST(DataParallel, BatchNormResumeEqualsAnUninterruptedRun) {
   auto resumed = ResumeFrom(spec, data, options, *saved);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
-    EXPECT_TRUE(SameBits(resumed[r].params, straight[0].params)) << "rank " << r;
+    EXPECT_TRUE(BitwiseEqual(resumed[r].params, straight[0].params)) << "rank " << r;
   }
 }
 
@@ -494,13 +474,13 @@ TEST(DataParallel, DamagedCheckpointsAreRefused) {
   s.batch_size = 16;
   s.seconds = 1.5;
   s.params = models::InitModel(kSpec, 1);
-  const std::string path = testing::TempDir() + "/dc_checkpoint.bin";
+  const std::string path = ::testing::TempDir() + "/dc_checkpoint.bin";
   ASSERT_TRUE(WriteTrainingState(path, s).ok());
   auto back = ReadTrainingState(path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->steps, 40);
   EXPECT_EQ(back->seconds, 1.5);
-  EXPECT_TRUE(SameBits(back->params, s.params));
+  EXPECT_TRUE(BitwiseEqual(back->params, s.params));
   EXPECT_TRUE(back->velocity.empty());
 
   auto bytes = ReadFile(path);
@@ -534,8 +514,8 @@ TEST(DataParallel, DpSgdAcrossRanksIsBitwiseTheSingleProcessRelease) {
   };
   for (const Setting& setting :
        {Setting{600, 300, 4}, Setting{200, 1, 400}, Setting{600, 300, 4, true}}) {
-    SCOPED_TRACE(testing::Message() << "n " << setting.n << ", expected batch "
-                                    << setting.expected_batch << ", dropout " << setting.dropout);
+    SCOPED_TRACE(::testing::Message() << "n " << setting.n << ", expected batch "
+                                      << setting.expected_batch << ", dropout " << setting.dropout);
     models::ModelSpec spec = kSpec;
     if (setting.dropout) {
       ASSERT_EQ(spec.layers[1].kind, models::LayerKind::kRelu);
@@ -555,7 +535,7 @@ TEST(DataParallel, DpSgdAcrossRanksIsBitwiseTheSingleProcessRelease) {
     ASSERT_TRUE(single_stats.ok()) << single_stats.status();
     ASSERT_EQ(single_stats->steps, setting.steps);
     for (int world : {1, 2, 3}) {
-      SCOPED_TRACE(testing::Message() << "world " << world);
+      SCOPED_TRACE(::testing::Message() << "world " << world);
       std::vector<privacy::NoiseSource> noise;
       for (int r = 0; r < world; ++r) noise.push_back(privacy::NoiseSource::SeededForTesting(11));
       auto ranks = TrainModel(spec, world, data, [&](int r) {
@@ -566,7 +546,7 @@ TEST(DataParallel, DpSgdAcrossRanksIsBitwiseTheSingleProcessRelease) {
       int64_t examples = 0;
       for (int r = 0; r < world; ++r) {
         ASSERT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
-        EXPECT_TRUE(SameBits(ranks[r].params, single)) << "rank " << r;
+        EXPECT_TRUE(BitwiseEqual(ranks[r].params, single)) << "rank " << r;
         ASSERT_TRUE(ranks[r].stats.dp_event.has_value());
         EXPECT_EQ(ranks[r].stats.dp_event->steps, setting.steps);
         EXPECT_EQ(ranks[r].stats.buckets, 1);
@@ -609,9 +589,9 @@ TEST(DataParallel, DpSgdResumesAtItsStepAndCountsEveryStep) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
     EXPECT_EQ(resumed[r].stats.steps, 20);
     EXPECT_EQ(resumed[r].stats.dp_event->steps, 20);  // the spend of every step, not 10
-    EXPECT_TRUE(SameBits(resumed[r].params, resumed[0].params));
+    EXPECT_TRUE(BitwiseEqual(resumed[r].params, resumed[0].params));
   }
-  EXPECT_FALSE(SameBits(resumed[0].params, saved->params));  // it trained on
+  EXPECT_FALSE(BitwiseEqual(resumed[0].params, saved->params));  // it trained on
   // A DP-SGD checkpoint does not continue a run without DP-SGD (nor the reverse).
   auto refused = ResumeFrom(
       kSpec, data, [](int) { return BaseOptions(8); }, *saved);

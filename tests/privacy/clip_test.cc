@@ -4,15 +4,17 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "common/rng.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::privacy {
 namespace {
+
+using huddle::testing::BitwiseEqual;
 
 TensorList MakeTensors(const std::vector<std::vector<float>>& parts) {
   TensorList tensors;
@@ -28,10 +30,6 @@ std::vector<float> Flatten(const TensorList& tensors) {
   std::vector<float> out;
   for (const Tensor& t : tensors) out.insert(out.end(), t.data.begin(), t.data.end());
   return out;
-}
-
-bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // || a / |a| - b / |b| || in double.

@@ -1,6 +1,8 @@
 // Shared test helper: tensors compared bit for bit. Header-only; any test target may include it.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -23,6 +25,18 @@ inline bool BitwiseEqual(const TensorList& a, const TensorList& b) {
 
 inline bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The largest |a - b| over every element, in double. `b` must hold at least `a`'s tensors and
+// elements (the tests compare models of one spec).
+inline double MaxAbsDiff(const TensorList& a, const TensorList& b) {
+  double worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    for (size_t i = 0; i < a[t].data.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(a[t].data[i]) - b[t].data[i]));
+    }
+  }
+  return worst;
 }
 
 }  // namespace huddle::testing
