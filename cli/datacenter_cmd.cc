@@ -6,7 +6,7 @@
 // joins the collective and trains; rank 0 also evaluates, appends OUT/metrics.jsonl, checkpoints
 // and writes the model. With train.dp_sgd, rank 0 first appends each epoch's steps to the privacy
 // ledger, reports every epsilon from it, writes OUT/privacy.json, and keeps the values computed
-// from the private data without noise apart (cli/datacenter_privacy.h).
+// from the private data without noise apart (datacenter/privacy_session.h).
 //
 // Security of the rendezvous (docs/datacenter.md): a tcp:// rendezvous is authenticated with the
 // job's CurveZMQ key pair (transport/kv_store.h). The launcher generates one per job and hands it
@@ -35,7 +35,6 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "cli/datacenter_privacy.h"
 #include "cli/process.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -47,6 +46,7 @@
 #include "datacenter/checkpoint.h"
 #include "datacenter/collective.h"
 #include "datacenter/data_parallel.h"
+#include "datacenter/privacy_session.h"
 #include "kernels/backend.h"
 #include "privacy/report.h"
 #include "transport/curve_keys.h"
@@ -54,6 +54,15 @@
 
 namespace huddle::cli {
 namespace {
+
+using datacenter::CheckNoLedgerForNonDpRun;
+using datacenter::DatacenterPrivacy;
+using datacenter::JobSpend;
+using datacenter::kNoNoise;
+using datacenter::kOperatorMetricsFile;
+using datacenter::kOperatorOnly;
+using datacenter::PlanDpSgd;
+using datacenter::SessionNoise;
 
 constexpr uint64_t kInitStream = 0x696e6974;  // "init", as the coordinator's
 constexpr char kCommand[] = "huddle datacenter";
@@ -213,7 +222,7 @@ StatusOr<data::Dataset> LoadTrainingData(const data::DataSpec& d) {
 
 // Rank 0's bookkeeping after each epoch: ledger (DP-SGD), evaluation, metrics, checkpoint,
 // model, privacy report, progress. With DP-SGD the epoch's ledger entry is durable before any of
-// the rest is written (cli/datacenter_privacy.h), and the outputs are split: metrics.jsonl and
+// the rest is written (datacenter/privacy_session.h), and the outputs are split: metrics.jsonl and
 // summary.json's top level hold only public or DP-protected values; values computed from the
 // private data without noise, and timings, go to operator_metrics.jsonl and summary.json's
 // `operator` object.
@@ -403,8 +412,8 @@ void SayAlreadyComplete(const DatacenterConfig& c, const datacenter::TrainingSta
 }
 
 // Rank 0, before joining the others: the start rules of the privacy ledger (DP-SGD; see
-// cli/datacenter_privacy.h), the checkpoint to resume from, and the metrics files cut back to it.
-// A --resume of a job that ran to its end sets *complete and changes nothing. Returns 0, or the
+// datacenter/privacy_session.h), the checkpoint to resume from, and the metrics files cut back to
+// it. A --resume of a job that ran to its end sets *complete and changes nothing. Returns 0, or the
 // exit code after saying why.
 int PrepareRank0(const DatacenterConfig& c, const DatacenterFlags& f, int64_t n,
                  const std::optional<privacy::DpEvent>& plan, privacy::NoiseSource* noise,

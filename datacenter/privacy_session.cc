@@ -1,4 +1,4 @@
-#include "cli/datacenter_privacy.h"
+#include "datacenter/privacy_session.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,7 +9,7 @@
 #include "models/dp_sgd.h"
 #include "privacy/report.h"
 
-namespace huddle::cli {
+namespace huddle::datacenter {
 namespace {
 
 std::string LedgerPath(const std::string& out_dir) {
@@ -245,4 +245,4 @@ Status DatacenterPrivacy::WriteReport(const std::string& stopped_early) const {
   return ledger_.WriteReport(std::move(r));
 }
 
-}  // namespace huddle::cli
+}  // namespace huddle::datacenter

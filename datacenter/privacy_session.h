@@ -36,14 +36,14 @@
 #include <string>
 #include <vector>
 
-#include "cli/job_config.h"
 #include "common/status.h"
+#include "datacenter/job_options.h"
 #include "privacy/accountant.h"
 #include "privacy/job_ledger.h"
 #include "privacy/ledger.h"
 #include "privacy/report.h"
 
-namespace huddle::cli {
+namespace huddle::datacenter {
 
 using privacy::kOperatorMetricsFile;
 using privacy::kOperatorOnly;
@@ -128,4 +128,4 @@ class DatacenterPrivacy {
   int64_t recorded_steps_ = 0;  // the step position of the last entry (or the start)
 };
 
-}  // namespace huddle::cli
+}  // namespace huddle::datacenter

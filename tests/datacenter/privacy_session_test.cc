@@ -1,7 +1,7 @@
-// The datacenter job's privacy bookkeeping (cli/datacenter_privacy.h): the ledger's start rules,
-// what each epoch records, the budget over all sessions, and how a run that is not private is
-// reported.
-#include "cli/datacenter_privacy.h"
+// The datacenter job's privacy bookkeeping (datacenter/privacy_session.h): the ledger's start
+// rules, what each epoch records, the budget over all sessions, and how a run that is not private
+// is reported.
+#include "datacenter/privacy_session.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include "privacy/ledger.h"
 
-namespace huddle::cli {
+namespace huddle::datacenter {
 namespace {
 
 constexpr double kQ = 0.05;  // 60 of 1200
@@ -233,4 +233,4 @@ TEST_F(DatacenterPrivacyTest, TheReportIsTheLedgersAndSaysWhyItIsNotPrivate) {
 }
 
 }  // namespace
-}  // namespace huddle::cli
+}  // namespace huddle::datacenter
