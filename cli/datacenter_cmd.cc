@@ -2,11 +2,9 @@
 //
 // Launcher (no --rank): serves a rendezvous on 127.0.0.1, starts `nproc` rank processes of this
 // binary under a fresh run id, shows rank 0's progress, and when a rank fails stops the others and
-// quotes its error. Rank (--rank R --world-size W --rendezvous URL): loads the whole training set,
-// joins the collective and trains; rank 0 also evaluates, appends OUT/metrics.jsonl, checkpoints
-// and writes the model. With train.dp_sgd, rank 0 first appends each epoch's steps to the privacy
-// ledger, reports every epsilon from it, writes OUT/privacy.json, and keeps the values computed
-// from the private data without noise apart (datacenter/privacy_session.h).
+// quotes its error. Rank (--rank R --world-size W --rendezvous URL): the job itself
+// (datacenter/job.h: loading, joining the collective, training, rank 0's outputs and privacy
+// ledger) under this command's logging, rendezvous key, stop signals and exit codes.
 //
 // Security of the rendezvous (docs/datacenter.md): a tcp:// rendezvous is authenticated with the
 // job's CurveZMQ key pair (transport/kv_store.h). The launcher generates one per job and hands it
@@ -30,7 +28,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -38,40 +35,21 @@
 #include "cli/process.h"
 #include "common/file_util.h"
 #include "common/logging.h"
-#include "common/rng.h"
 #include "common/secure_random.h"
-#include "common/tensor_io.h"
-#include "data/csv.h"
-#include "data/fashion_mnist.h"
-#include "datacenter/checkpoint.h"
 #include "datacenter/collective.h"
-#include "datacenter/data_parallel.h"
-#include "datacenter/privacy_session.h"
+#include "datacenter/job.h"
 #include "kernels/backend.h"
-#include "privacy/report.h"
 #include "transport/curve_keys.h"
 #include "transport/kv_store.h"
 
 namespace huddle::cli {
 namespace {
 
-using datacenter::CheckNoLedgerForNonDpRun;
-using datacenter::DatacenterPrivacy;
-using datacenter::JobSpend;
-using datacenter::kNoNoise;
-using datacenter::kOperatorMetricsFile;
-using datacenter::kOperatorOnly;
-using datacenter::PlanDpSgd;
-using datacenter::SessionNoise;
-
-constexpr uint64_t kInitStream = 0x696e6974;  // "init", as the coordinator's
-constexpr char kCommand[] = "huddle datacenter";
+constexpr const char* kCommand = datacenter::kJobCommand;
 // The job's rendezvous key file (tcp://), and the explicit opt-out of authentication.
 constexpr char kKeyEnv[] = "HUDDLE_RENDEZVOUS_KEY";
 constexpr char kInsecureEnv[] = "HUDDLE_RENDEZVOUS_INSECURE";
-// The key under which rank 0 publishes the run id it drew, when none was given.
-constexpr char kRunIdKey[] = "huddle/run-id";
-constexpr char kDefaultRunId[] = "default";  // DatacenterFlags::run_id when --run-id is absent
+using datacenter::kDefaultRunId;  // DatacenterFlags::run_id when --run-id is absent
 
 // The signal that set StopFlag() (0: none yet). Recorded by this command's own handlers so that
 // exit codes and messages can name it.
@@ -178,21 +156,6 @@ StatusOr<std::optional<transport::KvAuth>> RendezvousAuth(const DatacenterFlags&
       rendezvous, kKeyEnv, kInsecureEnv));
 }
 
-// The run id: the one given, or (none given) one that rank 0 draws from the OS CSPRNG and
-// publishes in the store, which the other ranks read.
-StatusOr<std::string> AgreeRunId(const DatacenterFlags& f, transport::KvStore& store,
-                                 std::chrono::milliseconds timeout) {
-  if (f.run_id != kDefaultRunId) return f.run_id;
-  if (f.rank == 0) {
-    const std::string id = fmt::format("{:016x}", SecureRandomU64());
-    HUDDLE_RETURN_IF_ERROR(store.Set(kRunIdKey, id));
-    return id;
-  }
-  return store.Get(kRunIdKey, timeout);
-}
-
-std::string Path(const std::string& dir, const char* file) { return dir + "/" + file; }
-
 int Fail(int code, std::string_view what, const Status& st) {
   std::fprintf(stderr, "%s: %.*s%s%s\n", kCommand, static_cast<int>(what.size()), what.data(),
                what.empty() ? "" : ": ", std::string(st.message()).c_str());
@@ -213,483 +176,38 @@ StatusOr<bool> UseCuda(const std::string& device) {
   return true;
 }
 
-StatusOr<data::Dataset> LoadTrainingData(const data::DataSpec& d) {
-  if (d.format == "csv") {
-    return data::LoadCsvDataset(d.path, data::CsvOptions{d.num_classes, d.csv_scale_255});
-  }
-  return data::LoadFashionMnist(d.path, data::Split::kTrain, nullptr);
-}
-
-// Rank 0's bookkeeping after each epoch: ledger (DP-SGD), evaluation, metrics, checkpoint,
-// model, privacy report, progress. With DP-SGD the epoch's ledger entry is durable before any of
-// the rest is written (datacenter/privacy_session.h), and the outputs are split: metrics.jsonl and
-// summary.json's top level hold only public or DP-protected values; values computed from the
-// private data without noise, and timings, go to operator_metrics.jsonl and summary.json's
-// `operator` object.
-class Reporter {
- public:
-  // `privacy` (rank 0 of a DP-SGD job) is not owned and may be null.
-  Reporter(const DatacenterConfig& c, int world, std::string backend, const data::Dataset* test,
-           DatacenterPrivacy* privacy)
-      : c_(c), world_(world), backend_(std::move(backend)), test_(test), privacy_(privacy) {}
-
-  Status OnEpoch(const datacenter::EpochReport& r) {
-    const int64_t epoch = r.epoch + 1;  // 1-based in outputs
-    const bool last = r.last;
-    if (privacy_ != nullptr) {
-      // Before anything computed from this epoch's steps leaves rank 0; privacy.json (from the
-      // ledger alone) follows it at once, so that it never describes fewer steps than an output.
-      HUDDLE_RETURN_IF_ERROR(privacy_->Record(epoch, r.steps));
-      CrashIfAskedForTesting("ledger", epoch);
-      HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport());
-    }
-    std::optional<models::EvalStats> eval;
-    if (test_ != nullptr && (last || (c_.eval_every > 0 && epoch % c_.eval_every == 0))) {
-      if (!evaluator_) {  // once: a scattering2d model's test set is transformed once
-        HUDDLE_ASSIGN_OR_RETURN(evaluator_,
-                                models::Evaluator::Create(c_.model, data::DatasetView{test_, {}}));
-      }
-      HUDDLE_ASSIGN_OR_RETURN(eval, evaluator_->Evaluate(r.state->params));
-      final_test_accuracy_ = eval->accuracy;
-      if (c_.target_accuracy > 0 && !target_seconds_ && eval->accuracy >= c_.target_accuracy) {
-        target_seconds_ = r.seconds;
-        target_epoch_ = epoch;
-      }
-    }
-    const double steps_per_s = static_cast<double>(r.steps - last_steps_) / r.epoch_seconds;
-    last_steps_ = r.steps;
-    nlohmann::json m;
-    m["epoch"] = epoch;
-    m["steps"] = r.steps;
-    std::string line = fmt::format("epoch {}/{}: ", epoch, r.epochs);
-    if (privacy_ != nullptr) {
-      HUDDLE_ASSIGN_OR_RETURN(const JobSpend spend, privacy_->Spent());
-      spend.AddTo(&m);
-      line += spend.Text();
-      if (eval) {
-        m["test_loss"] = eval->loss;
-        m["test_accuracy"] = eval->accuracy;
-        line += fmt::format(" | test loss {:.4f} acc {:.4f}", eval->loss, eval->accuracy);
-      }
-      line +=
-          fmt::format(" | (not private) train loss {:.4f} acc {:.4f}, {:.1f} s ({:.1f} steps/s)",
-                      r.loss, r.accuracy, r.seconds, steps_per_s);
-      nlohmann::json op;
-      op["epoch"] = epoch;
-      op["steps"] = r.steps;
-      op["train_loss"] = r.loss;
-      op["train_accuracy"] = r.accuracy;
-      op["seconds"] = r.seconds;
-      op["epoch_seconds"] = r.epoch_seconds;
-      op["world_size"] = world_;
-      op["dp_protected"] = false;
-      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(c_.out_dir, "metrics.jsonl"), m.dump()));
-      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(c_.out_dir, kOperatorMetricsFile), op.dump()));
-    } else {
-      m["train_loss"] = r.loss;
-      m["train_accuracy"] = r.accuracy;
-      m["seconds"] = r.seconds;
-      m["epoch_seconds"] = r.epoch_seconds;
-      m["world_size"] = world_;
-      line += fmt::format("train loss {:.4f} acc {:.4f}", r.loss, r.accuracy);
-      if (eval) {
-        m["test_loss"] = eval->loss;
-        m["test_accuracy"] = eval->accuracy;
-        line += fmt::format(" | test loss {:.4f} acc {:.4f}", eval->loss, eval->accuracy);
-      }
-      line += fmt::format(" | {:.1f} s ({:.1f} steps/s)", r.seconds, steps_per_s);
-      HUDDLE_RETURN_IF_ERROR(AppendLine(Path(c_.out_dir, "metrics.jsonl"), m.dump()));
-    }
-    CrashIfAskedForTesting("metrics", epoch);
-    if (last || (c_.checkpoint_every > 0 && epoch % c_.checkpoint_every == 0)) {
-      HUDDLE_RETURN_IF_ERROR(datacenter::WriteTrainingState(
-          Path(c_.out_dir, datacenter::kDatacenterCheckpointFile), *r.state));
-      CrashIfAskedForTesting("checkpoint", epoch);
-    }
-    if (last)
-      HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(c_.out_dir, "model.bin"), r.state->params));
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-    return absl::OkStatus();
-  }
-
-  void set_last_steps(int64_t steps) { last_steps_ = steps; }
-
-  Status WriteSummary(const datacenter::DataParallelStats& s) const {
-    nlohmann::json j;
-    j["job"] = c_.job_name;
-    j["world_size"] = world_;
-    j["backend"] = backend_;
-    j["epochs"] = c_.train.epochs;
-    j["steps"] = s.steps;
-    if (final_test_accuracy_) j["final_test_accuracy"] = *final_test_accuracy_;
-    if (c_.target_accuracy > 0) {
-      j["target_accuracy"] = c_.target_accuracy;
-      j["epoch_reaching_target"] = target_epoch_ ? nlohmann::json(*target_epoch_) : nullptr;
-    }
-    // Values computed from the private data without noise, and timings: at the top level
-    // without DP-SGD (as ever), under `operator` with it.
-    nlohmann::json op;
-    op["seconds_this_session"] = s.seconds;
-    op["train_loss"] = s.loss;
-    op["train_accuracy"] = s.accuracy;
-    op["reduce_seconds"] = s.reduce_seconds;
-    op["wait_seconds"] = s.wait_seconds;
-    op["bytes_reduced"] = s.bytes_reduced;
-    op["buckets_per_step"] = s.buckets;
-    op["replica_checks_passed"] = s.checksums;
-    if (c_.target_accuracy > 0) {
-      op["seconds_to_target"] = target_seconds_ ? nlohmann::json(*target_seconds_) : nullptr;
-    }
-    if (privacy_ == nullptr) {
-      j["global_batch"] = c_.train.batch_size * world_;
-      j.update(op);
-      return WriteFileAtomic(Path(c_.out_dir, "summary.json"), j.dump(2) + "\n");
-    }
-    const privacy::DpEvent& plan = privacy_->plan();
-    HUDDLE_ASSIGN_OR_RETURN(const JobSpend spend, privacy_->Spent());
-    j["expected_batch_size"] = c_.dp_sgd->dp.expected_batch_size;
-    nlohmann::json p = {{"mechanism", "dp-sgd across ranks (Poisson-subsampled Gaussian)"},
-                        {"accountant", privacy::AccountantName(c_.dp_sgd->accountant)},
-                        {"sampling_rate", plan.sampling_rate},
-                        {"noise_multiplier", plan.noise_multiplier},
-                        {"clip_norm", c_.dp_sgd->dp.clip_norm},
-                        {"steps", plan.steps},
-                        {"noise_source", privacy_->noise().description},
-                        {"ledger", privacy::kLedgerFile},
-                        {"report", privacy::kPrivacyReportFile}};
-    spend.AddTo(&p);
-    j["privacy"] = std::move(p);
-    op["note"] = kOperatorOnly;
-    op["dp_protected"] = false;
-    j["operator"] = std::move(op);
-    return WriteFileAtomic(Path(c_.out_dir, "summary.json"), j.dump(2) + "\n");
-  }
-
-  std::optional<double> final_test_accuracy() const { return final_test_accuracy_; }
-  std::optional<double> target_seconds() const { return target_seconds_; }
-
- private:
-  // datacenter.crash_for_testing: dies here as a machine failing at this point would.
-  void CrashIfAskedForTesting(std::string_view after, int64_t epoch) const {
-    if (c_.crash_after_for_testing == after && c_.crash_epoch_for_testing == epoch) {
-      spdlog::warn("crash_for_testing: killing rank 0 after the {} of epoch {}", after, epoch);
-      std::fflush(nullptr);
-      std::raise(SIGKILL);
-    }
-  }
-
-  const DatacenterConfig& c_;
-  int world_;
-  std::string backend_;
-  const data::Dataset* test_;
-  std::unique_ptr<models::Evaluator> evaluator_;
-  DatacenterPrivacy* privacy_;
-  int64_t last_steps_ = 0;
-  std::optional<double> final_test_accuracy_, target_seconds_;
-  std::optional<int64_t> target_epoch_;
-};
-
-// Whether checkpoint `s` is that of a job that ran to its end under config `c`: every step of the
-// DP-SGD `plan`, or without DP-SGD every epoch, none of them part-way. A checkpoint of the other
-// kind is not (the resume refuses it, saying why).
-bool RanToItsEnd(const DatacenterConfig& c, const datacenter::TrainingState& s,
-                 const std::optional<privacy::DpEvent>& plan) {
-  if (plan) return s.dp_sgd && s.steps >= plan->steps;
-  return !s.dp_sgd && s.epochs_done >= c.train.epochs && s.epoch_rows == 0;
-}
-
-// --resume of a job whose checkpoint `s` says it ran to its end: there is nothing to train, and
-// its outputs (summary.json, metrics, model, checkpoint, ledger, logs) are left as they are.
-void SayAlreadyComplete(const DatacenterConfig& c, const datacenter::TrainingState& s) {
-  std::printf(
-      "%s: the job in %s is already complete (%lld epochs, %lld steps; %s): nothing to resume, "
-      "its outputs are left as they are (raise train.epochs to train further)\n",
-      kCommand, c.out_dir.c_str(), static_cast<long long>(s.epochs_done),
-      static_cast<long long>(s.steps),
-      Path(c.out_dir, datacenter::kDatacenterCheckpointFile).c_str());
-  std::fflush(stdout);
-}
-
-// Rank 0, before joining the others: the start rules of the privacy ledger (DP-SGD; see
-// datacenter/privacy_session.h), the checkpoint to resume from, and the metrics files cut back to
-// it. A --resume of a job that ran to its end sets *complete and changes nothing. Returns 0, or the
-// exit code after saying why.
-int PrepareRank0(const DatacenterConfig& c, const DatacenterFlags& f, int64_t n,
-                 const std::optional<privacy::DpEvent>& plan, privacy::NoiseSource* noise,
-                 std::optional<datacenter::TrainingState>* resume,
-                 std::optional<DatacenterPrivacy>* privacy, bool* complete) {
-  const std::string ckpt_path = Path(c.out_dir, datacenter::kDatacenterCheckpointFile);
-  StatusOr<datacenter::TrainingState> state = absl::NotFoundError("no --resume");
-  if (f.resume) {
-    state = datacenter::ReadTrainingState(ckpt_path);
-    if (state.ok() && RanToItsEnd(c, *state, plan)) {
-      *complete = true;
-      *resume = std::move(state).value();
-      return 0;
-    }
-  }
-  if (!c.dp_sgd) {
-    if (Status st = CheckNoLedgerForNonDpRun(c.out_dir); !st.ok()) return Fail(1, "", st);
-  } else {
-    const double z = plan->noise_multiplier;
-    SessionNoise session{z > 0 ? noise->Describe() : kNoNoise, z > 0 && noise->is_private()};
-    auto opened = DatacenterPrivacy::Open(c, f.world_size, n, f.resume, *plan, std::move(session));
-    if (!opened.ok()) return Fail(1, "privacy ledger", opened.status());
-    privacy->emplace(std::move(opened).value());
-  }
-  const std::vector<std::string> metrics = {Path(c.out_dir, "metrics.jsonl"),
-                                            Path(c.out_dir, kOperatorMetricsFile)};
-  bool start_over = false;  // --resume without a checkpoint, but with a ledger to keep
-  if (f.resume) {
-    start_over = absl::IsNotFound(state.status()) && *privacy && (*privacy)->ledger_steps() > 0;
-    if (!state.ok() && !start_over) return Fail(1, "--resume", state.status());
-    if (state.ok()) *resume = std::move(state).value();
-  }
-  // Refusals before anything is changed.
-  if (*privacy) {
-    if (Status st = (*privacy)->CheckStart(*resume ? (*resume)->steps : 0, resume->has_value());
-        !st.ok()) {
-      return Fail(absl::IsFailedPrecondition(st) ? 2 : 1, "", st);
-    }
-  }
-  if (start_over) {
-    // Killed before its first checkpoint: nothing to continue but the ledger's spend.
-    std::printf(
-        "%s: no checkpoint at %s: starting over from step 0; the %lld steps the ledger "
-        "records stay counted\n",
-        kCommand, ckpt_path.c_str(), static_cast<long long>((*privacy)->ledger_steps()));
-  } else if (*resume) {
-    spdlog::info("resuming after epoch {} (step {}) from {}", (*resume)->epochs_done,
-                 (*resume)->steps, ckpt_path);
-    std::printf(
-        "%s: resuming after epoch %lld (step %lld%s)\n", kCommand,
-        static_cast<long long>((*resume)->epochs_done), static_cast<long long>((*resume)->steps),
-        (*resume)->epoch_rows > 0 ? fmt::format(", {} rows into epoch {}", (*resume)->epoch_rows,
-                                                (*resume)->epochs_done + 1)
-                                        .c_str()
-                                  : "");
-  }
-  for (const std::string& path : metrics) {
-    if (f.resume) {
-      // The lines of epochs after the checkpoint (all of them when starting over) go.
-      const auto keep = static_cast<uint64_t>(*resume ? (*resume)->epochs_done : 0);
-      if (Status st = KeepJsonLinesUpTo(path, "epoch", keep); !st.ok()) return Fail(1, path, st);
-    } else {
-      std::error_code ec;
-      std::filesystem::remove(path, ec);
-    }
-  }
-  return 0;
-}
-
+// One rank (--rank/--world-size/--rendezvous): the job (datacenter/job.h) under this command's
+// logging, device choice, rendezvous key, stop signals and exit codes.
 int RunRank(const DatacenterConfig& c, const DatacenterFlags& f) {
   if (Status st = SetupLogging(c.log_level, fmt::format("rank {}", f.rank)); !st.ok()) {
     return Fail(2, "", st);
   }
   auto cuda = UseCuda(c.device);
   if (!cuda.ok()) return Fail(2, "", cuda.status());
-  datacenter::CollectiveOptions co;
-  co.rank = f.rank;
-  co.world_size = f.world_size;
-  co.timeout = std::chrono::milliseconds(c.timeout_ms);
-  co.host = f.host;
-  if (Status st = datacenter::ValidateCollectiveOptions(co); !st.ok()) return Fail(2, "", st);
+  datacenter::RankOptions o;
+  o.collective.rank = f.rank;
+  o.collective.world_size = f.world_size;
+  o.collective.timeout = std::chrono::milliseconds(c.timeout_ms);
+  o.collective.host = f.host;
+  if (Status st = datacenter::ValidateCollectiveOptions(o.collective); !st.ok()) {
+    return Fail(2, "", st);
+  }
   auto auth = RendezvousAuth(f);
   if (!auth.ok()) return Fail(2, "", auth.status());
   StopWatchdog watchdog(std::chrono::milliseconds(c.timeout_ms) + std::chrono::seconds(10));
-  if (Status st = MakeDirs(c.out_dir); !st.ok()) return Fail(1, "output directory", st);
-
-  // Everything that can fail alone comes before joining the others.
-  auto train = LoadTrainingData(c.data);
-  if (!train.ok()) return Fail(1, "training data", train.status());
-  std::optional<privacy::DpEvent> dp_plan;
-  if (c.dp_sgd) {
-    auto planned = PlanDpSgd(c, train->size());
-    if (!planned.ok()) return Fail(2, "", planned.status());
-    dp_plan = *planned;
-  }
-  std::optional<data::Dataset> test;
-  if (f.rank == 0 && !c.eval_data.empty()) {
-    auto loaded = data::LoadFashionMnist(c.eval_data, data::Split::kTest, nullptr);
-    if (!loaded.ok()) return Fail(1, "evaluation data", loaded.status());
-    test = std::move(loaded).value();
-  }
-  // DP-SGD: rank 0's noise (and the sampling key it broadcasts) from the OS CSPRNG.
-  std::optional<privacy::NoiseSource> noise;
-  if (c.dp_sgd && f.rank == 0) noise = privacy::NoiseSource::Secure();
-  std::optional<datacenter::TrainingState> resume;
-  std::optional<DatacenterPrivacy> privacy;
-  // --resume of a job that ran to its end (rank 0's checkpoint says so): rank 0 still joins the
-  // others, whose resume then trains nothing, and writes nothing.
-  bool complete = false;
-  if (f.rank == 0) {
-    const int code = PrepareRank0(c, f, train->size(), dp_plan, noise ? &*noise : nullptr, &resume,
-                                  &privacy, &complete);
-    if (code != 0) return code;
-  }
-
-  std::unique_ptr<kernels::Backend> backend;
-  int gpu = -1;
-  if (*cuda) {
-    gpu = f.local_rank >= 0 ? f.local_rank : f.rank % std::max(1, kernels::CudaDeviceCount());
-    auto opened = kernels::OpenBackend({kernels::DeviceRequest::Kind::kCuda, gpu});
-    if (!opened.ok()) return Fail(1, "device", opened.status());
-    backend = std::move(opened).value();
-  } else {
-    backend = kernels::OpenCpuBackend();
-  }
-
-  std::unique_ptr<transport::KvServer> server;
-  if (f.rank == 0 && f.serve_rendezvous && f.rendezvous.starts_with("tcp://")) {
-    // On the address the user named, never on every interface.
-    auto endpoint = transport::KvServerEndpointFor(f.rendezvous);
-    if (!endpoint.ok()) return Fail(2, "--rendezvous", endpoint.status());
-    auto started = transport::KvServer::Start(*endpoint, {}, *auth);
-    if (!started.ok()) return Fail(1, "serving the rendezvous", started.status());
-    server = std::move(started).value();
-    spdlog::info("serving the rendezvous on {} ({})", *endpoint,
-                 *auth ? "CurveZMQ, the job's key" : "NOT authenticated");
-  }
-  auto store = transport::OpenKvStore(f.rendezvous, std::chrono::seconds(30), *auth);
-  if (!store.ok()) return Fail(2, "--rendezvous", store.status());
-  auto run_id = AgreeRunId(f, **store, std::chrono::milliseconds(c.timeout_ms));
-  if (!run_id.ok()) return Fail(1, "joining the other ranks", run_id.status());
-  co.key_prefix = "huddle/" + *run_id;
-  auto collective =
-      *cuda ? datacenter::ConnectNccl(**store, co, gpu) : datacenter::ConnectGloo(**store, co);
-  if (!collective.ok()) return Fail(1, "joining the other ranks", collective.status());
-  spdlog::info("rank {}/{} joined through {} ({} on {})", f.rank, f.world_size, f.rendezvous,
-               (*collective)->backend(), backend->name());
-
-  datacenter::DataParallelOptions o;
-  o.train = c.train;
-  o.train.backend = backend.get();
-  o.seed = c.seed;
-  o.bucket_bytes = c.bucket_bytes;
-  o.first_bucket_bytes = c.first_bucket_bytes;
-  o.checksum_every = c.checksum_every;
-  o.overlap = c.overlap;
-  o.state_on_rank0 = true;
-  o.resume = resume ? &*resume : nullptr;
-  if (c.dp_sgd) {
-    o.dp_sgd = datacenter::DataParallelDpSgd{c.dp_sgd->dp, noise ? &*noise : nullptr};
-  }
-  Reporter reporter(c, f.world_size, std::string((*collective)->backend()), test ? &*test : nullptr,
-                    privacy ? &*privacy : nullptr);
-  if (resume) reporter.set_last_steps(resume->steps);
-  o.on_epoch = [&](const datacenter::EpochReport& r) -> Status {
-    if (f.rank == 0) HUDDLE_RETURN_IF_ERROR(reporter.OnEpoch(r));
-    return absl::OkStatus();
-  };
-  // A stop (SIGINT/SIGTERM on any rank) takes effect on every rank after the same step.
+  o.use_cuda = *cuda;
+  o.local_rank = f.local_rank;
+  o.rendezvous = f.rendezvous;
+  o.auth = *auth;
+  o.serve_rendezvous = f.serve_rendezvous;
+  o.run_id = f.run_id;
+  o.resume = f.resume;
   o.stop = &StopFlag();
-  std::optional<int64_t> stopped_at_step;
-  if (!c.dp_sgd && !complete) {
-    // With DP-SGD no checkpoint: the ledger records whole epochs before anything is released,
-    // so the job resumes from its last epoch's checkpoint (steps since need no entry).
-    o.on_stop = [&](const datacenter::TrainingState& state) -> Status {
-      HUDDLE_RETURN_IF_ERROR(datacenter::WriteTrainingState(
-          Path(c.out_dir, datacenter::kDatacenterCheckpointFile), state));
-      stopped_at_step = state.steps;
-      return absl::OkStatus();
-    };
-  }
-  if (f.rank == 0 && !complete) {
-    if (!resume) {
-      std::printf("%s: %d rank(s), %s, model %s, global batch %lld, %lld epochs\n", kCommand,
-                  f.world_size, std::string((*collective)->backend()).c_str(),
-                  models::DescribeModel(c.model).c_str(),
-                  static_cast<long long>(c.dp_sgd ? c.dp_sgd->dp.expected_batch_size
-                                                  : c.train.batch_size * f.world_size),
-                  static_cast<long long>(c.train.epochs));
-    }
-    if (privacy) {
-      const privacy::DpEvent& plan = privacy->plan();
-      auto done = privacy->SpentWhenDone();
-      std::printf(
-          "DP-SGD across ranks: %lld steps (%lld to run), Poisson q = %.4g, noise multiplier %g, "
-          "clip norm %g, %s accountant: when done, %s; the ledger (%s) records %lld steps so "
-          "far; noise: %s on rank 0\n",
-          static_cast<long long>(plan.steps),
-          static_cast<long long>(std::max<int64_t>(0, plan.steps - (resume ? resume->steps : 0))),
-          plan.sampling_rate, plan.noise_multiplier, c.dp_sgd->dp.clip_norm,
-          privacy::AccountantName(c.dp_sgd->accountant),
-          done.ok() ? done->Text().c_str() : std::string(done.status().message()).c_str(),
-          privacy::kLedgerFile, static_cast<long long>(privacy->ledger_steps()),
-          privacy->noise().description.c_str());
-    }
-    std::fflush(stdout);
-  }
-  TensorList params = models::InitModel(c.model, DeriveSeed(c.seed, kInitStream));
-  watchdog.TrainingStarted();
-  auto stats = datacenter::TrainDataParallel(**collective, c.model, o,
-                                             data::DatasetView{&*train, {}}, &params);
-  if (!stats.ok()) {
-    const bool stopped = absl::IsCancelled(stats.status());
-    if (stopped) {
-      if (stopped_at_step) {
-        std::printf("%s: stopped after step %lld; checkpoint %s written (continue with --resume)\n",
-                    kCommand, static_cast<long long>(*stopped_at_step),
-                    Path(c.out_dir, datacenter::kDatacenterCheckpointFile).c_str());
-      } else if (f.rank == 0) {
-        std::printf("%s: stopped; --resume continues from the last epoch's checkpoint\n", kCommand);
-      }
-      std::fflush(stdout);
-    }
-    if (privacy) {
-      // The ledger may hold an entry whose epoch's outputs were not all written.
-      const std::string why =
-          stopped ? "stopped by a signal" : fmt::format("failed: {}", stats.status().message());
-      if (Status st = privacy->WriteReport(why); !st.ok()) {
-        spdlog::error("cannot write {}: {}", privacy::kPrivacyReportFile, st.message());
-      }
-    }
-    return Fail(stopped ? StopExitCode() : 1, fmt::format("rank {}", f.rank), stats.status());
-  }
-  if (f.rank == 0 && complete) {
-    SayAlreadyComplete(c, *resume);
-    return 0;
-  }
-  if (f.rank == 0) {
-    if (Status st = reporter.WriteSummary(*stats); !st.ok()) return Fail(1, "summary.json", st);
-    std::optional<JobSpend> spend;
-    if (privacy) {
-      if (Status st = privacy->WriteReport(); !st.ok()) {
-        return Fail(1, privacy::kPrivacyReportFile, st);
-      }
-      auto spent = privacy->Spent();
-      if (!spent.ok()) return Fail(1, "privacy", spent.status());
-      spend = *spent;
-    }
-    std::printf("done: %lld steps", static_cast<long long>(stats->steps));
-    if (!privacy) {
-      std::printf(
-          " in %.1f s (%.1f steps/s)", stats->seconds,
-          static_cast<double>(stats->steps - (resume ? resume->steps : 0)) / stats->seconds);
-    }
-    if (auto acc = reporter.final_test_accuracy()) std::printf(" | test accuracy %.4f", *acc);
-    if (spend) {
-      std::printf(" | %s (the ledger counts %lld steps)", spend->Text().c_str(),
-                  static_cast<long long>(spend->ledger_steps));
-    }
-    if (auto t = reporter.target_seconds()) {
-      std::printf(" | reached %.2f after %.1f s%s", c.target_accuracy, *t,
-                  privacy ? " (not private)" : "");
-    }
-    if (privacy) {
-      std::printf(
-          " | (not private) %.1f s (%.1f steps/s)", stats->seconds,
-          static_cast<double>(stats->steps - (resume ? resume->steps : 0)) / stats->seconds);
-    }
-    std::printf(
-        " | replicas checked identical %lld times\noutputs: %s/{metrics.jsonl,%s"
-        "summary.json,model.bin,checkpoint.bin}\n",
-        static_cast<long long>(stats->checksums), c.out_dir.c_str(),
-        privacy ? "operator_metrics.jsonl,privacy_ledger.jsonl,privacy.json," : "");
-    std::fflush(stdout);
-  }
-  return 0;
+  o.on_training_start = [&watchdog] { watchdog.TrainingStarted(); };
+  const Status st = datacenter::RunRank(c, o);
+  if (st.ok()) return 0;
+  if (datacenter::IsStop(st)) return Fail(StopExitCode(), "", st);
+  return Fail(datacenter::IsRefusal(st) ? 2 : 1, "", st);
 }
 
 // The launcher's per-job rendezvous key: DIR/rendezvous.key (0600) in a fresh directory (0700)
@@ -725,24 +243,6 @@ class PrivateKeyDir {
   std::string dir_;
 };
 
-// The launcher's --resume: whether the job's checkpoint says it ran to its end (then said here).
-// No checkpoint, or one the ranks will refuse, is false: the ranks say why.
-StatusOr<bool> ResumesAFinishedJob(const DatacenterConfig& c) {
-  auto state =
-      datacenter::ReadTrainingState(Path(c.out_dir, datacenter::kDatacenterCheckpointFile));
-  if (!state.ok()) return false;
-  std::optional<privacy::DpEvent> plan;
-  if (c.dp_sgd) {
-    // The planned steps depend on the training set's size.
-    auto train = LoadTrainingData(c.data);
-    if (!train.ok()) return train.status();
-    HUDDLE_ASSIGN_OR_RETURN(plan, PlanDpSgd(c, train->size()));
-  }
-  if (!RanToItsEnd(c, *state, plan)) return false;
-  SayAlreadyComplete(c, *state);
-  return true;
-}
-
 // `--nproc N`: N ranks of this binary on this host.
 int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
            const std::string& exe) {
@@ -757,7 +257,7 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
   }
   if (f.resume) {
     // A job that ran to its end: say so and start no rank, so that not even its logs change.
-    auto complete = ResumesAFinishedJob(c);
+    auto complete = datacenter::ResumesAFinishedJob(c);
     if (!complete.ok()) return Fail(1, "--resume", complete.status());
     if (*complete) return 0;
   }
