@@ -265,7 +265,8 @@ Status Coordinator::RunRound(uint64_t number) {
   round.weight_cap = WeightCap();
   bool train = true;
   if (options_.secure_aggregation.enabled) {
-    HUDDLE_ASSIGN_OR_RETURN(train, StartSecAgg(round, cohort));
+    HUDDLE_ASSIGN_OR_RETURN(round.secure, StartSecureRound(round, cohort));
+    train = round.secure != nullptr;
   }
   for (const std::string& id : cohort) {
     if (train) {
@@ -275,26 +276,19 @@ Status Coordinator::RunRound(uint64_t number) {
     }
   }
 
-  // 3. (With secure aggregation, its stages: SecAggStep, coordinator/secagg_round.cc.)
-  auto open = [&] {
-    return std::any_of(round.members.begin(), round.members.end(), [](const auto& m) {
-      return m.second != MemberState::kDone && m.second != MemberState::kFailed;
-    });
-  };
-  while (round.secagg ? SecAggStep(round) : open()) {
-    const int64_t now = clock_->NowMs();
-    if (!round.secagg && now >= round.deadline_ms) {
-      for (auto& [id, state] : round.members) {
-        if (state != MemberState::kDone && state != MemberState::kFailed) {
-          spdlog::warn("round {}: client {} missed the deadline", number, id);
-          state = MemberState::kFailed;
-        }
-      }
-      break;
-    }
-    Pump(std::min<int64_t>(100, round.secagg ? SecAggTimeoutMs(round) : round.deadline_ms - now));
+  // 3. One scheduler step per iteration (with secure aggregation, its stages: secure_round.h).
+  int64_t wait_ms = 0;
+  while (StepRound(round, &wait_ms)) {
+    Pump(std::min<int64_t>(100, wait_ms));
     ExpireSilentClients();
     RevokeStaleGrants();
+  }
+  if (round.secure) {
+    round.metrics.secure_aggregation = round.secure->metrics();
+    if (round.secure->sum()) {
+      round.metrics.results = round.secure->survivors();
+      round.metrics.examples = round.secure->examples();
+    }
   }
 
   // 4-5.
@@ -315,6 +309,30 @@ Status Coordinator::RunRound(uint64_t number) {
   Status st = FinishRound(round);
   round_.reset();
   return st;
+}
+
+bool Coordinator::StepRound(Round& round, int64_t* wait_ms) {
+  if (round.secure) {
+    if (!round.secure->Step()) return false;
+    *wait_ms = round.secure->TimeoutMs();
+    return true;
+  }
+  if (std::none_of(round.members.begin(), round.members.end(),
+                   [](const auto& m) { return IsOpen(m.second); })) {
+    return false;
+  }
+  const int64_t now = clock_->NowMs();
+  if (now >= round.deadline_ms) {
+    for (auto& [id, state] : round.members) {
+      if (IsOpen(state)) {
+        spdlog::warn("round {}: client {} missed the deadline", round.number, id);
+        state = MemberState::kFailed;
+      }
+    }
+    return false;
+  }
+  *wait_ms = round.deadline_ms - now;
+  return true;
 }
 
 std::vector<std::string> Coordinator::SampleCohort() {
@@ -366,7 +384,7 @@ void Coordinator::SendFit(const std::string& id) {
   // replayed from an earlier instruction (another round, or before a rejoin) is refused.
   fit.nonce = SecureRandomBytes(wire::kNonceBytes);
   round.nonces[id] = fit.nonce;
-  if (round.secagg) fit.secure_aggregation = SecAggInstruction(id);
+  if (round.secure) fit.secure_aggregation = round.secure->Instruction(id);
   if (dp()) {
     const privacy::PrivacyMode mode = privacy_->options().mode;
     const bool local = mode == privacy::PrivacyMode::kLocal;
@@ -564,7 +582,7 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
     auto m = round_->members.find(join.client_id);
     if (m != round_->members.end() && m->second != MemberState::kDone &&
         m->second != MemberState::kFailed) {
-      if (round_->secagg) {
+      if (round_->secure) {
         // Its keys and shares of this round are gone with its restart: a dropout.
         FailMember(join.client_id, "rejoined mid-round: it leaves the round's secure aggregation");
         return;
@@ -595,7 +613,7 @@ void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& ms
   }
   auto m = round_->members.find(id);
   // With secure aggregation the upload is the masked input, due in stage 2.
-  const MemberState due = round_->secagg ? MemberState::kSecAggMasking : MemberState::kTraining;
+  const MemberState due = round_->secure ? MemberState::kSecAggMasking : MemberState::kTraining;
   if (m == round_->members.end() || m->second != due) {
     Refuse(peer, wire::ErrorCode::kRejected,
            absl::StrCat("client ", id, " has no pending work in round ", msg.round), msg.round);
@@ -629,10 +647,8 @@ void Coordinator::OnClientError(const std::string& id, const wire::Message& msg)
     return;
   }
   auto m = round_->members.find(id);
-  const bool busy =
-      m != round_->members.end() &&
-      (m->second == MemberState::kTraining ||
-       (round_->secagg && m->second != MemberState::kDone && m->second != MemberState::kFailed));
+  const bool busy = m != round_->members.end() &&
+                    (m->second == MemberState::kTraining || (round_->secure && IsOpen(m->second)));
   if (!busy) {
     round_->metrics.rejected++;
     return;
@@ -663,8 +679,7 @@ void Coordinator::GrantSlots() {
     m->second = MemberState::kUploading;
     // The transport holds undelivered bytes of this connection up to the result's size, and no
     // more (transport.h): a result (or a masked input) is the only large message a client sends.
-    const size_t bytes = round.secagg ? static_cast<size_t>(round.secagg->server->config().length) *
-                                            static_cast<size_t>(round.secagg->plan.bits / 8)
+    const size_t bytes = round.secure ? round.secure->UploadBytes()
                                       : static_cast<size_t>(TotalElements(layout_)) * sizeof(float);
     slots_.Hold(id, peer, bytes + kResultOverheadBytes);
   }
@@ -691,7 +706,7 @@ void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
   }
   Round& round = *round_;
   auto m = round.members.find(id);
-  if (m == round.members.end() || m->second != MemberState::kUploading || round.secagg) {
+  if (m == round.members.end() || m->second != MemberState::kUploading || round.secure) {
     // (With secure aggregation a plain result is never due: the upload is the masked input.)
     round.metrics.rejected++;
     Warn("unsolicited results", id, [&] {
@@ -798,7 +813,7 @@ void Coordinator::FailMember(const std::string& id, const char* why) {
   if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
   slots_.Release(id);
   m->second = MemberState::kFailed;
-  if (round.secagg) round.secagg->awaiting.erase(id);  // a stage no longer waits for it
+  if (round.secure) round.secure->OnMemberFailed(id);  // a stage no longer waits for it
   spdlog::warn("round {}: client {} {}", round.number, id, why);
   GrantSlots();
 }
@@ -829,7 +844,7 @@ void Coordinator::Refuse(const transport::PeerId& peer, wire::ErrorCode code,
 StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
   const RoundMetrics& m = round.metrics;
   // Secure aggregation refused before unmasking, or discarded its sum.
-  const bool released_nothing = round.secagg && !round.secagg->sum;
+  const bool released_nothing = round.secure && !round.secure->sum();
   if (dp()) {
     // Under DP every round releases its noised update, whatever the number of results (skipping
     // a round for want of quorum would reveal that number without noise).
@@ -841,7 +856,7 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
     }
     if (released_nothing) {
       // No update, and nothing charged unless the unmasking began (the ledger then holds the
-      // round: SecAggStep appended it before asking for any share).
+      // round: SecureRound appended it before asking for any share).
       HUDDLE_RETURN_IF_ERROR(NoRelease(round));
       return std::nullopt;
     }
@@ -852,12 +867,12 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
   }
   // The sum: secure aggregation's unmasked one, or the aggregator's. Under DP it is noised and
   // divided by the fixed denominator; without, it is averaged by the results' weights.
-  const TensorList* secure_sum = round.secagg ? &*round.secagg->sum : nullptr;
+  const TensorList* secure_sum = round.secure ? &*round.secure->sum() : nullptr;
   TensorList mean;
   if (dp()) {
     HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean, secure_sum));
   } else if (secure_sum != nullptr) {
-    HUDDLE_RETURN_IF_ERROR(SecAggMean(round, &mean));
+    HUDDLE_RETURN_IF_ERROR(round.secure->Mean(&mean));
   } else {
     HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
   }
@@ -868,7 +883,7 @@ Status Coordinator::FinishRound(Round& round) {
   RoundMetrics& m = round.metrics;
   m.dropped = m.clients_sampled - m.results;
   // Secure aggregation's members report no loss (and, weighing uniformly, no example count).
-  if (m.results > 0 && !dp() && !round.secagg && m.examples > 0) {
+  if (m.results > 0 && !dp() && !round.secure && m.examples > 0) {
     m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
   }
   HUDDLE_ASSIGN_OR_RETURN(std::optional<TensorList> mean, ReleasedMean(round));

@@ -29,17 +29,16 @@
 #include <string>
 #include <unordered_map>
 
-#include "aggregation/secagg/protocol.h"
-#include "aggregation/secagg/quantize.h"
-#include "aggregation/secagg/wire.h"
 #include "aggregation/server_optimizer.h"
 #include "aggregation/streaming_aggregator.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/rng.h"
+#include "coordinator/member_state.h"
 #include "coordinator/options.h"
 #include "coordinator/population.h"
 #include "coordinator/round_metrics.h"
+#include "coordinator/secure_round.h"
 #include "coordinator/update_check.h"
 #include "coordinator/upload_slots.h"
 #include "models/model.h"
@@ -89,7 +88,7 @@ struct JobSummary {
 // unless options.resume or options.force, naming both: starting afresh there would lose them.
 Status CheckOutputDir(const CoordinatorOptions& options);
 
-class Coordinator {
+class Coordinator : private SecureRoundHost {
  public:
   // `transport` and `clock` must outlive the coordinator. `evaluator` may be empty.
   Coordinator(CoordinatorOptions options, transport::ServerTransport* transport, const Clock* clock,
@@ -106,48 +105,11 @@ class Coordinator {
   const JobSummary& summary() const { return summary_; }
 
  private:
-  // kSecAgg: in secure aggregation's stages past training (SecAggRound says which);
-  // kSecAggMasking: its masked input is due (it asks for an upload slot as for a FitResult).
-  enum class MemberState {
-    kTraining,
-    kWaitingSlot,
-    kUploading,
-    kDone,
-    kFailed,
-    kSecAgg,
-    kSecAggMasking
-  };
-  // The round's secure aggregation (coordinator/secagg_round.cc).
-  struct SecAggRound {
-    std::optional<aggregation::secagg::Server> server;
-    std::vector<std::string> ids;              // cohort index -> client id (the sorted cohort)
-    std::map<std::string, uint32_t> index;     // client id -> cohort index
-    std::vector<std::string> listed;           // member-list position -> client id
-    std::map<std::string, uint32_t> position;  // client id -> member-list position
-    aggregation::secagg::QuantizePlan plan;    // bits, scale, noise share
-    uint64_t weight_cap = 0;                   // 0: uniform weights, no weight word
-    double clip_norm = 0;
-    // 0 advertise, 1 reveal, 2 shares, 3 verdicts, 4 masked inputs, 5 consistency, 6 unmask,
-    // 7 over.
-    int stage = 0;
-    int64_t stage_deadline_ms = 0;
-    int restarts = 0;                // sessions started again without members that did not reveal
-    std::set<std::string> awaiting;  // members whose answer to the current stage is due
-    std::optional<TensorList> sum;   // at the end: the survivors' decoded sum (weighted)
-    uint64_t total_weight = 0;       // its weight word's sum (weighted rounds)
-    std::string failure;             // why it released nothing ("" when it did)
-    // Distributed DP: the fewest honest members whose noise shares an unmasked sum holds (by the
-    // coordinator's count, graph.h's HonestShares), and the round's ledger entry (its sum's noise
-    // multiplier, tau and dimension).
-    int64_t noise_members = 0;
-    std::optional<privacy::LedgerEntry> distributed;
-    bool accounted = false;  // its entry is in the ledger (appended before unmasking)
-  };
   struct Round {
     uint64_t number = 0;
     int64_t deadline_ms = 0;
     std::shared_ptr<const TensorList> global;
-    std::map<std::string, MemberState> members;
+    RoundMembers members;
     std::map<std::string, std::string> nonces;  // of each member's latest FitInstruction
     std::map<std::string, int> fits_sent;       // instructions (with the model) sent to each member
     double weighted_loss = 0;
@@ -162,13 +124,17 @@ class Coordinator {
     double expected_cohort = 0;         // central: the fixed denominator (expected cohort size)
     double local_norm_bound = 0;        // local: the longest update an honest client can send
     uint64_t client_seed = 0;           // fit.seed of the round's instructions
-    std::optional<SecAggRound> secagg;  // secure aggregation on
+    std::unique_ptr<SecureRound> secure;  // secure aggregation on (and the cohort large enough)
   };
 
   Status Initialise();
   // `started`: a round of this run has already run (min_clients then no longer applies).
   Status WaitForClients(const std::atomic<bool>* stop, bool started);
   Status RunRound(uint64_t number);
+  // One step of the round's scheduler (step 3 of RunRound): the secure aggregation's stage, or the
+  // plain round's deadline. False once the round is over; `wait_ms`: how long to wait for
+  // messages before the next step.
+  bool StepRound(Round& round, int64_t* wait_ms);
   std::vector<std::string> SampleCohort();
   void SendFit(const std::string& id);
   void Pump(int64_t timeout_ms);
@@ -189,7 +155,7 @@ class Coordinator {
             const std::function<std::string()>& detail);
   void FlushLogs();
   void GrantSlots();
-  void FailMember(const std::string& id, const char* why);
+  void FailMember(const std::string& id, const char* why) override;
   void ExpireSilentClients();
   void RevokeStaleGrants();
   // The connection `id` joined on ("" when it is not in the population).
@@ -203,41 +169,22 @@ class Coordinator {
   // the quorum is met.
   StatusOr<std::optional<TensorList>> ReleasedMean(Round& round);
   Status FinishRound(Round& round);
-  // Secure aggregation (coordinator/secagg_round.cc). StartSecAgg: after the cohort is sampled,
-  // its session, graph and quantization (false when the cohort is too small to hide anyone: the
-  // round then trains nothing). SecAggStep: ends the current stage when every member answered or
-  // its deadline passed, and sends the next stage's messages; false once the protocol is over.
-  StatusOr<bool> StartSecAgg(Round& round, const std::vector<std::string>& cohort);
-  bool SecAggStep(Round& round);
+  // Secure aggregation (coordinator/secure_round.h): its session for the cohort (nullptr when
+  // the cohort is too small to hide anyone: the round then trains nothing).
+  StatusOr<std::unique_ptr<SecureRound>> StartSecureRound(Round& round,
+                                                          const std::vector<std::string>& cohort);
   // A client's message of a secure aggregation stage (SecAggData, or its masked input).
   void OnSecAgg(const std::string& id, const wire::Message& msg);
-  // A SecAggData from member `id` (its stage's message decoded and handed to the server).
-  Status OnSecAggData(const std::string& id, const wire::Message& msg);
   // Member `id` sent a message refused before it reached the session (malformed, or of a type no
   // client may send): if a secure-aggregation stage awaits its answer (a SecAggData, or in stage 4
   // its upload request or masked input), it is a dropout now, so the stage ends as soon as the
   // others due have answered instead of at stage_timeout. `why` names what it sent.
   void OnRefusedSecAggMessage(const std::string& id, const std::string& why);
-  // Ends the round's secure aggregation with `why`: nothing is released; members still in it fail.
-  bool RefuseSecAgg(Round& round, const Status& why);
-  // Starts the round's session again, with a new session id, for the members that revealed their
-  // randomness (a member that did not blocks the graph): they get a new FitInstruction and mask
-  // the update they trained. False when no restart is left or too few members remain.
-  bool RestartSecAgg(Round& round, const Status& why);
-  // Sends the same encoded bytes of `stage` to each member in `ids` (a failed send fails it).
-  void BroadcastSecAgg(Round& round, aggregation::secagg::Stage stage,
-                       std::shared_ptr<const std::string> bytes,
-                       const std::vector<std::string>& ids);
-  // The session's settings, counts and blames into the round's metrics.
-  void RecordSecAgg(Round& round);
-  // The fields of member `id`'s FitInstruction.
-  wire::SecureAggregation SecAggInstruction(const std::string& id) const;
-  // The round's released update: the survivors' weighted mean (or, under local DP, their mean).
-  Status SecAggMean(Round& round, TensorList* mean) const;
-  // DataLoss when the unmasked sum is longer than its survivors' clipped inputs (and noise) can
-  // make: some member's input was out of range.
-  Status CheckSecureSum(const Round& round, const TensorList& sum) const;
-  int64_t SecAggTimeoutMs(const Round& round) const;
+  // SecureRoundHost: what the round's secure aggregation asks of the coordinator.
+  Status SendToMember(const std::string& id, const wire::Message& msg) override;
+  void SendFit(const std::string& id, int64_t deadline_ms) override;
+  StatusOr<std::pair<privacy::Spend, bool>> WouldSpend(const privacy::LedgerEntry& entry) override;
+  Status Account(const privacy::LedgerEntry& entry) override;
   // DP (coordinator/dp_round.cc).
   bool dp() const { return privacy_ && privacy_->enabled(); }
   // `resumed_round`: the checkpoint's completed round (0 when starting afresh).
@@ -332,9 +279,6 @@ class Coordinator {
   TensorList clip_scratch_;  // a result clipped to max_update_norm (reused; empty until needed)
   // Without DP: the norm each FedAvg update is clipped to (fixed, automatic or off).
   UpdateNormBound norm_bound_{options_.max_update_norm, options_.auto_norm_factor};
-  // A masked input's words, gathered from its tensors (64-bit sessions; 32-bit ones).
-  std::vector<uint64_t> secagg_scratch_;
-  std::vector<uint32_t> secagg_scratch32_;
   std::set<std::string> secagg_excluded_;   // clients found lying in secure aggregation
   std::map<std::string, LogSummary> logs_;  // Warn()'s, by kind
 

@@ -91,8 +91,8 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
   aggregation::AggregatorOptions agg = options_.aggregation;
   agg.max_weight = 1;
   if (p.mode == PrivacyMode::kDistributed) {
-    // The clients' noise shares join their updates inside the secure sum (StartSecAgg); nothing
-    // is folded here.
+    // The clients' noise shares join their updates inside the secure sum (SecureRound::Start);
+    // nothing is folded here.
     return aggregator_->Reset(agg);
   }
   if (p.mode == PrivacyMode::kLocal) {
@@ -229,8 +229,8 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
         central ? noise_->Describe() : privacy::kNoiseClientSide);
     entry.job = options_.job_name;
   } else {
-    if (round.secagg && round.secagg->distributed) {
-      entry = *round.secagg->distributed;  // the shares the members were told to add
+    if (round.secure && round.secure->distributed()) {
+      entry = *round.secure->distributed();  // the shares the members were told to add
     } else {
       // No secure session this round (a cohort too small): nothing was released, accounted as
       // planned all the same (an over-count is safe).
@@ -242,18 +242,15 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
       entry.job = options_.job_name;
     }
     info.noise_multiplier = entry.noise_multiplier;
-    if (round.secagg) {
+    if (round.secure) {
       // The std of the noise the honest shares guarantee in the sum, per value, in the model's
       // units (as central DP's: before the mean divides it): sqrt(m s) grid steps.
-      const SecAggRound& a = *round.secagg;
-      info.noise_stddev = std::sqrt(static_cast<double>(a.noise_members) *
-                                    static_cast<double>(a.plan.noise_variance)) *
-                          std::ldexp(1.0, -a.plan.scale_exponent);
+      info.noise_stddev = round.secure->SumNoiseStddev();
     }
   }
-  // Distributed DP appends before unmasking (SecAggStep); a round refused earlier released no
-  // sum, and is accounted here all the same.
-  const bool accounted = round.secagg && round.secagg->accounted;
+  // Distributed DP appends before unmasking (SecureRound, stage 5); a round refused earlier
+  // released no sum, and is accounted here all the same.
+  const bool accounted = round.secure && round.secure->accounted();
   if (!accounted) HUDDLE_RETURN_IF_ERROR(ledger_->Append(entry));
   HUDDLE_RETURN_IF_ERROR(RecordSpent(round, std::move(info)));
   clip_norm_ = next_clip;
@@ -269,11 +266,18 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
   return aggregator_->Finalize(round.expected_cohort, mean);
 }
 
+StatusOr<std::pair<privacy::Spend, bool>> Coordinator::WouldSpend(
+    const privacy::LedgerEntry& entry) {
+  return privacy_->WouldSpendEvent(ledger_->Events(), entry.event());
+}
+
+Status Coordinator::Account(const privacy::LedgerEntry& entry) { return ledger_->Append(entry); }
+
 Status Coordinator::NoRelease(Round& round) {
   HUDDLE_RETURN_IF_ERROR(RecordSpent(round, PrivacyInfo(round)));
   spdlog::warn("round {}: secure aggregation released nothing; the model is unchanged{}",
                round.number,
-               round.secagg && round.secagg->accounted
+               round.secure && round.secure->accounted()
                    ? " (the round is in the ledger: its unmasking had begun)"
                    : " and nothing is charged");
   return absl::OkStatus();
