@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "absl/strings/numbers.h"
+#include "cli/config_sections.h"
 #include "client/silo.h"
 #include "common/config_reader.h"
 #include "common/tensor_io.h"
@@ -246,11 +247,9 @@ Status ReadExternalModel(ConfigMap& model, models::ModelSpec* spec,
   return absl::OkStatus();
 }
 
-// The `model` section: `kind: mlp` (the default; input_dim, hidden defaulting to [128],
-// num_classes, batch_norm), a layer list (`input` and `layers`, kind `layers`), or an external
-// model (`file`, kind `external`). `init: PATH` next to a built-in model gives its initial weights.
-// `initial` (the initial model, or null for the seeded initialisation) may be null: then `file`
-// and `init` are refused (huddle datacenter trains built-in models from their seeded init).
+}  // namespace
+
+// cli/config_sections.h
 Status ReadModel(ConfigMap& top, models::ModelSpec* spec,
                  std::shared_ptr<const TensorList>* initial) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap model, top.Child("model"));
@@ -325,7 +324,7 @@ Status ReadModel(ConfigMap& top, models::ModelSpec* spec,
   return CheckInit(model, *spec, initial);
 }
 
-// `train.dp_sgd` cannot train every model (models::CheckDpSgdModel).
+// cli/config_sections.h
 Status DpSgdFitsModel(ConfigMap& train, const models::ModelSpec& model) {
   if (Status st = models::CheckDpSgdModel(model); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(train.Where("dp_sgd"), ": ", st.message()));
@@ -333,16 +332,7 @@ Status DpSgdFitsModel(ConfigMap& train, const models::ModelSpec& model) {
   return absl::OkStatus();
 }
 
-// The SGD keys of a `train` section (a client's local epochs in a federated job, a datacenter
-// job's epochs), into wire::TrainConfig or models::TrainOptions.
-template <typename Train>
-Status ReadSgd(ConfigMap& train, Train* t, int64_t max_epochs) {
-  HUDDLE_RETURN_IF_ERROR(train.Optional("epochs", &t->epochs, 1, max_epochs));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("batch_size", &t->batch_size, 1, 65536));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("learning_rate", &t->learning_rate, 1e-9, 100.0));
-  HUDDLE_RETURN_IF_ERROR(train.Optional("momentum", &t->momentum, 0.0, 0.999));
-  return train.Optional("weight_decay", &t->weight_decay, 0.0, 1.0);
-}
+namespace {
 
 // The `evaluation` section: every `every` rounds and after the last, by the coordinator on its
 // test set (`mode: server`, the default: `data`) or by the clients on their own data
@@ -585,90 +575,6 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", plan.status().message()));
   }
   return job;
-}
-
-StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
-  DatacenterConfig c;
-  HUDDLE_RETURN_IF_ERROR(top.Optional("name", &c.job_name));
-  int64_t seed = 0;
-  HUDDLE_RETURN_IF_ERROR(top.Optional("seed", &seed, 0, INT64_MAX));
-  c.seed = static_cast<uint64_t>(seed);
-  HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
-                                            {"trace", "debug", "info", "warn", "error", "off"}));
-  HUDDLE_RETURN_IF_ERROR(ReadModel(top, &c.model, /*initial=*/nullptr));
-
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap train, top.Child("train"));
-  HUDDLE_RETURN_IF_ERROR(ReadSgd(train, &c.train, /*max_epochs=*/100000));
-  if (train.Has("dp_sgd")) {
-    HUDDLE_ASSIGN_OR_RETURN(ConfigMap dp, train.Child("dp_sgd"));
-    DatacenterDpSgd d;
-    HUDDLE_RETURN_IF_ERROR(dp.Optional("noise_multiplier", &d.dp.noise_multiplier, 0.0, 1e6));
-    HUDDLE_RETURN_IF_ERROR(dp.Optional("clip_norm", &d.dp.clip_norm, 1e-9, 1e9));
-    HUDDLE_RETURN_IF_ERROR(
-        dp.Optional("expected_batch_size", &d.dp.expected_batch_size, 1, int64_t{1} << 24));
-    HUDDLE_RETURN_IF_ERROR(dp.Optional("delta", &d.delta, 1e-300, 0.5));
-    if (dp.Has("epsilon")) {
-      double eps = 0;
-      HUDDLE_RETURN_IF_ERROR(dp.Optional("epsilon", &eps, 1e-6, 1e6));
-      d.epsilon_budget = eps;
-    }
-    std::string accountant = "rdp";
-    HUDDLE_RETURN_IF_ERROR(dp.OptionalChoice("accountant", &accountant, {"rdp", "pld"}));
-    d.accountant =
-        accountant == "pld" ? privacy::AccountantKind::kPld : privacy::AccountantKind::kRdp;
-    HUDDLE_RETURN_IF_ERROR(dp.Finish());
-    HUDDLE_RETURN_IF_ERROR(DpSgdFitsModel(train, c.model));
-    c.dp_sgd = d;
-  }
-  HUDDLE_RETURN_IF_ERROR(train.Finish());
-
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
-  HUDDLE_RETURN_IF_ERROR(data.OptionalPath("path", &c.data.path));
-  HUDDLE_RETURN_IF_ERROR(data.OptionalChoice("format", &c.data.format, {"idx", "csv"}));
-  HUDDLE_RETURN_IF_ERROR(data.Optional("num_classes", &c.data.num_classes, 2, 1 << 16));
-  HUDDLE_RETURN_IF_ERROR(data.Optional("scale_255", &c.data.csv_scale_255));
-  HUDDLE_RETURN_IF_ERROR(data.Finish());
-
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap eval, top.Child("evaluation"));
-  HUDDLE_RETURN_IF_ERROR(eval.Optional("every", &c.eval_every, 0, 1000000));
-  HUDDLE_RETURN_IF_ERROR(eval.OptionalPath("data", &c.eval_data));
-  HUDDLE_RETURN_IF_ERROR(eval.Optional("target_accuracy", &c.target_accuracy, 0.0, 1.0));
-  HUDDLE_RETURN_IF_ERROR(eval.Finish());
-
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap dc, top.Child("datacenter"));
-  HUDDLE_RETURN_IF_ERROR(dc.Optional("nproc", &c.nproc, 1, 1024));
-  HUDDLE_RETURN_IF_ERROR(dc.OptionalChoice("device", &c.device, {"cpu", "cuda", "auto"}));
-  double mib = static_cast<double>(c.bucket_bytes) / (1 << 20);
-  HUDDLE_RETURN_IF_ERROR(dc.Optional("bucket_mb", &mib, 1e-3, 4096.0));
-  c.bucket_bytes = static_cast<int64_t>(mib * (1 << 20));
-  mib = static_cast<double>(c.first_bucket_bytes) / (1 << 20);
-  HUDDLE_RETURN_IF_ERROR(dc.Optional("first_bucket_mb", &mib, 1e-3, 4096.0));
-  c.first_bucket_bytes = static_cast<int64_t>(mib * (1 << 20));
-  HUDDLE_RETURN_IF_ERROR(dc.Optional("checksum_every", &c.checksum_every, 0, int64_t{1} << 40));
-  HUDDLE_RETURN_IF_ERROR(dc.Optional("overlap", &c.overlap));
-  HUDDLE_RETURN_IF_ERROR(dc.OptionalSeconds("timeout_s", &c.timeout_ms, 0.1, 86400));
-  if (dc.Has("crash_for_testing")) {
-    HUDDLE_ASSIGN_OR_RETURN(ConfigMap crash, dc.Child("crash_for_testing"));
-    c.crash_after_for_testing = "metrics";
-    c.crash_epoch_for_testing = 1;
-    HUDDLE_RETURN_IF_ERROR(crash.OptionalChoice("after", &c.crash_after_for_testing,
-                                                {"ledger", "metrics", "checkpoint"}));
-    HUDDLE_RETURN_IF_ERROR(crash.Optional("epoch", &c.crash_epoch_for_testing, 1, 1000000));
-    HUDDLE_RETURN_IF_ERROR(crash.Finish());
-  }
-  HUDDLE_RETURN_IF_ERROR(dc.Finish());
-
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap ckpt, top.Child("checkpoint"));
-  HUDDLE_RETURN_IF_ERROR(ckpt.Optional("every_epochs", &c.checkpoint_every, 0, 1000000));
-  HUDDLE_RETURN_IF_ERROR(ckpt.Finish());
-
-  HUDDLE_ASSIGN_OR_RETURN(ConfigMap output, top.Child("output"));
-  HUDDLE_RETURN_IF_ERROR(output.Optional("dir", &c.out_dir));
-  HUDDLE_RETURN_IF_ERROR(output.Finish());
-  HUDDLE_RETURN_IF_ERROR(top.Finish());
-  if (c.out_dir.empty()) c.out_dir = "runs/" + c.job_name;
-  return c;
 }
 
 }  // namespace huddle::cli
