@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -18,10 +17,15 @@
 #include "client/agent.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
+#include "tests/testing/corrupt_outgoing.h"
 #include "transport/inproc_transport.h"
 
 namespace huddle {
 namespace {
+
+using testing::CorruptOutgoing;
+using testing::EditPayload;
+using testing::EditWords;
 
 // Training adds `shift` to every value of the two-tensor external model.
 class ShiftTrainer final : public client::Trainer {
@@ -47,7 +51,6 @@ class ShiftTrainer final : public client::Trainer {
 // rewrite its answers (a hostile member). Its identity: a signing key the test's project certified.
 class AgentPeer final : public transport::InProcPeer {
  public:
-  using Rewrite = std::function<void(std::vector<wire::Message>&)>;
   AgentPeer(std::string id, float shift, int64_t n, const SigningKey& project,
             aggregation::secagg::SignatureCache* cache)
       : trainer_(shift, n), agent_(id, &trainer_, false) {
@@ -67,7 +70,8 @@ class AgentPeer final : public transport::InProcPeer {
   // Silent from the first message of `stage` on (0: from the fit instruction: it never trains).
   void DropAt(aggregation::secagg::Stage stage) { drop_at_ = stage; }
   void DropAtFit() { drop_at_fit_ = true; }
-  void set_rewrite(Rewrite r) { rewrite_ = std::move(r); }
+  // Its answers rewritten before they leave (testing::CorruptOutgoing).
+  void set_rewrite(testing::OutgoingRewrite r) { rewrite_ = std::move(r); }
   const MemberCertificate& certificate() const { return certificate_; }
   client::ClientAgent& agent() { return agent_; }
 
@@ -91,14 +95,8 @@ class AgentPeer final : public transport::InProcPeer {
   std::optional<aggregation::secagg::Stage> drop_at_;
   bool drop_at_fit_ = false;
   bool gone_ = false;
-  Rewrite rewrite_;
+  testing::OutgoingRewrite rewrite_;
 };
-
-// Whether `m` is the secure-aggregation message of `stage`.
-bool IsStage(const wire::Message& m, aggregation::secagg::Stage stage) {
-  return m.type() == wire::MessageType::kSecAggData &&
-         std::get<wire::SecAggData>(m.body).stage == static_cast<uint32_t>(stage);
-}
 
 const ModelLayout kLayout = {{"w", DType::kFloat32, {40, 25}}, {"b", DType::kFloat32, {7}}};
 
@@ -233,17 +231,13 @@ TEST_F(SecureAggregationTest, AWeightNoHonestMembersCouldSendIsFoundAndTheUpdate
   coordinator::CoordinatorOptions o = Options();
   o.secure_aggregation.weight_by_examples = true;
   // site-2 adds 2^31 - 10^6 to its masked weight word: the total decodes far above 10 x the cap.
-  peers_[2]->set_rewrite([](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (m.type() != wire::MessageType::kSecAggMaskedInput) continue;
-      wire::TensorPayload& w = m.tensors.back();
-      auto words = std::make_shared<std::vector<uint32_t>>(1);
-      std::memcpy(words->data(), w.bytes.data(), 4);
-      (*words)[0] += (1u << 31) - 1'000'000u;
-      w.bytes = std::as_bytes(std::span(*words));
-      w.owner = words;
-    }
-  });
+  peers_[2]->set_rewrite(
+      CorruptOutgoing(wire::MessageType::kSecAggMaskedInput, [](wire::Message& m) {
+        EditWords(m.tensors.back(), [](std::vector<uint32_t>& words) {
+          ASSERT_EQ(words.size(), 1u);  // the weight word
+          words[0] += (1u << 31) - 1'000'000u;
+        });
+      }));
   const Status st = Run(o);
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;  // the job's only round: nothing trained
   ASSERT_EQ(metrics_.size(), 1u);
@@ -259,17 +253,12 @@ TEST_F(SecureAggregationTest, AWeightNoHonestMembersCouldSendIsFoundAndTheUpdate
 // An input out of range (within the word width: masked inputs cannot be checked one by one) makes
 // the unmasked sum longer than its survivors' clipped updates can: found, and discarded.
 TEST_F(SecureAggregationTest, AnInputOutOfRangeIsFoundInTheSumAndDiscarded) {
-  peers_[4]->set_rewrite([](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (m.type() != wire::MessageType::kSecAggMaskedInput) continue;
-      wire::TensorPayload& t = m.tensors[0];
-      auto words = std::make_shared<std::vector<uint32_t>>(t.bytes.size() / 4);
-      std::memcpy(words->data(), t.bytes.data(), t.bytes.size());
-      (*words)[0] += 0x7f000000u;  // near the word's half range on one value
-      t.bytes = std::as_bytes(std::span(*words));
-      t.owner = words;
-    }
-  });
+  peers_[4]->set_rewrite(
+      CorruptOutgoing(wire::MessageType::kSecAggMaskedInput, [](wire::Message& m) {
+        EditWords(m.tensors[0], [](std::vector<uint32_t>& words) {
+          words[0] += 0x7f000000u;  // near the word's half range on one value
+        });
+      }));
   const Status st = Run(Options());
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
   ASSERT_EQ(metrics_.size(), 1u);
@@ -319,33 +308,22 @@ TEST_F(SecureAggregationTest, BelowTheMinimumNothingIsReleased) {
 TEST_F(SecureAggregationTest, AHostileMembersMessagesAreRefusedAndTheOthersAggregate) {
   // site-2 advertises a small-order mask key, and site-4 sends a masked input of the wrong width:
   // both are refused, and count as dropouts; so is site-6 below.
-  peers_[2]->set_rewrite([](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (!IsStage(m, aggregation::secagg::Stage::kAdvertise)) continue;
-      auto keys = aggregation::secagg::Decode<aggregation::secagg::Advertisement>(
-          *aggregation::secagg::PayloadOf(m));
-      keys->mask_key = {};
-      m = aggregation::secagg::ToMessage(*keys, m.round, m.sender,
-                                         std::get<wire::SecAggData>(m.body).nonce);
-    }
-  });
-  peers_[4]->set_rewrite([](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (m.type() == wire::MessageType::kSecAggMaskedInput) {
+  using aggregation::secagg::Advertisement;
+  peers_[2]->set_rewrite(
+      CorruptOutgoing(aggregation::secagg::Stage::kAdvertise, [](wire::Message& m) {
+        EditPayload<Advertisement>(m, [](Advertisement& keys) { keys.mask_key = {}; });
+      }));
+  peers_[4]->set_rewrite(
+      CorruptOutgoing(wire::MessageType::kSecAggMaskedInput, [](wire::Message& m) {
         for (wire::TensorPayload& t : m.tensors) {
           t.spec.dtype = DType::kUint64;
           t.spec.shape.back() = 1;  // and a shape that still fits its bytes' count
           t.bytes = t.bytes.first(8);
         }
-      }
-    }
-  });
+      }));
   // site-6 sends a well-formed masked input whose first tensor has another name.
-  peers_[6]->set_rewrite([](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (m.type() == wire::MessageType::kSecAggMaskedInput) m.tensors[0].spec.name = "x";
-    }
-  });
+  peers_[6]->set_rewrite(CorruptOutgoing(wire::MessageType::kSecAggMaskedInput,
+                                         [](wire::Message& m) { m.tensors[0].spec.name = "x"; }));
   const Status st = Run(Options());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 1u);
@@ -360,16 +338,12 @@ TEST_F(SecureAggregationTest, AHostileMembersMessagesAreRefusedAndTheOthersAggre
 // honest survivors' exactly.
 TEST_F(SecureAggregationTest, LyingMembersAreNamedAndTheRoundCompletes) {
   using aggregation::secagg::Stage;
-  peers_[3]->set_rewrite([&](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (!IsStage(m, Stage::kUnmaskResponse)) continue;
-      auto r = aggregation::secagg::Decode<aggregation::secagg::UnmaskResponse>(
-          *aggregation::secagg::PayloadOf(m));
-      for (auto& share : r->self_mask_shares) share.share.y[1] ^= 1;
-      m = aggregation::secagg::ToMessage(*r, m.round, m.sender,
-                                         std::get<wire::SecAggData>(m.body).nonce);
-    }
-  });
+  using aggregation::secagg::UnmaskResponse;
+  peers_[3]->set_rewrite(CorruptOutgoing(Stage::kUnmaskResponse, [](wire::Message& m) {
+    EditPayload<UnmaskResponse>(m, [](UnmaskResponse& r) {
+      for (auto& share : r.self_mask_shares) share.share.y[1] ^= 1;
+    });
+  }));
   const Status st = Run(Options());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 1u);
