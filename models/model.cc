@@ -7,10 +7,19 @@
 #include <set>
 
 #include "common/rng.h"
-#include "kernels/scattering.h"
+#include "models/layers/registry.h"
 
 namespace huddle::models {
 namespace {
+
+using layers::AllLayerTypes;
+using layers::CheckRange;
+using layers::InitGain;
+using layers::LayerTensors;
+using layers::LayerType;
+using layers::Product;
+using layers::TensorShape;
+using layers::TypeOf;
 
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 constexpr size_t kMaxLayers = 256;
@@ -19,174 +28,66 @@ constexpr int64_t kMaxActivations = int64_t{1} << 26;
 
 using Shape = std::vector<int64_t>;
 
-struct KindName {
-  LayerKind kind;
-  std::string_view name;
-};
-constexpr KindName kKindNames[] = {
-    {LayerKind::kDense, "dense"},
-    {LayerKind::kConv2d, "conv2d"},
-    {LayerKind::kMaxPool2d, "max_pool2d"},
-    {LayerKind::kAvgPool2d, "avg_pool2d"},
-    {LayerKind::kBatchNorm, "batch_norm"},
-    {LayerKind::kGroupNorm, "group_norm"},
-    {LayerKind::kRelu, "relu"},
-    {LayerKind::kTanh, "tanh"},
-    {LayerKind::kDropout, "dropout"},
-    {LayerKind::kFlatten, "flatten"},
-    {LayerKind::kScattering2d, "scattering2d"},
-};
-
-int64_t Product(const Shape& shape) {
-  int64_t p = 1;
-  for (int64_t d : shape) p *= d;
-  return p;
-}
-
 std::string LayerName(const ModelSpec& spec, size_t i) {
   return absl::StrCat("model layer ", i, " (", LayerKindName(spec.layers[i].kind), ")");
-}
-
-Status CheckRange(const std::string& where, absl::string_view what, int64_t value, int64_t min,
-                  int64_t max) {
-  if (value < min || value > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", what, " is ", value, "; it must be in [", min, ", ", max, "]"));
-  }
-  return absl::OkStatus();
-}
-
-// A window layer's (conv2d, pools) output side, or an error naming the dimension.
-StatusOr<int64_t> WindowOut(const std::string& where, absl::string_view dim, int64_t size,
-                            const LayerSpec& l) {
-  const int64_t padded = size + 2 * l.padding;
-  if (l.kernel > padded) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": kernel ", l.kernel, " is larger than ",
-                                                   dim, " ", size, " plus padding ",
-                                                   2 * l.padding));
-  }
-  return (padded - l.kernel) / l.effective_stride() + 1;
-}
-
-// The output shape of layer i given its input shape, and the number of its parameters.
-StatusOr<Shape> OutputShape(const ModelSpec& spec, size_t i, const Shape& in, int64_t* params) {
-  const LayerSpec& l = spec.layers[i];
-  const std::string where = LayerName(spec, i);
-  *params = 0;
-  auto needs_image = [&]() -> Status {
-    if (in.size() == 3) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, " needs a [channels, height, width] input", "; it gets ", ShapeString(in)));
-  };
-  switch (l.kind) {
-    case LayerKind::kDense:
-      if (in.size() != 1) {
-        return absl::InvalidArgumentError(absl::StrCat(where, " needs a flat input; it gets ",
-                                                       ShapeString(in),
-                                                       ": add a flatten layer before it"));
-      }
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "out", l.out, 1, kMaxDim));
-      *params = (in[0] + 1) * l.out;
-      return Shape{l.out};
-    case LayerKind::kConv2d: {
-      HUDDLE_RETURN_IF_ERROR(needs_image());
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "out", l.out, 1, kMaxDim));
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "kernel", l.kernel, 1, 64));
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "stride", l.effective_stride(), 1, 64));
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "padding", l.padding, 0, l.kernel - 1));
-      HUDDLE_ASSIGN_OR_RETURN(const int64_t h, WindowOut(where, "height", in[1], l));
-      HUDDLE_ASSIGN_OR_RETURN(const int64_t w, WindowOut(where, "width", in[2], l));
-      *params = (in[0] * l.kernel * l.kernel + 1) * l.out;
-      return Shape{l.out, h, w};
-    }
-    case LayerKind::kMaxPool2d:
-    case LayerKind::kAvgPool2d: {
-      HUDDLE_RETURN_IF_ERROR(needs_image());
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "kernel", l.kernel, 1, 64));
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "stride", l.effective_stride(), 1, 64));
-      // PyTorch's rule: padding at most half the window.
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "padding", l.padding, 0, l.kernel / 2));
-      HUDDLE_ASSIGN_OR_RETURN(const int64_t h, WindowOut(where, "height", in[1], l));
-      HUDDLE_ASSIGN_OR_RETURN(const int64_t w, WindowOut(where, "width", in[2], l));
-      return Shape{in[0], h, w};
-    }
-    case LayerKind::kBatchNorm:
-      *params = 4 * in[0];
-      return in;
-    case LayerKind::kGroupNorm:
-      if (in.size() != 1 && in.size() != 3) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, " needs a [features] or [channels, height, width] input"));
-      }
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "groups", l.groups, 1, in[0]));
-      if (in[0] % l.groups != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": groups ", l.groups, " does not divide its ", in[0], " channels"));
-      }
-      *params = 2 * in[0];
-      return in;
-    case LayerKind::kDropout:
-      if (!(l.rate >= 0.0 && l.rate < 1.0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": rate is ", l.rate, "; it must be in [0, 1)"));
-      }
-      return in;
-    case LayerKind::kRelu:
-    case LayerKind::kTanh:
-      return in;
-    case LayerKind::kFlatten:
-      return Shape{Product(in)};
-    case LayerKind::kScattering2d: {
-      if (i != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where,
-                         " must be the first layer: it is a fixed feature extractor that no "
-                         "gradient flows through"));
-      }
-      HUDDLE_RETURN_IF_ERROR(needs_image());
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "scales", l.scales, 1, 4));
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "angles", l.angles, 1, 16));
-      const int64_t min_side = int64_t{2} << l.scales;
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "the input height", in[1], min_side, 256));
-      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "the input width", in[2], min_side, 256));
-      return Shape{in[0] * kernels::ScatteringPaths(l.scales, l.angles), in[1] >> l.scales,
-                   in[2] >> l.scales};
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind"));
-}
-
-const char* ParamPrefix(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kDense:
-      return "fc";
-    case LayerKind::kConv2d:
-      return "conv";
-    case LayerKind::kBatchNorm:
-      return "bn";
-    default:
-      return "gn";
-  }
 }
 
 // Whether the first activation after layer i (past normalisation, pooling and dropout) is a ReLU.
 bool FeedsRelu(const ModelSpec& spec, size_t i) {
   for (size_t j = i + 1; j < spec.layers.size(); ++j) {
-    switch (spec.layers[j].kind) {
-      case LayerKind::kRelu:
-        return true;
-      case LayerKind::kBatchNorm:
-      case LayerKind::kGroupNorm:
-      case LayerKind::kMaxPool2d:
-      case LayerKind::kAvgPool2d:
-      case LayerKind::kDropout:
-      case LayerKind::kFlatten:
+    switch (TypeOf(spec.layers[j].kind).init_gain) {
+      case InitGain::kLookPast:
         continue;
-      default:
+      case InitGain::kRelu:
+        return true;
+      case InitGain::kLinear:
         return false;
     }
   }
   return false;
+}
+
+// Which layer each Layout tensor belongs to, and its index in that layer's tensors (trainable
+// first, then state).
+struct TensorOwner {
+  size_t layer = 0;
+  size_t index = 0;
+};
+
+// Layout, and each tensor's owner when `owners` is not null.
+ModelLayout LayoutOf(const ModelSpec& spec, std::vector<TensorOwner>* owners) {
+  ModelLayout layout, running;
+  std::vector<TensorOwner> trained_by, state_of;
+  std::vector<int64_t> counters(AllLayerTypes().size(), 0);
+  const StatusOr<std::vector<Shape>> shapes = LayerShapes(spec);
+  if (!shapes.ok()) return layout;
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
+    const LayerType& type = TypeOf(l.kind);
+    if (type.tensors != nullptr) {
+      const std::string name =
+          absl::StrCat(type.param_prefix, counters[static_cast<size_t>(l.kind)]++);
+      size_t index = 0;
+      auto add = [&](std::vector<TensorShape>& from, ModelLayout* to,
+                     std::vector<TensorOwner>* owned) {
+        for (TensorShape& t : from) {
+          to->push_back({absl::StrCat(name, ".", t.suffix), DType::kFloat32, std::move(t.shape)});
+          owned->push_back({i, index++});
+        }
+      };
+      LayerTensors tensors = type.tensors(l, in);
+      add(tensors.trainable, &layout, &trained_by);
+      add(tensors.state, &running, &state_of);
+    }
+    in = (*shapes)[i];
+  }
+  layout.insert(layout.end(), running.begin(), running.end());
+  if (owners != nullptr) {
+    *owners = std::move(trained_by);
+    owners->insert(owners->end(), state_of.begin(), state_of.end());
+  }
+  return layout;
 }
 
 constexpr char kExternalRefusal[] =
@@ -262,23 +163,15 @@ std::string WithThousands(int64_t n) {
 
 }  // namespace
 
-bool HasParameters(LayerKind kind) {
-  return kind == LayerKind::kDense || kind == LayerKind::kConv2d || kind == LayerKind::kBatchNorm ||
-         kind == LayerKind::kGroupNorm;
-}
+bool HasParameters(LayerKind kind) { return TypeOf(kind).num_trainable > 0; }
 
-std::string LayerKindName(LayerKind kind) {
-  for (const KindName& k : kKindNames) {
-    if (k.kind == kind) return std::string(k.name);
-  }
-  return "unknown";
-}
+std::string LayerKindName(LayerKind kind) { return TypeOf(kind).name; }
 
 StatusOr<LayerKind> ParseLayerKind(std::string_view name) {
   std::string known;
-  for (const KindName& k : kKindNames) {
-    if (k.name == name) return k.kind;
-    absl::StrAppend(&known, known.empty() ? "" : ", ", std::string(k.name));
+  for (const LayerType* type : AllLayerTypes()) {
+    if (name == type->name) return type->kind;
+    absl::StrAppend(&known, known.empty() ? "" : ", ", type->name);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown layer kind '", std::string(name), "'; the kinds are ", known));
@@ -340,15 +233,18 @@ StatusOr<std::vector<std::vector<int64_t>>> LayerShapes(const ModelSpec& spec) {
   int64_t params = 0, activations = Product(shape);
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     int64_t layer_params = 0;
-    HUDDLE_ASSIGN_OR_RETURN(shape, OutputShape(spec, i, shape, &layer_params));
+    const std::string where = LayerName(spec, i);
+    HUDDLE_ASSIGN_OR_RETURN(
+        shape,
+        TypeOf(spec.layers[i].kind).output_shape({spec.layers[i], shape, i, where}, &layer_params));
     for (int64_t d : shape) {
-      HUDDLE_RETURN_IF_ERROR(CheckRange(LayerName(spec, i), "an output dimension", d, 1, kMaxDim));
+      HUDDLE_RETURN_IF_ERROR(CheckRange(where, "an output dimension", d, 1, kMaxDim));
     }
     params += layer_params;
     activations += Product(shape);
     if (params > kMaxParams || activations > kMaxActivations) {
       return absl::InvalidArgumentError(absl::StrCat(
-          LayerName(spec, i), ": the model reaches ", params, " parameters and ", activations,
+          where, ": the model reaches ", params, " parameters and ", activations,
           " activations per example; the maxima are ", kMaxParams, " and ", kMaxActivations));
     }
     shapes.push_back(shape);
@@ -412,82 +308,29 @@ std::string DescribeModel(const ModelSpec& spec) {
 
 ModelLayout Layout(const ModelSpec& spec) {
   if (spec.external()) return spec.tensors;
-  ModelLayout layout, running;
-  std::vector<int64_t> counters(std::size(kKindNames), 0);
-  Shape in = spec.input;
-  const StatusOr<std::vector<Shape>> shapes = LayerShapes(spec);
-  if (!shapes.ok()) return layout;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const LayerSpec& l = spec.layers[i];
-    if (HasParameters(l.kind)) {
-      const std::string name =
-          absl::StrCat(ParamPrefix(l.kind), counters[static_cast<size_t>(l.kind)]++);
-      auto add = [&](ModelLayout& to, const char* suffix, std::vector<int64_t> shape) {
-        to.push_back({absl::StrCat(name, ".", suffix), DType::kFloat32, std::move(shape)});
-      };
-      switch (l.kind) {
-        case LayerKind::kDense:
-          add(layout, "weight", {l.out, in[0]});
-          add(layout, "bias", {l.out});
-          break;
-        case LayerKind::kConv2d:
-          add(layout, "weight", {l.out, in[0], l.kernel, l.kernel});
-          add(layout, "bias", {l.out});
-          break;
-        default:
-          add(layout, "weight", {in[0]});
-          add(layout, "bias", {in[0]});
-          if (l.kind == LayerKind::kBatchNorm) {
-            add(running, "running_mean", {in[0]});
-            add(running, "running_var", {in[0]});
-          }
-      }
-    }
-    in = (*shapes)[i];
-  }
-  layout.insert(layout.end(), running.begin(), running.end());
-  return layout;
+  return LayoutOf(spec, /*owners=*/nullptr);
 }
 
 size_t NumTrainable(const ModelSpec& spec) {
   if (spec.external()) return spec.tensors.size();
   size_t n = 0;
-  for (const LayerSpec& l : spec.layers) n += HasParameters(l.kind) ? 2 : 0;
+  for (const LayerSpec& l : spec.layers) n += TypeOf(l.kind).num_trainable;
   return n;
 }
 
 TensorList InitModel(const ModelSpec& spec, uint64_t seed) {
   if (spec.external() || !ValidateModelSpec(spec).ok()) return {};
-  const ModelLayout layout = Layout(spec);
+  std::vector<TensorOwner> owners;
+  const ModelLayout layout = LayoutOf(spec, &owners);
   TensorList params;
   params.reserve(layout.size());
-  // Which layer each trainable tensor belongs to.
-  std::vector<size_t> owner;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    if (HasParameters(spec.layers[i].kind)) owner.insert(owner.end(), 2, i);
-  }
   for (size_t t = 0; t < layout.size(); ++t) {
     Tensor& tensor = params.emplace_back(layout[t].name, layout[t].shape);
-    if (t >= owner.size()) {  // running statistics: mean 0, variance 1
-      if (layout[t].name.ends_with("running_var")) {
-        std::fill(tensor.data.begin(), tensor.data.end(), 1.0f);
-      }
-      continue;
-    }
-    const LayerKind kind = spec.layers[owner[t]].kind;
-    const bool weight = layout[t].name.ends_with(".weight");
-    if (!weight) continue;  // biases: zeros
-    if (kind == LayerKind::kBatchNorm || kind == LayerKind::kGroupNorm) {
-      std::fill(tensor.data.begin(), tensor.data.end(), 1.0f);
-      continue;
-    }
-    const std::vector<int64_t>& shape = layout[t].shape;
-    int64_t fan_in = 1;
-    for (size_t d = 1; d < shape.size(); ++d) fan_in *= shape[d];
-    const double bound =
-        std::sqrt((FeedsRelu(spec, owner[t]) ? 6.0 : 3.0) / static_cast<double>(fan_in));
-    Rng rng(DeriveSeed(seed, t));
-    for (float& w : tensor.data) w = static_cast<float>((2.0 * rng.Uniform() - 1.0) * bound);
+    const TensorOwner& owner = owners[t];
+    const LayerType& type = TypeOf(spec.layers[owner.layer].kind);
+    if (type.init == nullptr) continue;
+    type.init(owner.index, layout[t].shape, FeedsRelu(spec, owner.layer), DeriveSeed(seed, t),
+              &tensor.data);
   }
   return params;
 }

@@ -6,51 +6,17 @@
 #include <new>
 
 #include "common/rng.h"
+#include "models/layers/registry.h"
 
 namespace huddle::models::internal {
 
 namespace {
 
+using layers::InPlace;
+using layers::LayerType;
+using layers::TypeOf;
+
 constexpr auto kFloat = static_cast<int64_t>(sizeof(float));
-
-kernels::DenseShape DenseOf(int64_t batch, int64_t in, int64_t out) { return {batch, in, out}; }
-
-kernels::Conv2dShape ConvOf(const LayerSpec& l, const std::vector<int64_t>& in, int64_t batch) {
-  kernels::Conv2dShape s;
-  s.batch = batch;
-  s.in_channels = in[0];
-  s.height = in[1];
-  s.width = in[2];
-  s.out_channels = l.out;
-  s.kernel_h = s.kernel_w = l.kernel;
-  s.stride_h = s.stride_w = l.effective_stride();
-  s.pad_h = s.pad_w = l.padding;
-  return s;
-}
-
-kernels::Pool2dShape PoolOf(const LayerSpec& l, const std::vector<int64_t>& in, int64_t batch) {
-  kernels::Pool2dShape s;
-  s.batch = batch;
-  s.channels = in[0];
-  s.height = in[1];
-  s.width = in[2];
-  s.kernel_h = s.kernel_w = l.kernel;
-  s.stride_h = s.stride_w = l.effective_stride();
-  s.pad_h = s.pad_w = l.padding;
-  return s;
-}
-
-// Values per channel of one example (1 for flat features).
-int64_t Spatial(const std::vector<int64_t>& shape) {
-  int64_t spatial = 1;
-  for (size_t d = 1; d < shape.size(); ++d) spatial *= shape[d];
-  return spatial;
-}
-
-kernels::GroupNormShape GroupNormOf(const LayerSpec& l, const std::vector<int64_t>& in,
-                                    int64_t batch) {
-  return {batch, in[0], Spatial(in), l.groups};
-}
 
 }  // namespace
 
@@ -61,7 +27,7 @@ NetWorkspace::NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, boo
   for (const TensorSpec& t : Layout(spec)) sizes_.push_back(t.NumElements());
   num_trainable_ = NumTrainable(spec);
   std::vector<int64_t> in_shape = spec.input;
-  size_t param = 0, bn = 0;
+  size_t param = 0, states = 0;
   first_trained_ = spec.layers.size();
   for (size_t l = 0; l < spec.layers.size(); ++l) {
     Layer& layer = layers_.emplace_back();
@@ -71,24 +37,25 @@ NetWorkspace::NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, boo
     layer.in_size = l == 0 ? input_size_ : layers_[l - 1].out_size;
     layer.out_size = 1;
     for (int64_t d : shapes[l]) layer.out_size *= d;
-    const LayerKind kind = layer.spec.kind;
+    const LayerType& type = TypeOf(layer.spec.kind);
     // In place where nothing needs the input afterwards: never on the gathered input, and an
     // activation or dropout not on a ReLU's or tanh's output (their backward passes read it).
     // (A flatten aliases its input, so look through it.)
     size_t p = l;
-    while (p > 0 && spec.layers[p - 1].kind == LayerKind::kFlatten) --p;
-    const LayerKind prev = p == 0 ? LayerKind::kFlatten : spec.layers[p - 1].kind;
-    const bool prev_reads_output = prev == LayerKind::kRelu || prev == LayerKind::kTanh;
-    layer.in_place =
-        kind == LayerKind::kFlatten ||
-        (l > 0 && !prev_reads_output &&
-         (kind == LayerKind::kRelu || kind == LayerKind::kTanh || kind == LayerKind::kDropout));
-    if (kind == LayerKind::kFlatten && l == 0) layer.in_place = false;
-    if (kind == LayerKind::kBatchNorm) layer.bn_index = bn++;
+    while (p > 0 && TypeOf(spec.layers[p - 1].kind).in_place == InPlace::kAlways) --p;
+    const bool prev_reads_output = p > 0 && TypeOf(spec.layers[p - 1].kind).backward_reads_output;
+    layer.in_place = l > 0 && (type.in_place == InPlace::kAlways ||
+                               (type.in_place == InPlace::kIfInputFree && !prev_reads_output));
+    const size_t state =
+        type.tensors != nullptr ? type.tensors(layer.spec, in_shape).state.size() : 0;
+    if (state > 0) {
+      layer.first_state = num_trainable_ + states;
+      states += state;
+    }
     first_param_.push_back(param);
-    if (HasParameters(kind)) {
+    if (type.num_trainable > 0) {
       if (first_trained_ == spec.layers.size()) first_trained_ = l;
-      param += 2;
+      param += type.num_trainable;
     }
     in_shape = shapes[l];
   }
@@ -127,13 +94,8 @@ StatusOr<std::unique_ptr<NetWorkspace>> NetWorkspace::Create(kernels::Backend& b
   HUDDLE_ASSIGN_OR_RETURN(ws->totals_, backend.Allocate(sizeof(kernels::LossAccumulator)));
   ws->ResetTotals();
   for (Layer& layer : ws->layers_) {
-    if (layer.spec.kind != LayerKind::kBatchNorm) continue;
-    const int64_t channels = layer.in_shape[0];
-    HUDDLE_ASSIGN_OR_RETURN(layer.invstd, backend.Allocate(channels * kFloat));
-    if (!training) continue;
-    HUDDLE_ASSIGN_OR_RETURN(layer.mean, backend.Allocate(channels * kFloat));
-    HUDDLE_ASSIGN_OR_RETURN(layer.sums,
-                            backend.Allocate(2 * channels * static_cast<int64_t>(sizeof(double))));
+    const LayerType& type = TypeOf(layer.spec.kind);
+    if (type.allocate != nullptr) HUDDLE_RETURN_IF_ERROR(type.allocate(backend, training, &layer));
   }
   HUDDLE_RETURN_IF_ERROR(ws->Reserve(max_batch));
   return ws;
@@ -159,25 +121,11 @@ Status NetWorkspace::Reserve(int64_t max_batch) {
         layer.dout = layer.dout_buffer.as<float>();
       }
     }
-    switch (layer.spec.kind) {
-      case LayerKind::kConv2d:
-        scratch = std::max(
-            scratch, kernels::Conv2dScratchFloats(ConvOf(layer.spec, layer.in_shape, max_batch)));
-        break;
-      case LayerKind::kMaxPool2d: {
-        HUDDLE_ASSIGN_OR_RETURN(layer.argmax,
-                                backend_->Allocate(floats * static_cast<int64_t>(sizeof(int32_t))));
-        break;
-      }
-      case LayerKind::kGroupNorm: {
-        HUDDLE_ASSIGN_OR_RETURN(layer.mean,
-                                backend_->Allocate(max_batch * layer.spec.groups * kFloat));
-        HUDDLE_ASSIGN_OR_RETURN(layer.invstd,
-                                backend_->Allocate(max_batch * layer.spec.groups * kFloat));
-        break;
-      }
-      default:
-        break;
+    const LayerType& type = TypeOf(layer.spec.kind);
+    if (type.reserve != nullptr) {
+      HUDDLE_ASSIGN_OR_RETURN(const int64_t scratch_floats,
+                              type.reserve(*backend_, max_batch, &layer));
+      scratch = std::max(scratch, scratch_floats);
     }
   }
   if (scratch > 0) {
@@ -315,84 +263,45 @@ void NetWorkspace::Gather(int64_t begin, int64_t count) {
                        x_.as<float>(), labels_.as<int32_t>());
 }
 
+layers::LayerPass NetWorkspace::PassFor(size_t l, int64_t batch, int64_t global_rows) const {
+  const Layer& layer = layers_[l];
+  layers::LayerPass pass{.backend = *backend_};
+  pass.batch = batch;
+  pass.global_rows = global_rows;
+  pass.x = in(l);
+  pass.dx = l > first_trained_ ? din(l) : nullptr;
+  const size_t p = first_param_[l];
+  if (first_param_[l + 1] > p) {  // weight and bias
+    pass.weight = param(p);
+    pass.bias = param(p + 1);
+    if (training_) {
+      pass.dweight = grad(p);
+      pass.dbias = grad(p + 1);
+    }
+  }
+  if (layer.first_state > 0) {  // batch norm's running statistics
+    pass.running_mean = param(layer.first_state);
+    pass.running_var = param(layer.first_state + 1);
+  }
+  pass.scratch = scratch_.as<float>();
+  pass.sync = sync_;
+  pass.pass_seed = DeriveSeed(dropout_seed_, passes_);
+  pass.layer_index = l;
+  pass.dropout_offset = static_cast<uint64_t>(dropout_first_row_ * layer.out_size);
+  return pass;
+}
+
 void NetWorkspace::Forward(int64_t batch, bool training) {
   const int64_t global = sync_ != nullptr ? sync_->global_rows() : batch;
   if (training) ++passes_;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    Layer& layer = layers_[l];
-    const LayerSpec& spec = layer.spec;
-    const float* x = in(l);
-    float* y = layer.out;
-    const int64_t n = batch * layer.out_size;
+    const LayerType& type = TypeOf(layers_[l].spec.kind);
     // Only batch norm works on an empty batch (a data-parallel rank's share of the statistics).
-    if (batch == 0 && spec.kind != LayerKind::kBatchNorm) continue;
-    switch (spec.kind) {
-      case LayerKind::kDense:
-        backend_->DenseForward(DenseOf(batch, layer.in_size, layer.out_size), x,
-                               param(first_param_[l]), param(first_param_[l] + 1), y);
-        break;
-      case LayerKind::kConv2d:
-        backend_->Conv2dForward(ConvOf(spec, layer.in_shape, batch), x, param(first_param_[l]),
-                                param(first_param_[l] + 1), y, scratch_.as<float>());
-        break;
-      case LayerKind::kMaxPool2d:
-        backend_->MaxPool2dForward(PoolOf(spec, layer.in_shape, batch), x, y,
-                                   layer.argmax.as<int32_t>());
-        break;
-      case LayerKind::kAvgPool2d:
-        backend_->AvgPool2dForward(PoolOf(spec, layer.in_shape, batch), x, y);
-        break;
-      case LayerKind::kBatchNorm: {
-        const int64_t channels = layer.in_shape[0], spatial = Spatial(layer.in_shape);
-        const float* gamma = param(first_param_[l]);
-        const float* beta = param(first_param_[l] + 1);
-        float* running_mean = param(num_trainable_ + 2 * layer.bn_index);
-        float* running_var = param(num_trainable_ + 2 * layer.bn_index + 1);
-        float* invstd = layer.invstd.as<float>();
-        if (training) {
-          auto* sums = layer.sums.as<double>();
-          backend_->BatchNormSums(x, batch, channels, spatial, sums);
-          if (sync_ != nullptr) sync_->AllReduceSum(sums, 2 * channels);
-          float* mean = layer.mean.as<float>();
-          backend_->BatchNormMoments(sums, global * spatial, channels, kBatchNormEps, mean, invstd);
-          backend_->BatchNormUpdateRunning(sums, global * spatial, channels, kBatchNormMomentum,
-                                           running_mean, running_var);
-          backend_->BatchNormForward(x, batch, channels, spatial, mean, invstd, gamma, beta, y);
-        } else {
-          backend_->BatchNormInvStd(running_var, channels, kBatchNormEps, invstd);
-          backend_->BatchNormForward(x, batch, channels, spatial, running_mean, invstd, gamma, beta,
-                                     y);
-        }
-        break;
-      }
-      case LayerKind::kGroupNorm:
-        backend_->GroupNormForward(GroupNormOf(spec, layer.in_shape, batch), x,
-                                   param(first_param_[l]), param(first_param_[l] + 1),
-                                   kGroupNormEps, y, layer.mean.as<float>(),
-                                   layer.invstd.as<float>());
-        break;
-      case LayerKind::kRelu:
-        if (y != x) backend_->CopyOnDevice(y, x, n * kFloat);
-        backend_->ReluForward(y, n);
-        break;
-      case LayerKind::kTanh:
-        if (y != x) backend_->CopyOnDevice(y, x, n * kFloat);
-        backend_->TanhForward(y, n);
-        break;
-      case LayerKind::kDropout:
-        if (y != x) backend_->CopyOnDevice(y, x, n * kFloat);
-        if (training && spec.rate > 0) {
-          layer.dropout_seed = DeriveSeed(DeriveSeed(dropout_seed_, passes_), l);
-          backend_->DropoutForward(y, n, static_cast<float>(spec.rate), layer.dropout_seed,
-                                   DropoutOffset(layer));
-        }
-        break;
-      case LayerKind::kFlatten:
-        if (y != x) backend_->CopyOnDevice(y, x, n * kFloat);
-        break;
-      case LayerKind::kScattering2d:  // applied by LoadData, never a workspace layer
-        break;
-    }
+    if (batch == 0 && !type.runs_on_empty_batch) continue;
+    if (type.forward == nullptr) continue;  // scattering2d: applied by LoadData
+    layers::LayerPass pass = PassFor(l, batch, global);
+    pass.training = training;
+    type.forward(pass, &layers_[l]);
   }
   const Layer& last = layers_.back();
   backend_->SoftmaxCrossEntropy(last.out, labels_.as<int32_t>(), batch, last.out_size,
@@ -401,79 +310,16 @@ void NetWorkspace::Forward(int64_t batch, bool training) {
 }
 
 void NetWorkspace::BackwardLayer(size_t l, int64_t batch, bool params) {
-  Layer& layer = layers_[l];
-  const LayerSpec& spec = layer.spec;
-  const float* x = in(l);
-  const float* dy = layer.dout;
-  float* dx = l > first_trained_ ? din(l) : nullptr;
-  const int64_t n = batch * layer.out_size;
-  const size_t p = first_param_[l];
+  const LayerType& type = TypeOf(layers_[l].spec.kind);
+  const size_t p = first_param_[l], end = first_param_[l + 1];
   const int64_t global = sync_ != nullptr ? sync_->global_rows() : batch;
-  if (batch == 0 && spec.kind != LayerKind::kBatchNorm) {
+  if (batch == 0 && !type.runs_on_empty_batch) {
     // An empty share: this rank's parameter gradients are zeros.
-    if (HasParameters(spec.kind)) {
-      backend_->Zero(grad(p), (offsets_[p + 1] - offsets_[p] + sizes_[p + 1]) * kFloat);
-    }
+    if (end > p)
+      backend_->Zero(grad(p), (offsets_[end - 1] - offsets_[p] + sizes_[end - 1]) * kFloat);
     return;
   }
-  switch (spec.kind) {
-    case LayerKind::kDense:
-      if (!params && dx == nullptr) return;
-      backend_->DenseBackward(DenseOf(batch, layer.in_size, layer.out_size), x, param(p), dy,
-                              grad(p), grad(p + 1), dx);
-      return;
-    case LayerKind::kConv2d:
-      if (!params && dx == nullptr) return;
-      backend_->Conv2dBackward(ConvOf(spec, layer.in_shape, batch), x, param(p), dy, grad(p),
-                               grad(p + 1), dx, scratch_.as<float>());
-      return;
-    case LayerKind::kMaxPool2d:
-      if (dx != nullptr) {
-        backend_->MaxPool2dBackward(PoolOf(spec, layer.in_shape, batch), dy,
-                                    layer.argmax.as<int32_t>(), dx);
-      }
-      return;
-    case LayerKind::kAvgPool2d:
-      if (dx != nullptr) backend_->AvgPool2dBackward(PoolOf(spec, layer.in_shape, batch), dy, dx);
-      return;
-    case LayerKind::kBatchNorm: {
-      // Through the batch norm, to the gradient of its input (kernels/batch_norm.h steps 6-8).
-      const int64_t channels = layer.in_shape[0], spatial = Spatial(layer.in_shape);
-      const float* mean = layer.mean.as<float>();
-      const float* invstd = layer.invstd.as<float>();
-      auto* sums = layer.sums.as<double>();
-      backend_->BatchNormBackwardSums(dy, x, mean, invstd, batch, channels, spatial, sums);
-      backend_->BatchNormParamGrads(sums, channels, grad(p), grad(p + 1));
-      if (sync_ != nullptr) sync_->AllReduceSum(sums, 2 * channels);
-      if (dx != nullptr) {
-        backend_->BatchNormBackwardInput(dy, x, mean, invstd, param(p), sums, global * spatial,
-                                         batch, channels, spatial, dx);
-      }
-      return;
-    }
-    case LayerKind::kGroupNorm:
-      backend_->GroupNormBackward(GroupNormOf(spec, layer.in_shape, batch), x, dy, param(p),
-                                  layer.mean.as<float>(), layer.invstd.as<float>(), grad(p),
-                                  grad(p + 1), dx);
-      return;
-    case LayerKind::kScattering2d:  // applied by LoadData, never a workspace layer
-      return;
-    case LayerKind::kRelu:
-    case LayerKind::kTanh:
-    case LayerKind::kDropout:
-    case LayerKind::kFlatten: {
-      if (dx == nullptr) return;
-      float* g = dx;
-      if (!layer.in_place) backend_->CopyOnDevice(dx, dy, n * kFloat);
-      if (spec.kind == LayerKind::kRelu) backend_->ReluBackward(layer.out, g, n);
-      if (spec.kind == LayerKind::kTanh) backend_->TanhBackward(layer.out, g, n);
-      if (spec.kind == LayerKind::kDropout && spec.rate > 0) {
-        backend_->DropoutBackward(g, n, static_cast<float>(spec.rate), layer.dropout_seed,
-                                  DropoutOffset(layer));
-      }
-      return;
-    }
-  }
+  if (type.backward != nullptr) type.backward(PassFor(l, batch, global), layers_[l], params);
 }
 
 void NetWorkspace::Backward(int64_t batch, const LayerDone& layer_done) {
@@ -486,60 +332,31 @@ void NetWorkspace::Backward(int64_t batch, const LayerDone& layer_done) {
   }
 }
 
-void NetWorkspace::AddSquaredNorms(size_t l, int64_t batch, double* squared) {
-  const Layer& layer = layers_[l];
-  switch (layer.spec.kind) {
-    case LayerKind::kDense:
-      backend_->AddGhostSquaredNorms(in(l), layer.in_size, layer.dout, layer.out_size, batch,
-                                     squared);
-      return;
-    case LayerKind::kConv2d:
-      backend_->AddConv2dSquaredNorms(ConvOf(layer.spec, layer.in_shape, batch), in(l), layer.dout,
-                                      squared, scratch_.as<float>());
-      return;
-    case LayerKind::kGroupNorm:
-      backend_->AddGroupNormSquaredNorms(GroupNormOf(layer.spec, layer.in_shape, batch), in(l),
-                                         layer.dout, layer.mean.as<float>(),
-                                         layer.invstd.as<float>(), squared);
-      return;
-    default:
-      return;
-  }
-}
-
 void NetWorkspace::BackwardForNorms(int64_t batch, double* squared) {
   // The first trained layer's parameter gradients are formed in the second pass only.
   for (size_t l = layers_.size(); l-- > first_trained_;) {
     BackwardLayer(l, batch, /*params=*/l != first_trained_);
   }
   backend_->Zero(squared, batch * static_cast<int64_t>(sizeof(double)));
-  for (size_t l = first_trained_; l < layers_.size(); ++l) AddSquaredNorms(l, batch, squared);
+  for (size_t l = first_trained_; l < layers_.size(); ++l) {
+    const LayerType& type = TypeOf(layers_[l].spec.kind);
+    if (type.add_squared_norms != nullptr) {
+      type.add_squared_norms(PassFor(l, batch, batch), layers_[l], squared);
+    }
+  }
 }
 
 void NetWorkspace::ClippedGradientSum(int64_t batch, const float* factors) {
   for (size_t l = first_trained_; l < layers_.size(); ++l) {
-    Layer& layer = layers_[l];
-    if (!HasParameters(layer.spec.kind)) continue;
+    const Layer& layer = layers_[l];
+    const LayerType& type = TypeOf(layer.spec.kind);
+    if (type.num_trainable == 0) continue;
     backend_->ScaleRows(layer.dout, batch, layer.out_size, factors);
-    const size_t p = first_param_[l];
-    const float* x = in(l);
-    switch (layer.spec.kind) {
-      case LayerKind::kDense:
-        backend_->DenseBackward(DenseOf(batch, layer.in_size, layer.out_size), x, param(p),
-                                layer.dout, grad(p), grad(p + 1), nullptr);
-        break;
-      case LayerKind::kConv2d:
-        backend_->Conv2dBackward(ConvOf(layer.spec, layer.in_shape, batch), x, param(p), layer.dout,
-                                 grad(p), grad(p + 1), nullptr, scratch_.as<float>());
-        break;
-      case LayerKind::kGroupNorm:
-        backend_->GroupNormBackward(GroupNormOf(layer.spec, layer.in_shape, batch), x, layer.dout,
-                                    param(p), layer.mean.as<float>(), layer.invstd.as<float>(),
-                                    grad(p), grad(p + 1), nullptr);
-        break;
-      default:
-        break;  // batch norm: refused under DP-SGD (CheckDpSgdModel)
-    }
+    // A kind without per-example norms (batch norm) is refused under DP-SGD (CheckDpSgdModel).
+    if (type.add_squared_norms == nullptr) continue;
+    layers::LayerPass pass = PassFor(l, batch, batch);
+    pass.dx = nullptr;
+    type.backward(pass, layer, /*params=*/true);
   }
 }
 

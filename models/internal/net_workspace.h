@@ -33,6 +33,7 @@
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "kernels/scattering.h"
+#include "models/layers/layer_type.h"
 #include "models/model.h"
 
 namespace huddle::models::internal {
@@ -119,16 +120,9 @@ class NetWorkspace {
   void ClippedGradientSum(int64_t batch, const float* factors);
   // SyncBatchNorm: how a data-parallel trainer makes a batch-norm layer's statistics those of
   // the global batch spread over its ranks (kernels/batch_norm.h's steps 2 and 7). Forward and
-  // Backward call it, on the training thread, once per batch-norm layer each.
-  class BatchNormSync {
-   public:
-    virtual ~BatchNormSync() = default;
-    // Rows of the current step's global batch over all ranks (>= 1).
-    virtual int64_t global_rows() const = 0;
-    // Sums the `count` doubles at `sums` (backend memory, enqueued work pending) over the ranks,
-    // in place. A failure is kept by the implementation and reported after the step.
-    virtual void AllReduceSum(double* sums, int64_t count) = 0;
-  };
+  // Backward call it, on the training thread, once per batch-norm layer each
+  // (models/layers/layer_type.h says what it must do).
+  using BatchNormSync = layers::BatchNormSync;
   // nullptr (the default): the batch is all there is (one process).
   void set_batch_norm_sync(BatchNormSync* sync) { sync_ = sync; }
   bool batch_norm() const { return batch_norm_; }
@@ -172,35 +166,19 @@ class NetWorkspace {
   float* grad(size_t i) const { return grads_base() + offsets_[i]; }
 
  private:
-  // One layer's kernels' shapes and buffers. Buffers sized by capacity are (re)made by Reserve.
-  struct Layer {
-    LayerSpec spec;
-    std::vector<int64_t> in_shape, out_shape;  // per example
-    int64_t in_size = 0, out_size = 0;         // floats per example
-    bool in_place = false;                     // output and its gradient alias the input's
-    size_t bn_index = 0;                       // batch norm: which one (running statistics)
-    float* out = nullptr;                      // [capacity, out_size]
-    float* dout = nullptr;
-    kernels::DeviceBuffer out_buffer, dout_buffer;
-    kernels::DeviceBuffer mean, invstd, sums;  // batch norm [C], [C], [2C] double; group norm
-                                               // [capacity, groups] mean and invstd
-    kernels::DeviceBuffer argmax;              // max pooling [capacity, out_size] int32
-    uint64_t dropout_seed = 0;                 // the last training pass's
-  };
+  // One layer's spec, shapes and buffers (its kind's passes are in models/layers/).
+  using Layer = layers::LayerState;
 
   NetWorkspace(kernels::Backend& backend, const ModelSpec& spec, bool training);
   // Loads `view` as is (LoadData's work after any transform).
   Status LoadRows(const data::DatasetView& view);
-  uint64_t DropoutOffset(const Layer& layer) const {
-    return static_cast<uint64_t>(dropout_first_row_ * layer.out_size);
-  }
   const float* in(size_t l) const { return l == 0 ? x_.as<float>() : layers_[l - 1].out; }
   float* din(size_t l) const { return l == 0 ? nullptr : layers_[l - 1].dout; }
   // Layer l's backward pass: its parameters' gradients (when `params`) and its input's gradient
   // (for l > first_trained_). BackwardLayer stops at first_trained_.
   void BackwardLayer(size_t l, int64_t batch, bool params);
-  // Adds layer l's per-example squared parameter-gradient norms into squared[0, batch).
-  void AddSquaredNorms(size_t l, int64_t batch, double* squared);
+  // What layer l's passes read and write for `batch` rows of a step of `global_rows`.
+  layers::LayerPass PassFor(size_t l, int64_t batch, int64_t global_rows) const;
 
   kernels::Backend* backend_;
   std::vector<Layer> layers_;
