@@ -7,12 +7,18 @@
 //   scale   = norm > C ? (C / norm) * (1 - 2^-20) : 1   (C = clip_norm; no clipping when C = 0)
 //   out[i]  = float(double(delta_i) * scale)             (second pass over memory)
 // The factor (1 - 2^-20) absorbs the float rounding of the output, so privacy::L2Norm of the
-// output never exceeds C. A non-finite delta makes norm NaN and scale 0 (the caller must refuse
-// the update). The pipeline adds no noise: privacy noise is the exact discrete Gaussian of
-// privacy/noise.h, added on the host.
+// output stays below C (the clip that states the bound in privacy::L2Norm is models::ClipUpdate).
+// A non-finite delta makes norm NaN and scale 0 (the caller must refuse the update). The pipeline
+// adds no noise: privacy noise is the exact discrete Gaussian of privacy/noise.h, added on the
+// host.
+//
+// The sum's order is kernels/update_math.h's, a function of the position of each element in the
+// n-element vector alone: the same vector gives the same bits on every backend and whether it is
+// held in one buffer (UpdatePipeline) or as a model's tensors on the host (ClipInPlace).
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace huddle::kernels {
 
@@ -29,9 +35,16 @@ struct UpdatePipelineStats {
 // Scratch doubles UpdatePipeline needs for its norm reduction (any backend).
 inline constexpr int64_t kUpdatePipelineScratch = 1024;
 
-// CPU reference. out: n floats; scratch: kUpdatePipelineScratch doubles (unused on the CPU).
+// CPU reference. out: n floats, which may be `local` itself (the pipeline then runs in place);
+// scratch: kUpdatePipelineScratch doubles (unused on the CPU).
 void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
                     int64_t n, float* out, double* scratch, UpdatePipelineStats* stats);
+
+// The pipeline on a delta already taken, held on the host as consecutive pieces of one vector (a
+// model's tensors, in order), in place: exactly UpdatePipeline(p, x, zeros, n, x) on their
+// concatenation x, bit for bit, without concatenating.
+void ClipInPlace(const UpdatePipelineParams& p, std::span<const std::span<float>> pieces,
+                 UpdatePipelineStats* stats);
 
 // The squared L2 norm Σ double(x_i)² in a fixed summation order (kernels/update_math.h), the
 // order the pipeline's first pass uses on every backend.

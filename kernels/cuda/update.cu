@@ -2,7 +2,7 @@
 // CPU reference, so the outputs are the same bits:
 //   1. NormPartialsKernel: block b sums its chunk in update_math's lane order and halving tree;
 //   2. FinishNormKernel (one thread): block totals in order -> norm and clip scale in *stats;
-//   3. ApplyKernel: scale (read from *stats on the device: the host never waits).
+//   3. ApplyKernel: scale (read from *stats on the device: the host never waits); out may be local.
 // Two passes over the vectors, the least the math allows: the scale depends on every element.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
@@ -43,9 +43,9 @@ __global__ void FinishNormKernel(const double* __restrict__ partials, int64_t bl
   stats->norm = norm;
 }
 
-__global__ void ApplyKernel(const float* __restrict__ local, const float* __restrict__ global,
-                            int64_t n, float* __restrict__ out,
-                            const UpdatePipelineStats* __restrict__ stats) {
+// In place when out == local (each element is read before it is written): no __restrict__ on them.
+__global__ void ApplyKernel(const float* local, const float* __restrict__ global, int64_t n,
+                            float* out, const UpdatePipelineStats* __restrict__ stats) {
   const double scale = stats->scale;
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
     out[i] = static_cast<float>(hd::Mul(update_math::Delta(local[i], global[i]), scale));

@@ -5,8 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "common/rng.h"
@@ -91,6 +93,97 @@ TEST(UpdatePipelineTest, SquaredNormFollowsTheDocumentedOrderAndIsAccurate) {
   for (float v : x) exact += static_cast<long double>(v) * v;
   EXPECT_NEAR(SquaredNorm(x.data(), static_cast<int64_t>(x.size())), static_cast<double>(exact),
               1e-12 * static_cast<double>(exact));
+}
+
+// kernels/update_math.h's order written as documented (lane t of block b sums the block's elements
+// t, t + 256, ... in increasing order; the halving tree; the blocks in order), for comparing bits.
+double DocumentedSquaredSum(const std::vector<double>& v) {
+  const auto n = static_cast<int64_t>(v.size());
+  const int64_t per_block = 256 * 16;
+  const int64_t blocks = std::min<int64_t>(kUpdatePipelineScratch,
+                                           std::max<int64_t>(1, (n + per_block - 1) / per_block));
+  const int64_t length = (n + blocks - 1) / blocks;
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    std::vector<double> lanes(256, 0.0);
+    for (int64_t t = 0; t < 256; ++t) {
+      for (int64_t i = b * length + t; i < std::min(n, (b + 1) * length); i += 256) {
+        lanes[static_cast<size_t>(t)] += v[static_cast<size_t>(i)] * v[static_cast<size_t>(i)];
+      }
+    }
+    for (size_t s = 128; s >= 1; s /= 2) {
+      for (size_t t = 0; t < s; ++t) lanes[t] += lanes[t + s];
+    }
+    total += lanes[0];
+  }
+  return total;
+}
+
+TEST(UpdatePipelineTest, TheNormIsSummedInTheDocumentedOrderBitForBit) {
+  for (int64_t n : {0, 1, 255, 4097, 100003, 4500001}) {
+    Rng rng(DeriveSeed(9, static_cast<uint64_t>(n)));
+    const auto local = RandomVector(rng, n, -3, 3), global = RandomVector(rng, n, -1, 1);
+    std::vector<double> delta(local.size()), x(local.size());
+    for (size_t i = 0; i < local.size(); ++i) {
+      delta[i] = static_cast<double>(local[i] - global[i]);
+      x[i] = local[i];
+    }
+    const Pipeline out = RunPipeline({}, local, global);
+    EXPECT_EQ(out.stats.norm, std::sqrt(DocumentedSquaredSum(delta))) << n;
+    EXPECT_EQ(SquaredNorm(local.data(), n), DocumentedSquaredSum(x)) << n;
+  }
+}
+
+TEST(UpdatePipelineTest, InPlaceGivesTheSameBits) {
+  for (double clip : {0.0, 0.5}) {
+    Rng rng(10);
+    auto local = RandomVector(rng, 100003, -3, 3);
+    const auto global = RandomVector(rng, 100003, -1, 1);
+    UpdatePipelineParams p;
+    p.clip_norm = clip;
+    const Pipeline apart = RunPipeline(p, local, global);
+    std::vector<double> scratch(kUpdatePipelineScratch);
+    UpdatePipelineStats stats;
+    UpdatePipeline(p, local.data(), global.data(), static_cast<int64_t>(local.size()), local.data(),
+                   scratch.data(), &stats);
+    EXPECT_EQ(local, apart.values) << clip;
+    EXPECT_EQ(stats.norm, apart.stats.norm);
+    EXPECT_EQ(stats.scale, apart.stats.scale);
+  }
+}
+
+// ClipInPlace on a vector held in pieces is the pipeline on the whole vector against zeros.
+TEST(UpdatePipelineTest, ClipInPlaceOnPiecesIsThePipelineOnTheirConcatenation) {
+  const std::vector<size_t> cuts = {0, 0, 3, 5000, 5000, 80000, 100003};
+  for (double clip : {0.0, 0.5, 1e9}) {
+    Rng rng(11);
+    const auto x = RandomVector(rng, 100003, -3, 3);
+    const std::vector<float> zeros(x.size(), 0.0f);
+    UpdatePipelineParams p;
+    p.clip_norm = clip;
+    const Pipeline whole = RunPipeline(p, x, zeros);
+    std::vector<std::vector<float>> pieces;
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      pieces.emplace_back(x.begin() + static_cast<std::ptrdiff_t>(cuts[c]),
+                          x.begin() + static_cast<std::ptrdiff_t>(cuts[c + 1]));
+    }
+    std::vector<std::span<float>> spans(pieces.begin(), pieces.end());
+    UpdatePipelineStats stats;
+    ClipInPlace(p, spans, &stats);
+    std::vector<float> joined;
+    for (const auto& piece : pieces) joined.insert(joined.end(), piece.begin(), piece.end());
+    EXPECT_EQ(joined, whole.values) << clip;
+    EXPECT_EQ(stats.norm, whole.stats.norm) << clip;
+    EXPECT_EQ(stats.scale, whole.stats.scale) << clip;
+  }
+  std::vector<float> bad = {1, std::numeric_limits<float>::infinity()};
+  const std::span<float> spans[] = {bad};
+  UpdatePipelineParams p;
+  p.clip_norm = 1;
+  UpdatePipelineStats stats;
+  ClipInPlace(p, spans, &stats);
+  EXPECT_FALSE(std::isfinite(stats.norm));
+  EXPECT_EQ(stats.scale, 0.0);
 }
 
 TEST(DeviceRequestTest, ParsesTheDocumentedForms) {
