@@ -127,7 +127,14 @@ class ClientAgent {
   StatusOr<models::Update> TrainAndPrivatize(const wire::Message& msg,
                                              const wire::FitInstruction& fit, double clip_norm,
                                              int64_t n, const TensorList& global);
-  // The trainer's Fit, with its exceptions as errors.
+  // The round's update from the built-in trainer (trained and clipped where the model lives, as a
+  // status) or from a user's (its Fit, its result checked, then the delta and the clip on the
+  // host), each clipped once to `clip` (0: not clipped) by models::ClipUpdate.
+  StatusOr<models::Update> FitBuiltin(const wire::FitInstruction& fit, const FitConfig& config,
+                                      double clip, int64_t n, const TensorList& global);
+  StatusOr<models::Update> FitUser(const wire::FitInstruction& fit, const FitConfig& config,
+                                   double clip, int64_t n, const TensorList& global);
+  // The user trainer's Fit, with its exceptions as errors.
   StatusOr<FitResult> CallFit(const TensorList& global, const FitConfig& config);
   void LogSpend(uint64_t round, bool local, bool dp_sgd);
   privacy::NoiseSource& noise();

@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "models/update.h"
-
 namespace huddle::client {
 
 TrainerFailure::TrainerFailure(const Status& status)
@@ -39,7 +37,8 @@ Status BuiltinTrainer::SetModel(const models::ModelSpec& spec, const std::string
   return absl::OkStatus();
 }
 
-StatusOr<FitResult> BuiltinTrainer::TryFit(const NamedTensors& global, const FitConfig& config) {
+StatusOr<models::Update> BuiltinTrainer::Train(const TensorList& global, const FitConfig& config,
+                                               double clip_norm) {
   if (!model_) return absl::FailedPreconditionError("no model: Fit before SetModel");
   models::UpdateOptions options;
   options.train.epochs = config.epochs;
@@ -49,6 +48,7 @@ StatusOr<FitResult> BuiltinTrainer::TryFit(const NamedTensors& global, const Fit
   options.train.weight_decay = config.weight_decay;
   options.train.backend = backend_;
   options.seed = config.seed;
+  options.clip_norm = clip_norm;
   if (config.dp_sgd) {
     options.dp_sgd.emplace();
     options.dp_sgd->noise_multiplier = config.dp_sgd->noise_multiplier;
@@ -56,27 +56,23 @@ StatusOr<FitResult> BuiltinTrainer::TryFit(const NamedTensors& global, const Fit
     options.dp_sgd->expected_batch_size = config.dp_sgd->expected_batch_size;
     options.noise = noise_;
   }
-  // No clip here (clip_norm 0): the agent clips every trainer's result the same way.
-  const TensorList params = FromNamedTensors(global);
-  HUDDLE_ASSIGN_OR_RETURN(models::Update update,
-                          silo_ != nullptr ? silo_->TrainUpdate(*model_, options, *data_, params)
-                                           : models::TrainUpdate(*model_, options, *data_, params));
-  FitResult result;
-  result.is_delta = true;
-  result.num_examples = data_->size();
-  result.metrics = {{"loss", update.train.loss}, {"accuracy", update.train.accuracy}};
-  if (update.dp_sgd) {
-    result.dp_sgd = DpSgdReport{update.dp_sgd->noise_multiplier, update.dp_sgd->sampling_rate,
-                                update.dp_sgd->steps};
-  }
-  result.tensors = ToNamedTensors(update.delta);
-  return result;
+  return silo_ != nullptr ? silo_->TrainUpdate(*model_, options, *data_, global)
+                          : models::TrainUpdate(*model_, options, *data_, global);
 }
 
 FitResult BuiltinTrainer::Fit(const NamedTensors& global, const FitConfig& config) {
-  StatusOr<FitResult> result = TryFit(global, config);
-  if (!result.ok()) throw TrainerFailure(result.status());
-  return *std::move(result);
+  StatusOr<models::Update> update = Train(FromNamedTensors(global), config, 0);
+  if (!update.ok()) throw TrainerFailure(update.status());
+  FitResult result;
+  result.is_delta = true;
+  result.num_examples = data_->size();
+  result.metrics = {{"loss", update->train.loss}, {"accuracy", update->train.accuracy}};
+  if (update->dp_sgd) {
+    result.dp_sgd = DpSgdReport{update->dp_sgd->noise_multiplier, update->dp_sgd->sampling_rate,
+                                update->dp_sgd->steps};
+  }
+  result.tensors = ToNamedTensors(update->delta);
+  return result;
 }
 
 EvaluateResult BuiltinTrainer::Evaluate(const NamedTensors& model) {

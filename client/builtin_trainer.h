@@ -2,10 +2,11 @@
 // data set on one backend or across the ranks of a silo. It is a client::Trainer like any user's
 // (huddle/client/trainer.h), so the agent processes its results exactly as it does theirs.
 //
-// The agent gives it the job's model (SetModel, from the Welcome) before Start. Fit trains with
-// SGD, or DP-SGD when the round asks, and returns local - global as computed where the model lives
-// (one trip down from a GPU), unclipped: the agent clips it like any trainer's result. Errors are
-// thrown as TrainerFailure (the interface's convention).
+// The agent gives it the job's model (SetModel, from the Welcome) before Start. A round is Train:
+// SGD, or DP-SGD when the round asks, and the update, local - global taken where the model lives
+// (one trip down from a GPU) and clipped once (models::TrainUpdate), returned as a status-or-value
+// to the agent, which calls it directly. Fit and Evaluate are the SDK interface's versions (an
+// unclipped delta as NamedTensors; errors thrown as TrainerFailure, the interface's convention).
 //
 // Thread-safety: none; the agent serialises calls.
 #pragma once
@@ -20,6 +21,7 @@
 #include "huddle/client/trainer.h"
 #include "kernels/backend.h"
 #include "models/model.h"
+#include "models/update.h"
 #include "privacy/noise.h"
 
 namespace huddle::client {
@@ -45,14 +47,18 @@ class BuiltinTrainer final : public Trainer {
   // both sizes), InvalidArgument when Huddle cannot train it (an external model).
   Status SetModel(const models::ModelSpec& spec, const std::string& job_name);
 
+  // One round: trains from `global` as `config` says and returns the update, clipped to
+  // clip_norm (0: not clipped) by models::ClipUpdate. Errors: FailedPrecondition before SetModel,
+  // or those of models::TrainUpdate (a silo's: client/silo.h).
+  StatusOr<models::Update> Train(const TensorList& global, const FitConfig& config,
+                                 double clip_norm);
+
   int64_t num_examples() const override { return data_->size(); }
   FitResult Fit(const NamedTensors& global, const FitConfig& config) override;
   bool can_evaluate() const override { return true; }
   EvaluateResult Evaluate(const NamedTensors& model) override;
 
  private:
-  StatusOr<FitResult> TryFit(const NamedTensors& global, const FitConfig& config);
-
   const data::DatasetView* data_;
   std::optional<models::ModelSpec> model_;
   kernels::Backend* backend_ = nullptr;

@@ -199,7 +199,7 @@ StatusOr<models::Update> Silo::TrainUpdate(const models::ModelSpec& spec,
   }
 
   HUDDLE_ASSIGN_OR_RETURN(models::Update update,
-                          models::UpdateFromTrained(local, global, options.clip_norm));
+                          models::UpdateFromTrained(std::move(local), global, options.clip_norm));
   // SGD: every epoch has n examples, so this is the mean over all of them (as TrainModel's);
   // DP-SGD: the mean of the epochs' means.
   update.train.loss = Mean(epoch_loss);

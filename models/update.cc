@@ -1,9 +1,9 @@
-// TrainUpdate: training and the update pipeline on one workspace.
+// TrainUpdate: training and the update pipeline on one workspace; the client's one clip.
 #include "models/update.h"
 
-#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -14,29 +14,6 @@
 #include "privacy/clip.h"
 
 namespace huddle::models {
-
-namespace {
-
-// The end of the update rule, wherever the pipeline ran: the pipeline's delta and statistics into
-// *update, and the exact bound.
-Status FinishUpdate(TensorList delta, const kernels::UpdatePipelineStats& stats, double clip_norm,
-                    Update* update) {
-  if (!std::isfinite(stats.norm)) {
-    return absl::FailedPreconditionError(
-        "training diverged: the update (local - global) has non-finite values");
-  }
-  update->delta = std::move(delta);
-  update->norm = stats.norm;
-  update->clipped = stats.scale != 1.0;
-  if (clip_norm > 0) {
-    // The pipeline's bound holds in its summation order; a receiver checks with privacy::L2Norm,
-    // whose order differs. A delta within an ulp of the bound is nudged below it here.
-    privacy::ClipToNorm(&update->delta, clip_norm);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 Status CheckUpdateOptions(const UpdateOptions& options) {
   if (!(options.clip_norm >= 0.0 && std::isfinite(options.clip_norm))) {
@@ -49,40 +26,46 @@ Status CheckUpdateOptions(const UpdateOptions& options) {
   return absl::OkStatus();
 }
 
-StatusOr<Update> UpdateFromTrained(const TensorList& local, const TensorList& global,
-                                   double clip_norm) {
-  // The tensors together as one vector, in order, as the device's packed buffer is.
-  std::vector<float> l, g;
-  for (size_t t = 0; t < global.size(); ++t) {
-    l.insert(l.end(), local[t].data.begin(), local[t].data.end());
-    g.insert(g.end(), global[t].data.begin(), global[t].data.end());
-  }
-  std::vector<float> packed(g.size());
+Status ClipUpdate(double clip_norm, Update* update) {
+  std::vector<std::span<float>> tensors;
+  tensors.reserve(update->delta.size());
+  for (Tensor& t : update->delta) tensors.emplace_back(t.data);
   kernels::UpdatePipelineParams params;
   params.clip_norm = clip_norm;
   kernels::UpdatePipelineStats stats;
-  kernels::UpdatePipeline(params, l.data(), g.data(), static_cast<int64_t>(g.size()), packed.data(),
-                          nullptr, &stats);
-  TensorList delta = global;
-  auto next = packed.begin();
-  for (Tensor& t : delta) {
-    std::copy(next, next + static_cast<std::ptrdiff_t>(t.data.size()), t.data.begin());
-    next += static_cast<std::ptrdiff_t>(t.data.size());
+  kernels::ClipInPlace(params, tensors, &stats);
+  if (!std::isfinite(stats.norm)) {
+    return absl::FailedPreconditionError(
+        "training diverged: the update (local - global) has non-finite values");
+  }
+  update->norm = stats.norm;
+  update->clipped = stats.scale != 1.0;
+  // The factor's margin keeps privacy::L2Norm of the result below the bound; this states the bound
+  // in that norm, the one every receiver checks (its summation order differs from the pipeline's).
+  if (clip_norm > 0) privacy::ClipToNorm(&update->delta, clip_norm);
+  return absl::OkStatus();
+}
+
+StatusOr<Update> UpdateFromTrained(TensorList local, const TensorList& global, double clip_norm) {
+  // local - global in float, as the pipeline's first step takes it (kernels/update_math.h).
+  for (size_t t = 0; t < global.size(); ++t) {
+    std::vector<float>& l = local[t].data;
+    const std::vector<float>& g = global[t].data;
+    for (size_t i = 0; i < l.size(); ++i) l[i] -= g[i];
   }
   Update update;
-  HUDDLE_RETURN_IF_ERROR(FinishUpdate(std::move(delta), stats, clip_norm, &update));
+  update.delta = std::move(local);
+  HUDDLE_RETURN_IF_ERROR(ClipUpdate(clip_norm, &update));
   return update;
 }
 
-StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options,
-                             const data::DatasetView& data, const TensorList& global) {
-  const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
-  const int64_t start_ms = clock->NowMs();
-  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
-  HUDDLE_RETURN_IF_ERROR(CheckUpdateOptions(options));
-  HUDDLE_RETURN_IF_ERROR(CheckParams(spec, global));  // the data: Trainer::Create
-  const int64_t n = data.size();
+namespace {
 
+// TrainUpdate up to the clip: training, and the unclipped delta taken on the device and
+// downloaded. Subnormal floats are flushed to zero here, as in TrainModel; the clip runs without.
+StatusOr<Update> TrainDelta(const ModelSpec& spec, const UpdateOptions& options,
+                            const data::DatasetView& data, const TensorList& global) {
+  const int64_t n = data.size();
   kernels::FlushDenormalsScope flush_denormals;
   Trainer::Loop loop;
   loop.seed = options.seed;
@@ -110,26 +93,34 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
     HUDDLE_RETURN_IF_ERROR(internal::RunSgdEpochs(*trainer, options.train, n, &update.train));
   }
 
-  // The pipeline over the whole parameter buffer: its gaps are zero in both copies, so they add
-  // nothing to the norm and come back as zeros.
-  HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer out, backend.Allocate(bytes));
+  // delta = local - global by the pipeline, unclipped, over the whole parameter buffer and in
+  // place: the trained parameters become the delta (the gaps are zero in both copies and stay
+  // zero). Then the model's one trip down, as the delta, and the clip (ClipUpdate: on the host,
+  // in the receiver's order of the values).
   HUDDLE_ASSIGN_OR_RETURN(
       kernels::DeviceBuffer scratch,
       backend.Allocate(kernels::kUpdatePipelineScratch * static_cast<int64_t>(sizeof(double))));
   HUDDLE_ASSIGN_OR_RETURN(kernels::DeviceBuffer stats_buffer,
                           backend.Allocate(sizeof(kernels::UpdatePipelineStats)));
-  kernels::UpdatePipelineParams params;
-  params.clip_norm = options.clip_norm;
-  backend.UpdatePipeline(params, trained.data(), global_copy.as<float>(), span, out.as<float>(),
-                         scratch.as<double>(), stats_buffer.as<kernels::UpdatePipelineStats>());
-  // The model's one trip down, as the delta.
-  std::vector<float> packed(static_cast<size_t>(span));
-  HUDDLE_RETURN_IF_ERROR(backend.CopyToHost(packed.data(), out.data(), bytes));
-  kernels::UpdatePipelineStats stats;
-  HUDDLE_RETURN_IF_ERROR(backend.CopyToHost(&stats, stats_buffer.data(), sizeof stats));
-  TensorList delta = global;
-  trainer->UnpackParams(packed, &delta);
-  HUDDLE_RETURN_IF_ERROR(FinishUpdate(std::move(delta), stats, options.clip_norm, &update));
+  backend.UpdatePipeline(kernels::UpdatePipelineParams{}, trained.data(), global_copy.as<float>(),
+                         span, trained.data(), scratch.as<double>(),
+                         stats_buffer.as<kernels::UpdatePipelineStats>());
+  update.delta = global;  // the layout; every value is overwritten
+  HUDDLE_RETURN_IF_ERROR(trainer->DownloadParams(&update.delta));
+  return update;
+}
+
+}  // namespace
+
+StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options,
+                             const data::DatasetView& data, const TensorList& global) {
+  const Clock* clock = options.train.clock != nullptr ? options.train.clock : SteadyClock::Get();
+  const int64_t start_ms = clock->NowMs();
+  HUDDLE_RETURN_IF_ERROR(CheckBuiltIn(spec));
+  HUDDLE_RETURN_IF_ERROR(CheckUpdateOptions(options));
+  HUDDLE_RETURN_IF_ERROR(CheckParams(spec, global));  // the data: Trainer::Create
+  HUDDLE_ASSIGN_OR_RETURN(Update update, TrainDelta(spec, options, data, global));
+  HUDDLE_RETURN_IF_ERROR(ClipUpdate(options.clip_norm, &update));
   if (update.dp_sgd) update.train = update.dp_sgd->train;
   update.train.seconds = static_cast<double>(clock->NowMs() - start_ms) / 1000.0;
   if (update.dp_sgd) update.dp_sgd->train.seconds = update.train.seconds;

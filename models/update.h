@@ -3,10 +3,12 @@
 //
 //   delta = local - global, its L2 norm, and clipping to clip_norm
 //
-// run by the fused update pipeline (kernels/update.h) where the model lives, so on a GPU the model
-// travels once each way per round: the global model up, the clipped delta down. Training is
-// TrainModel's SGD, or TrainDpSgd's DP-SGD when options.dp_sgd is set, with the same semantics
-// (models/model.h, models/dp_sgd.h).
+// delta is taken where the model lives, by the update pipeline (kernels/update.h), so on a GPU the
+// model travels once each way per round: the global model up, the delta down. The clip is
+// ClipUpdate, run once on the host over the delta's tensors in Layout order (the vector the
+// coordinator receives; the device's buffer has gaps between tensors, which would change the
+// norm's summation order and so the clipped bits). Training is TrainModel's SGD, or TrainDpSgd's
+// DP-SGD when options.dp_sgd is set, with the same semantics (models/model.h, models/dp_sgd.h).
 //
 // Local DP noise on the update is NOT added here: the caller adds privacy/noise.h's exact discrete
 // Gaussian to the returned delta on the host (it costs about 0.12 us per parameter), so the
@@ -36,8 +38,8 @@ struct UpdateOptions {
 };
 
 struct Update {
-  // local - global in Layout order, scaled by min(1, clip_norm / norm) (slightly less, see
-  // kernels/update.h) when clipping: privacy::L2Norm(delta) <= clip_norm, float rounding included.
+  // local - global in Layout order, clipped by ClipUpdate: privacy::L2Norm(delta) <= clip_norm,
+  // float rounding included.
   TensorList delta;
   double norm = 0;       // L2 norm of local - global before clipping (finite)
   bool clipped = false;  // clip_norm > 0 and norm > clip_norm
@@ -57,11 +59,20 @@ StatusOr<Update> TrainUpdate(const ModelSpec& spec, const UpdateOptions& options
 // and >= 0, a NoiseSource with dp_sgd (InvalidArgument naming the field).
 Status CheckUpdateOptions(const UpdateOptions& options);
 
-// TrainUpdate's update rule for a model trained elsewhere (a silo's ranks, client/silo.h), on the
-// host: delta = local - global, its norm and the clip by the update pipeline's CPU reference, then
-// the same ClipToNorm bound. Fills delta, norm and clipped; `train` and `dp_sgd` are left empty.
-// local and global must have the same layout. FailedPrecondition when the delta is not finite.
-StatusOr<Update> UpdateFromTrained(const TensorList& local, const TensorList& global,
-                                   double clip_norm);
+// TrainUpdate's update rule for a model trained elsewhere (a silo's ranks, a user's trainer), on
+// the host: delta = local - global in place in `local`'s tensors, then ClipUpdate. Fills delta,
+// norm and clipped; `train` and `dp_sgd` are left empty. local and global must have the same
+// layout. FailedPrecondition when the delta is not finite.
+StatusOr<Update> UpdateFromTrained(TensorList local, const TensorList& global, double clip_norm);
+
+// The client's clip, the one every update goes through once (TrainUpdate and UpdateFromTrained end
+// with it; a trainer's delta goes through it alone): update->delta scaled in place by the update
+// pipeline's factor (kernels::ClipInPlace: the norm in kernels/update_math.h's order over the
+// tensors in order, factor (C / norm)(1 - 2^-20) when norm > C), then held to the bound in the norm
+// receivers check, privacy::L2Norm, by privacy::ClipToNorm (a no-op unless the two summation orders
+// leave the first result within an ulp or two of C). Sets update->norm (before clipping) and
+// update->clipped. clip_norm: >= 0 and finite, 0 for no clipping. FailedPrecondition ("training
+// diverged") when the delta has a non-finite value; the delta is then unspecified.
+Status ClipUpdate(double clip_norm, Update* update);
 
 }  // namespace huddle::models
