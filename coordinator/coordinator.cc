@@ -69,6 +69,7 @@ Status Coordinator::Initialise() {
     // Killed before its first checkpoint: nothing to continue but the privacy ledger, if any.
     spdlog::warn("--resume: no checkpoint at {}; starting from round 1", ckpt_path);
   }
+  double checkpoint_clip_norm = 0;
   if (options_.resume && std::filesystem::exists(ckpt_path)) {
     CheckpointReadOptions read;
     read.allow_legacy_format = options_.allow_legacy_checkpoint;
@@ -96,7 +97,7 @@ Status Coordinator::Initialise() {
     }
     HUDDLE_RETURN_IF_ERROR(optimizer_.RestoreState(std::move(ckpt.optimizer_state)));
     elapsed_before_s_ = ckpt.elapsed_s;
-    clip_norm_ = ckpt.clip_norm;
+    checkpoint_clip_norm = ckpt.clip_norm;
     bytes_in_base_ = ckpt.bytes_in;
     bytes_out_base_ = ckpt.bytes_out;
     summary_.rounds_completed = ckpt.completed_round;
@@ -137,7 +138,18 @@ Status Coordinator::Initialise() {
   }
   HUDDLE_ASSIGN_OR_RETURN(auto agg, aggregation::StreamingAggregator::Create(layout_, agg_options));
   aggregator_.emplace(std::move(agg));
-  return InitialisePrivacy(clip_norm_, next_round_ - 1);
+  HUDDLE_ASSIGN_OR_RETURN(auto privacy,
+                          RoundPrivacy::Open(&options_, checkpoint_clip_norm, next_round_ - 1));
+  privacy_.emplace(std::move(privacy));
+  if (!privacy_->private_noise()) summary_.private_noise = false;
+  NoteSpend();
+  return absl::OkStatus();
+}
+
+void Coordinator::NoteSpend() {
+  if (!privacy_->spent()) return;
+  summary_.epsilon = privacy_->spent()->epsilon;
+  summary_.delta = privacy_->spent()->delta;
 }
 
 Status Coordinator::Run(const std::atomic<bool>* stop) {
@@ -148,11 +160,10 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped before round ", r));
     }
-    std::string why;
-    HUDDLE_ASSIGN_OR_RETURN(const bool allowed, PrivacyAllowsRound(r, &why));
-    if (!allowed) {
-      spdlog::warn("{}", why);
-      summary_.stop_reason = why;
+    HUDDLE_ASSIGN_OR_RETURN(const std::optional<std::string> over, privacy_->StopBefore(r));
+    if (over) {
+      spdlog::warn("{}", *over);
+      summary_.stop_reason = *over;
       break;
     }
     HUDDLE_RETURN_IF_ERROR(WaitForClients(stop, /*started=*/r > first));
@@ -248,15 +259,15 @@ Status Coordinator::RunRound(uint64_t number) {
   round.metrics.malformed = std::exchange(pending_malformed_, 0);
   round.metrics.auth_rejected = std::exchange(pending_auth_rejected_, 0);
   if (dp()) {
-    HUDDLE_RETURN_IF_ERROR(ConfigureRoundPrivacy(round));
+    HUDDLE_RETURN_IF_ERROR(privacy_->Configure(number, &round.privacy, &*aggregator_));
   } else {
     aggregator_->Reset();
   }
   // Clients' training seeds. Under secret sampling they are fresh random numbers: a value derived
   // from the job seed (an invertible mix) would let any client recover the seed and predict every
   // cohort.
-  round.client_seed =
-      secret_sampling() ? sampler_->NextU64() : DeriveSeed(options_.seed, kClientStream, number);
+  round.client_seed = secret_sampling() ? privacy_->sampler()->NextU64()
+                                        : DeriveSeed(options_.seed, kClientStream, number);
 
   // 1-2.
   const std::vector<std::string> cohort = SampleCohort();
@@ -340,14 +351,15 @@ std::vector<std::string> Coordinator::SampleCohort() {
   std::vector<std::string> cohort;
   if (options_.cohort.sampling == CohortOptions::Sampling::kPoisson) {
     for (const std::string& id : live) {
-      const bool in = secret_sampling() ? privacy::BernoulliTrial(options_.cohort.rate, *sampler_)
-                                        : rng_.Uniform() < options_.cohort.rate;
+      const bool in = secret_sampling()
+                          ? privacy::BernoulliTrial(options_.cohort.rate, *privacy_->sampler())
+                          : rng_.Uniform() < options_.cohort.rate;
       if (in) cohort.push_back(id);
     }
     return cohort;
   }
   if (secret_sampling()) {
-    privacy::SecretShuffle(&live, *sampler_);
+    privacy::SecretShuffle(&live, *privacy_->sampler());
   } else {
     rng_.Shuffle(live);
   }
@@ -385,16 +397,7 @@ void Coordinator::SendFit(const std::string& id) {
   fit.nonce = SecureRandomBytes(wire::kNonceBytes);
   round.nonces[id] = fit.nonce;
   if (round.secure) fit.secure_aggregation = round.secure->Instruction(id);
-  if (dp()) {
-    const privacy::PrivacyMode mode = privacy_->options().mode;
-    const bool local = mode == privacy::PrivacyMode::kLocal;
-    fit.privacy.mode = local ? wire::UpdatePrivacy::Mode::kLocal
-                       : mode == privacy::PrivacyMode::kDistributed
-                           ? wire::UpdatePrivacy::Mode::kDistributed
-                           : wire::UpdatePrivacy::Mode::kCentral;
-    fit.privacy.clip_norm = round.clip_norm;
-    if (local) fit.privacy.noise_multiplier = round.noise_multiplier;
-  }
+  if (dp()) fit.privacy = privacy_->Instruction(round.privacy);
   wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
   msg.tensors = wire::ShareAll(round.global);
   const Population::Client* c = population_.Find(id);
@@ -748,9 +751,9 @@ Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
   if (dp()) {
     // Client-level DP: every client weighs the same (weighting by examples would break the
     // sensitivity bound), and a central-mode update must respect the clip norm.
-    HUDDLE_RETURN_IF_ERROR(CheckUpdateNorm(*round_, spans));
+    HUDDLE_RETURN_IF_ERROR(privacy_->CheckUpdate(round_->privacy, spans));
     HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, 1));
-    if (result.within_clip) round_->within_clip++;
+    if (result.within_clip) round_->privacy.within_clip++;
     *weight = 1;
     return absl::OkStatus();
   }
@@ -857,7 +860,9 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
     if (released_nothing) {
       // No update, and nothing charged unless the unmasking began (the ledger then holds the
       // round: SecureRound appended it before asking for any share).
-      HUDDLE_RETURN_IF_ERROR(NoRelease(round));
+      HUDDLE_RETURN_IF_ERROR(
+          privacy_->NoRelease(round.privacy, round.secure.get(), &round.metrics));
+      NoteSpend();
       return std::nullopt;
     }
   } else if (released_nothing || m.results < options_.quorum || m.results == 0) {
@@ -867,11 +872,12 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
   }
   // The sum: secure aggregation's unmasked one, or the aggregator's. Under DP it is noised and
   // divided by the fixed denominator; without, it is averaged by the results' weights.
-  const TensorList* secure_sum = round.secure ? &*round.secure->sum() : nullptr;
   TensorList mean;
   if (dp()) {
-    HUDDLE_RETURN_IF_ERROR(PrivateMean(round, &mean, secure_sum));
-  } else if (secure_sum != nullptr) {
+    HUDDLE_RETURN_IF_ERROR(privacy_->Release(round.privacy, m.results, &*aggregator_,
+                                             round.secure.get(), &round.metrics, &mean));
+    NoteSpend();
+  } else if (round.secure) {
     HUDDLE_RETURN_IF_ERROR(round.secure->Mean(&mean));
   } else {
     HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
@@ -941,10 +947,11 @@ Status Coordinator::FinishRound(Round& round) {
       HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, kMetricsFile), m.PublicJson()));
       HUDDLE_RETURN_IF_ERROR(
           AppendLine(Path(options_.out_dir, privacy::kOperatorMetricsFile), m.OperatorJson()));
-      HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());
+      HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport(summary_.stop_reason));
     } else {
       HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, kMetricsFile), m.ToJson()));
-      HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());  // DP-SGD inside the clients, if any
+      // DP-SGD inside the clients, if any.
+      HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport(summary_.stop_reason));
     }
     HUDDLE_RETURN_IF_ERROR(SaveCheckpoint());
   }
@@ -995,7 +1002,7 @@ Status Coordinator::SaveCheckpoint() {
   c.elapsed_s = summary_.elapsed_s;
   c.bytes_in = summary_.bytes_in;
   c.bytes_out = summary_.bytes_out;
-  c.clip_norm = clip_norm_;
+  c.clip_norm = privacy_->clip_norm();
   c.privacy_mode = static_cast<int64_t>(options_.privacy.mode);
   const double none = std::numeric_limits<double>::quiet_NaN();
   c.final_test_accuracy = summary_.final_test_accuracy.value_or(none);
@@ -1017,7 +1024,7 @@ Status Coordinator::Finish() {
   }
   if (options_.out_dir.empty()) return absl::OkStatus();
   HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(options_.out_dir, "model.bin"), model_));
-  HUDDLE_RETURN_IF_ERROR(WritePrivacyReport());
+  HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport(summary_.stop_reason));
   return WriteFileAtomic(Path(options_.out_dir, "summary.json"), summary_.ToJson(options_));
 }
 

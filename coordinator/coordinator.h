@@ -38,6 +38,7 @@
 #include "coordinator/options.h"
 #include "coordinator/population.h"
 #include "coordinator/round_metrics.h"
+#include "coordinator/round_privacy.h"
 #include "coordinator/secure_round.h"
 #include "coordinator/update_check.h"
 #include "coordinator/upload_slots.h"
@@ -116,14 +117,8 @@ class Coordinator : private SecureRoundHost {
     int64_t weight_cap = 0;       // largest FedAvg weight of a result (max_weight_ratio)
     std::string first_rejection;  // why the first refused result was refused
     RoundMetrics metrics;
-    // Under DP (coordinator/dp_round.cc).
-    double clip_norm = 0;               // C every update must respect (central) / clip to (local)
-    double noise_multiplier = 0;        // z accounted for the round
-    double value_noise_multiplier = 0;  // z of the update sum (z, or less under adaptive clipping)
-    int64_t within_clip = 0;            // results that were within C before clipping
-    double expected_cohort = 0;         // central: the fixed denominator (expected cohort size)
-    double local_norm_bound = 0;        // local: the longest update an honest client can send
-    uint64_t client_seed = 0;           // fit.seed of the round's instructions
+    PrivateRound privacy;                 // under DP (RoundPrivacy::Configure)
+    uint64_t client_seed = 0;             // fit.seed of the round's instructions
     std::unique_ptr<SecureRound> secure;  // secure aggregation on (and the cohort large enough)
   };
 
@@ -185,34 +180,13 @@ class Coordinator : private SecureRoundHost {
   void SendFit(const std::string& id, int64_t deadline_ms) override;
   StatusOr<std::pair<privacy::Spend, bool>> WouldSpend(const privacy::LedgerEntry& entry) override;
   Status Account(const privacy::LedgerEntry& entry) override;
-  // DP (coordinator/dp_round.cc).
+  // DP (coordinator/round_privacy.h): the job's privacy session, the only ledger appender.
   bool dp() const { return privacy_ && privacy_->enabled(); }
-  // `resumed_round`: the checkpoint's completed round (0 when starting afresh).
-  Status InitialisePrivacy(double checkpoint_clip_norm, uint64_t resumed_round);
   // Cohorts and client seeds come from the OS CSPRNG (secret sampling) rather than the job seed:
   // under DP with private noise.
-  bool secret_sampling() const { return sampler_.has_value(); }
-  // Before round `number` is sampled: false (with *why) if it would exceed the budget.
-  StatusOr<bool> PrivacyAllowsRound(uint64_t number, std::string* why);
-  Status ConfigureRoundPrivacy(Round& round);
-  // Central: the update's L2 norm must be <= C. Local: <= C plus what the round's noise can add
-  // (dp_round.cc), so that no client can send more than a noised clipped update.
-  Status CheckUpdateNorm(const Round& round, std::span<const std::span<const float>> update) const;
-  // Noise, ledger (durable), mean over the expected cohort: the round's releasable update.
-  // `secure_sum`: the sum of the round's updates from secure aggregation (local mode), instead of
-  // the aggregator's.
-  Status PrivateMean(Round& round, TensorList* mean, const TensorList* secure_sum = nullptr);
-  // A DP round whose secure aggregation released nothing: the spend so far into its metrics.
-  Status NoRelease(Round& round);
-  // The round's privacy metrics without the spend; RecordSpent adds the ledger's total to them
-  // and to the summary.
-  RoundMetrics::Privacy PrivacyInfo(const Round& round) const;
-  Status RecordSpent(Round& round, RoundMetrics::Privacy info);
-  // OUT/privacy.json from the ledger and the job's settings (privacy/report.h); for a job without
-  // client-level DP whose clients train with DP-SGD, the example-level statement
-  // (WriteDpSgdReport). Nothing for a job without DP.
-  Status WritePrivacyReport() const;
-  Status WriteDpSgdReport() const;
+  bool secret_sampling() const { return privacy_ && privacy_->secret_sampling(); }
+  // The privacy session's spend into the summary (after it changed).
+  void NoteSpend();
   Status SaveCheckpoint();
   // The global model after `round`, on the evaluator: into *metrics and the summary.
   Status Evaluate(uint64_t round, RoundMetrics* metrics);
@@ -282,12 +256,7 @@ class Coordinator : private SecureRoundHost {
   std::set<std::string> secagg_excluded_;   // clients found lying in secure aggregation
   std::map<std::string, LogSummary> logs_;  // Warn()'s, by kind
 
-  std::optional<privacy::PrivacyPlan> privacy_;
-  std::optional<privacy::JobLedger> ledger_;  // the job's privacy session (under DP)
-  std::optional<privacy::NoiseSource> noise_;
-  std::optional<privacy::NoiseSource> sampler_;  // secret cohorts and client seeds (see above)
-  double clip_norm_ = 0;                         // adaptive clipping: C of the next round
-  double count_stddev_ = 0;  // adaptive clipping: sigma_b (fixed at the first DP round)
+  std::optional<RoundPrivacy> privacy_;  // from Initialise on
 
   double elapsed_before_s_ = 0;  // from a resumed checkpoint
   int64_t started_ms_ = 0;

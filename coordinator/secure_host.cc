@@ -17,9 +17,9 @@ StatusOr<std::unique_ptr<SecureRound>> Coordinator::StartSecureRound(
   s.layout = layout_;
   s.quorum = dp() ? 1 : options_.quorum;
   s.dp = dp();
-  s.distributed = dp() && privacy_->options().mode == privacy::PrivacyMode::kDistributed;
-  s.clip_norm = dp() ? round.clip_norm : options_.max_update_norm;
-  s.noise_multiplier = round.noise_multiplier;
+  s.distributed = dp() && privacy_->mode() == privacy::PrivacyMode::kDistributed;
+  s.clip_norm = dp() ? round.privacy.clip_norm : options_.max_update_norm;
+  s.noise_multiplier = round.privacy.noise_multiplier;
   s.weight_cap = round.weight_cap;
   return SecureRound::Start(std::move(s), cohort, &round.members, &secagg_excluded_, this, clock_);
 }
@@ -37,6 +37,13 @@ void Coordinator::SendFit(const std::string& id, int64_t deadline_ms) {
   round_->deadline_ms = std::max(round_->deadline_ms, deadline_ms);
   SendFit(id);
 }
+
+StatusOr<std::pair<privacy::Spend, bool>> Coordinator::WouldSpend(
+    const privacy::LedgerEntry& entry) {
+  return privacy_->WouldSpend(entry);
+}
+
+Status Coordinator::Account(const privacy::LedgerEntry& entry) { return privacy_->Account(entry); }
 
 void Coordinator::OnRefusedSecAggMessage(const std::string& id, const std::string& why) {
   if (!round_ || !round_->secure) return;

@@ -1,13 +1,15 @@
-// The coordinator's client-level DP (privacy/budget.h, docs/privacy.md): budget checks before a
-// round, the round's clip norm and noise grid, the norm check of every central-mode update, and the
-// release of the round's update: exact discrete Gaussian noise added to the exact integer sum, the
-// durable ledger entry, then the mean over the expected cohort size.
+// The coordinator's client-level DP (round_privacy.h; privacy/budget.h, docs/privacy.md): budget
+// checks before a round, the round's clip norm and noise grid, the norm check of every update, and
+// the release of the round's update: exact discrete Gaussian noise added to the exact integer sum,
+// the durable ledger entry, then the mean over the expected cohort size.
+#include "coordinator/round_privacy.h"
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/secure_round.h"
 #include "privacy/clip.h"
 #include "privacy/report.h"
 
@@ -20,87 +22,91 @@ constexpr size_t kNoiseChunk = size_t{1} << 16;
 
 }  // namespace
 
-Status Coordinator::InitialisePrivacy(double checkpoint_clip_norm, uint64_t resumed_round) {
-  const privacy::PrivacyOptions& p = options_.privacy;
-  if (p.mode == PrivacyMode::kNone) return absl::OkStatus();
+StatusOr<RoundPrivacy> RoundPrivacy::Open(const CoordinatorOptions* options,
+                                          double checkpoint_clip_norm, uint64_t resumed_round) {
+  RoundPrivacy rp(options);
+  const privacy::PrivacyOptions& p = options->privacy;
+  // Without DP the checkpoint's value is kept as it was (it is written back unchanged).
+  rp.clip_norm_ = checkpoint_clip_norm;
+  if (p.mode == PrivacyMode::kNone) return rp;
   if (p.mode == PrivacyMode::kCentral &&
-      options_.cohort.sampling != CohortOptions::Sampling::kPoisson) {
+      options->cohort.sampling != CohortOptions::Sampling::kPoisson) {
     return absl::InvalidArgumentError(
         "privacy.mode central needs cohort.sampling: poisson (amplification by sampling holds "
         "only for Poisson-sampled cohorts)");
   }
-  if (options_.out_dir.empty()) {
+  if (options->out_dir.empty()) {
     return absl::InvalidArgumentError(
         "privacy needs an output directory (output.dir or --out) for its durable ledger");
   }
   HUDDLE_ASSIGN_OR_RETURN(auto plan,
-                          privacy::PrivacyPlan::Create(p, options_.cohort.rate, options_.rounds));
-  privacy_.emplace(std::move(plan));
+                          privacy::PrivacyPlan::Create(p, options->cohort.rate, options->rounds));
+  rp.plan_.emplace(std::move(plan));
   HUDDLE_ASSIGN_OR_RETURN(auto ledger,
-                          privacy::JobLedger::Open(options_.out_dir, {.resume = options_.resume}));
+                          privacy::JobLedger::Open(options->out_dir, {.resume = options->resume}));
   // Every DP round appends its entry before it completes, so a checkpoint after round R needs
   // entries for rounds 1..R.
   HUDDLE_RETURN_IF_ERROR(ledger.CheckRoundsCovered(resumed_round));
-  ledger_.emplace(std::move(ledger));
+  rp.ledger_.emplace(std::move(ledger));
   if (p.noise_seed) {
-    noise_.emplace(privacy::NoiseSource::SeededForTesting(*p.noise_seed));
-    summary_.private_noise = false;
+    rp.noise_.emplace(privacy::NoiseSource::SeededForTesting(*p.noise_seed));
     spdlog::warn(
         "privacy.noise_seed is set: the DP noise and the cohorts are reproducible and the job is "
         "NOT PRIVATE (anyone with the seed can remove the noise); use it only for tests");
   } else {
-    noise_.emplace(privacy::NoiseSource::Secure());
+    rp.noise_.emplace(privacy::NoiseSource::Secure());
     // Cohorts and client seeds: a separate OS-keyed stream, so that no participant can predict
     // who is sampled (amplification by sampling assumes it) and a re-run round draws afresh.
-    sampler_.emplace(privacy::NoiseSource::Secure());
+    rp.sampler_.emplace(privacy::NoiseSource::Secure());
   }
-  clip_norm_ = checkpoint_clip_norm > 0 ? checkpoint_clip_norm : privacy_->ForRound(1).clip_norm;
-  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
-  if (!ledger_->entries().empty()) {
-    summary_.epsilon = spent.epsilon;
-    summary_.delta = spent.delta;
-  }
+  rp.clip_norm_ = checkpoint_clip_norm > 0 ? checkpoint_clip_norm : rp.plan_->ForRound(1).clip_norm;
+  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, rp.plan_->Spent(rp.ledger_->Events()));
+  if (!rp.ledger_->entries().empty()) rp.spent_ = spent;
   spdlog::info("privacy: {} DP, delta {:g}, {} ledger entries, epsilon spent {:.6g}{}",
-               privacy::PrivacyModeName(p.mode), p.delta, ledger_->entries().size(), spent.epsilon,
+               privacy::PrivacyModeName(p.mode), p.delta, rp.ledger_->entries().size(),
+               spent.epsilon,
                p.total_epsilon ? fmt::format(" of {:g}", *p.total_epsilon) : std::string());
-  return absl::OkStatus();
+  return rp;
 }
 
-StatusOr<bool> Coordinator::PrivacyAllowsRound(uint64_t number, std::string* why) {
-  if (!dp()) return true;
-  HUDDLE_ASSIGN_OR_RETURN(auto would, privacy_->WouldSpend(ledger_->Events(), number));
-  if (!would.second) return true;
-  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
-  *why = fmt::format(
+StatusOr<std::optional<std::string>> RoundPrivacy::StopBefore(uint64_t number) const {
+  if (!enabled()) return std::nullopt;
+  HUDDLE_ASSIGN_OR_RETURN(auto would, plan_->WouldSpend(ledger_->Events(), number));
+  if (!would.second) return std::nullopt;
+  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, plan_->Spent(ledger_->Events()));
+  return fmt::format(
       "privacy budget: round {} would raise epsilon to {:.6g}, past the total {:g} (delta {:g}); "
       "stopping with epsilon {:.6g} spent",
-      number, would.first.epsilon, *options_.privacy.total_epsilon, options_.privacy.delta,
+      number, would.first.epsilon, *options_->privacy.total_epsilon, options_->privacy.delta,
       spent.epsilon);
-  return false;
 }
 
-Status Coordinator::ConfigureRoundPrivacy(Round& round) {
-  const privacy::PrivacyOptions& p = options_.privacy;
-  const privacy::RoundPrivacy plan = privacy_->ForRound(round.number);
+Status RoundPrivacy::Configure(uint64_t number, PrivateRound* out,
+                               aggregation::StreamingAggregator* aggregator) {
+  const privacy::PrivacyOptions& p = options_->privacy;
+  const privacy::RoundPrivacy plan = plan_->ForRound(number);
+  *out = PrivateRound{};
+  out->number = number;
+  PrivateRound& round = *out;
   round.noise_multiplier = plan.noise_multiplier;
   round.value_noise_multiplier = plan.noise_multiplier;
   round.clip_norm = p.adaptive.enabled ? clip_norm_ : plan.clip_norm;
   // Central: the configured denominator, which depends on no one's enrolment (PrivacyPlan
   // requires it). Local: the mean over the results (PrivateMean).
   round.expected_cohort = p.expected_cohort_size.value_or(1.0);
-  aggregation::AggregatorOptions agg = options_.aggregation;
+  aggregation::AggregatorOptions agg = options_->aggregation;
   agg.max_weight = 1;
   if (p.mode == PrivacyMode::kDistributed) {
     // The clients' noise shares join their updates inside the secure sum (SecureRound::Start);
     // nothing is folded here.
-    return aggregator_->Reset(agg);
+    return aggregator->Reset(agg);
   }
   if (p.mode == PrivacyMode::kLocal) {
     // The client clips to C, rounds onto the noise grid g and adds discrete Gaussian noise of
     // parameter s (sub-Gaussian with it) to each of the d values. So ||update|| <= C + g sqrt(d)/2
     // + ||noise||, and ||noise||^2 <= s^2 (d + 2 sqrt(d t) + 2t) but with probability e^-t (Hsu,
     // Kakade and Zhang 2012, Theorem 1); t = 40. A longer update is no honest client's release.
-    const auto d = static_cast<int64_t>(aggregator_->size());
+    const auto d = static_cast<int64_t>(aggregator->size());
     HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
                             privacy::NoiseGridFor(round.noise_multiplier, round.clip_norm, d));
     constexpr double t = 40;
@@ -111,7 +117,7 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
     // Each update carries noise of std z*C: bound values far beyond any honest draw.
     agg.max_abs_value = round.clip_norm * (1 + 64 * round.noise_multiplier);
     agg.fraction_bits = -1;
-    return aggregator_->Reset(agg);
+    return aggregator->Reset(agg);
   }
   if (p.adaptive.enabled) {
     if (count_stddev_ == 0) {
@@ -124,7 +130,7 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
   // The sum's fixed-point grid is the noise grid, so the noise joins the exact sum exactly.
   HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
                           privacy::NoiseGridFor(round.value_noise_multiplier, round.clip_norm,
-                                                static_cast<int64_t>(aggregator_->size())));
+                                                static_cast<int64_t>(aggregator->size())));
   agg.max_abs_value = round.clip_norm;
   agg.fraction_bits = -grid.exponent;
   if (agg.fraction_bits < 0) {
@@ -133,15 +139,27 @@ Status Coordinator::ConfigureRoundPrivacy(Round& round) {
         "{:g})",
         grid.stddev(), round.clip_norm, round.value_noise_multiplier));
   }
-  return aggregator_->Reset(agg);
+  return aggregator->Reset(agg);
 }
 
-Status Coordinator::CheckUpdateNorm(const Round& round,
-                                    std::span<const std::span<const float>> update) const {
+wire::UpdatePrivacy RoundPrivacy::Instruction(const PrivateRound& round) const {
+  wire::UpdatePrivacy out;
+  const privacy::PrivacyMode mode = plan_->options().mode;
+  const bool local = mode == privacy::PrivacyMode::kLocal;
+  out.mode = local                                        ? wire::UpdatePrivacy::Mode::kLocal
+             : mode == privacy::PrivacyMode::kDistributed ? wire::UpdatePrivacy::Mode::kDistributed
+                                                          : wire::UpdatePrivacy::Mode::kCentral;
+  out.clip_norm = round.clip_norm;
+  if (local) out.noise_multiplier = round.noise_multiplier;
+  return out;
+}
+
+Status RoundPrivacy::CheckUpdate(const PrivateRound& round,
+                                 std::span<const std::span<const float>> update) const {
   const double norm = privacy::L2Norm(update);
   // A non-finite norm means a non-finite value: Fold refuses it naming the element.
   if (!std::isfinite(norm)) return absl::OkStatus();
-  if (options_.privacy.mode == PrivacyMode::kCentral) {
+  if (options_->privacy.mode == PrivacyMode::kCentral) {
     if (norm > round.clip_norm) {
       return absl::InvalidArgumentError(fmt::format(
           "update L2 norm {:.9g} exceeds the round's clip norm {:.9g} (privacy.clip_norm)", norm,
@@ -158,8 +176,8 @@ Status Coordinator::CheckUpdateNorm(const Round& round,
   return absl::OkStatus();
 }
 
-RoundMetrics::Privacy Coordinator::PrivacyInfo(const Round& round) const {
-  const privacy::PrivacyOptions& p = options_.privacy;
+RoundMetrics::Privacy RoundPrivacy::Info(const PrivateRound& round) const {
+  const privacy::PrivacyOptions& p = options_->privacy;
   RoundMetrics::Privacy info;
   info.mode = privacy::PrivacyModeName(p.mode);
   info.is_private = noise_->is_private();
@@ -169,39 +187,41 @@ RoundMetrics::Privacy Coordinator::PrivacyInfo(const Round& round) const {
   return info;
 }
 
-Status Coordinator::RecordSpent(Round& round, RoundMetrics::Privacy info) {
-  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, privacy_->Spent(ledger_->Events()));
+Status RoundPrivacy::RecordSpent(RoundMetrics::Privacy info, RoundMetrics* metrics) {
+  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, plan_->Spent(ledger_->Events()));
   info.epsilon = spent.epsilon;
   info.delta = spent.delta;
   info.accountant = privacy::AccountantName(spent.accountant);
-  summary_.epsilon = spent.epsilon;
-  summary_.delta = spent.delta;
-  round.metrics.privacy = std::move(info);
+  spent_ = spent;
+  metrics->privacy = std::move(info);
   return absl::OkStatus();
 }
 
-Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList* secure_sum) {
-  const privacy::PrivacyOptions& p = options_.privacy;
+Status RoundPrivacy::Release(PrivateRound& round, int64_t results,
+                             aggregation::StreamingAggregator* aggregator,
+                             const SecureRound* secure, RoundMetrics* metrics, TensorList* mean) {
+  const privacy::PrivacyOptions& p = options_->privacy;
   const bool central = p.mode == PrivacyMode::kCentral;
-  RoundMetrics::Privacy info = PrivacyInfo(round);
+  const TensorList* secure_sum = secure != nullptr && secure->sum() ? &*secure->sum() : nullptr;
+  RoundMetrics::Privacy info = Info(round);
   double next_clip = clip_norm_;
   if (central) {
     const auto t0 = std::chrono::steady_clock::now();
     HUDDLE_ASSIGN_OR_RETURN(const privacy::NoiseGrid grid,
                             privacy::NoiseGridFor(round.value_noise_multiplier, round.clip_norm,
-                                                  static_cast<int64_t>(aggregator_->size())));
+                                                  static_cast<int64_t>(aggregator->size())));
     HUDDLE_ASSIGN_OR_RETURN(const auto gaussian, privacy::DiscreteGaussian::Create(grid.variance));
-    std::vector<int64_t> units(std::min(kNoiseChunk, aggregator_->size()));
-    for (size_t begin = 0; begin < aggregator_->size(); begin += units.size()) {
-      const size_t n = std::min(units.size(), aggregator_->size() - begin);
+    std::vector<int64_t> units(std::min(kNoiseChunk, aggregator->size()));
+    for (size_t begin = 0; begin < aggregator->size(); begin += units.size()) {
+      const size_t n = std::min(units.size(), aggregator->size() - begin);
       for (size_t i = 0; i < n; ++i) units[i] = gaussian.Sample(*noise_);
-      HUDDLE_RETURN_IF_ERROR(aggregator_->AddUnits(begin, std::span(units.data(), n)));
+      HUDDLE_RETURN_IF_ERROR(aggregator->AddUnits(begin, std::span(units.data(), n)));
     }
     info.noise_stddev = grid.stddev();
     if (p.adaptive.enabled) {
       // Andrew et al. 2021: sum of (bit - 1/2), in units of 1/2 so its sensitivity is 1, plus
       // discrete Gaussian noise of std 2 * sigma_b in those units.
-      const int64_t halves = 2 * round.within_clip - round.metrics.results;
+      const int64_t halves = 2 * round.within_clip - results;
       const double s = std::ceil(4.0 * count_stddev_ * count_stddev_);
       HUDDLE_ASSIGN_OR_RETURN(const auto count_noise,
                               privacy::DiscreteGaussian::Create(static_cast<uint64_t>(s)));
@@ -218,41 +238,40 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
     info.noise_stddev = round.noise_multiplier * round.clip_norm;
     // Local: every update is private on its own; distributed: the coordinator knows who took
     // part. Either way the mean over the results is post-processing.
-    round.expected_cohort = static_cast<double>(std::max<int64_t>(1, round.metrics.results));
+    round.expected_cohort = static_cast<double>(std::max<int64_t>(1, results));
   }
   // Durable before anything computed from the noised sum leaves this function.
   privacy::LedgerEntry entry;
   if (p.mode != PrivacyMode::kDistributed) {
     entry = privacy::LedgerEntry::ClientGaussian(
-        info.mode, round.number, privacy_->accounting_rate(), round.noise_multiplier,
-        round.clip_norm, privacy_->adjacency(),
-        central ? noise_->Describe() : privacy::kNoiseClientSide);
-    entry.job = options_.job_name;
+        info.mode, round.number, plan_->accounting_rate(), round.noise_multiplier, round.clip_norm,
+        plan_->adjacency(), central ? noise_->Describe() : privacy::kNoiseClientSide);
+    entry.job = options_->job_name;
   } else {
-    if (round.secure && round.secure->distributed()) {
-      entry = *round.secure->distributed();  // the shares the members were told to add
+    if (secure != nullptr && secure->distributed()) {
+      entry = *secure->distributed();  // the shares the members were told to add
     } else {
       // No secure session this round (a cohort too small): nothing was released, accounted as
       // planned all the same (an over-count is safe).
       privacy::DpEvent planned;
       planned.noise_multiplier = round.noise_multiplier;
-      planned.dimension = static_cast<int64_t>(aggregator_->size());
+      planned.dimension = static_cast<int64_t>(aggregator->size());
       entry = privacy::LedgerEntry::DistributedSum(round.number, planned, round.clip_norm,
                                                    privacy::kNoiseClientSide);
-      entry.job = options_.job_name;
+      entry.job = options_->job_name;
     }
     info.noise_multiplier = entry.noise_multiplier;
-    if (round.secure) {
+    if (secure != nullptr) {
       // The std of the noise the honest shares guarantee in the sum, per value, in the model's
       // units (as central DP's: before the mean divides it): sqrt(m s) grid steps.
-      info.noise_stddev = round.secure->SumNoiseStddev();
+      info.noise_stddev = secure->SumNoiseStddev();
     }
   }
   // Distributed DP appends before unmasking (SecureRound, stage 5); a round refused earlier
   // released no sum, and is accounted here all the same.
-  const bool accounted = round.secure && round.secure->accounted();
+  const bool accounted = secure != nullptr && secure->accounted();
   if (!accounted) HUDDLE_RETURN_IF_ERROR(ledger_->Append(entry));
-  HUDDLE_RETURN_IF_ERROR(RecordSpent(round, std::move(info)));
+  HUDDLE_RETURN_IF_ERROR(RecordSpent(std::move(info), metrics));
   clip_norm_ = next_clip;
   // Central: divide by the expected cohort size, never the realized count (that would make the
   // sensitivity depend on the cohort). Local: the updates are already private; the same estimator.
@@ -263,30 +282,31 @@ Status Coordinator::PrivateMean(Round& round, TensorList* mean, const TensorList
     }
     return absl::OkStatus();
   }
-  return aggregator_->Finalize(round.expected_cohort, mean);
+  return aggregator->Finalize(round.expected_cohort, mean);
 }
 
-StatusOr<std::pair<privacy::Spend, bool>> Coordinator::WouldSpend(
-    const privacy::LedgerEntry& entry) {
-  return privacy_->WouldSpendEvent(ledger_->Events(), entry.event());
+StatusOr<std::pair<privacy::Spend, bool>> RoundPrivacy::WouldSpend(
+    const privacy::LedgerEntry& entry) const {
+  return plan_->WouldSpendEvent(ledger_->Events(), entry.event());
 }
 
-Status Coordinator::Account(const privacy::LedgerEntry& entry) { return ledger_->Append(entry); }
+Status RoundPrivacy::Account(const privacy::LedgerEntry& entry) { return ledger_->Append(entry); }
 
-Status Coordinator::NoRelease(Round& round) {
-  HUDDLE_RETURN_IF_ERROR(RecordSpent(round, PrivacyInfo(round)));
+Status RoundPrivacy::NoRelease(const PrivateRound& round, const SecureRound* secure,
+                               RoundMetrics* metrics) {
+  HUDDLE_RETURN_IF_ERROR(RecordSpent(Info(round), metrics));
   spdlog::warn("round {}: secure aggregation released nothing; the model is unchanged{}",
                round.number,
-               round.secure && round.secure->accounted()
+               secure != nullptr && secure->accounted()
                    ? " (the round is in the ledger: its unmasking had begun)"
                    : " and nothing is charged");
   return absl::OkStatus();
 }
 
-Status Coordinator::WriteDpSgdReport() const {
-  const wire::DpSgdConfig& d = *options_.train.dp_sgd;
+Status RoundPrivacy::WriteDpSgdReport(const std::string& stop_reason) const {
+  const wire::DpSgdConfig& d = *options_->train.dp_sgd;
   privacy::PrivacyReport r;
-  r.job = options_.job_name;
+  r.job = options_->job_name;
   r.scope = "federated";
   r.unit = privacy::kUnitExample;
   r.adjacency = privacy::kAddRemove;
@@ -296,7 +316,7 @@ Status Coordinator::WriteDpSgdReport() const {
       "own examples, per-example clipping to L2 norm {:g}, exact discrete Gaussian noise of "
       "multiplier {:g} on the exact sum of clipped gradients, expected batch {}, {} epoch(s) a "
       "round; the client's update is released only as post-processing of its DP-SGD steps",
-      d.clip_norm, d.noise_multiplier, d.expected_batch_size, options_.train.epochs);
+      d.clip_norm, d.noise_multiplier, d.expected_batch_size, options_->train.epochs);
   r.sampling =
       "Poisson within each client's data (rate expected_batch_size / n), drawn by the client from "
       "its OS CSPRNG; the coordinator never sees the sample";
@@ -307,7 +327,7 @@ Status Coordinator::WriteDpSgdReport() const {
       "OUT/clients/ID/privacy_ledger.jsonl): a client's spend depends on its number of examples, "
       "which it does not report, and each client refuses rounds past its own "
       "privacy.dp_sgd.max_epsilon";
-  r.stopped_early = summary_.stop_reason;
+  r.stopped_early = stop_reason;
   r.assumptions = {
       "the unit of privacy is one example of one client's data; the coordinator and everyone who "
       "sees the models are covered",
@@ -322,21 +342,21 @@ Status Coordinator::WriteDpSgdReport() const {
       "whole (use privacy.mode for that)",
       "the coordinator's logs and metrics about clients (counts, timings, traffic)",
   };
-  return privacy::WritePrivacyReport(options_.out_dir, r);
+  return privacy::WritePrivacyReport(options_->out_dir, r);
 }
 
-Status Coordinator::WritePrivacyReport() const {
-  if (!dp()) return options_.train.dp_sgd ? WriteDpSgdReport() : absl::OkStatus();
-  const privacy::PrivacyOptions& p = options_.privacy;
+Status RoundPrivacy::WriteReport(const std::string& stop_reason) const {
+  if (!enabled()) return options_->train.dp_sgd ? WriteDpSgdReport(stop_reason) : absl::OkStatus();
+  const privacy::PrivacyOptions& p = options_->privacy;
   const bool central = p.mode == PrivacyMode::kCentral;
   privacy::PrivacyReport r;
-  r.job = options_.job_name;
+  r.job = options_->job_name;
   r.scope = "federated";
   r.unit = privacy::kUnitClient;
-  r.adjacency = privacy_->adjacency();
+  r.adjacency = plan_->adjacency();
   r.delta = p.delta;
   r.budget_epsilon = p.total_epsilon;
-  HUDDLE_ASSIGN_OR_RETURN(const privacy::Spend spent, privacy_->Spent(ledger_->Events()));
+  HUDDLE_ASSIGN_OR_RETURN(const privacy::Spend spent, plan_->Spent(ledger_->Events()));
   r.nominal_epsilon = spent.epsilon;
   r.accountant = privacy::AccountantName(spent.accountant);
   r.noise_source = central ? noise_->Describe() : "each client's own (client-side)";
@@ -346,7 +366,7 @@ Status Coordinator::WritePrivacyReport() const {
     r.not_private_because.push_back(
         "privacy.noise_seed is set: the noise (and the cohorts) can be recomputed from the seed");
   }
-  r.stopped_early = summary_.stop_reason;
+  r.stopped_early = stop_reason;
   if (central) {
     r.mechanism = fmt::format(
         "DP-FedAvg with central noise: each update clipped to L2 norm C (checked by the "
@@ -363,8 +383,8 @@ Status Coordinator::WritePrivacyReport() const {
         "the coordinator from {}; no participant sees the draws, and a client learns only its "
         "own participation. Amplification by sampling assumes the adversary does not learn "
         "whether the target client took part",
-        options_.cohort.rate,
-        secret_sampling() ? "the OS CSPRNG" : "the job seed (NOT secret: privacy.noise_seed)");
+        options_->cohort.rate,
+        sampler_ ? "the OS CSPRNG" : "the job seed (NOT secret: privacy.noise_seed)");
     r.assumptions = {
         "the coordinator is trusted: it sees each client's clipped update in the clear (central "
         "DP does not combine with secure aggregation: privacy.mode distributed does); the "
@@ -377,7 +397,7 @@ Status Coordinator::WritePrivacyReport() const {
         "the fixed denominator does not depend on who enrolled",
     };
   } else if (p.mode == PrivacyMode::kDistributed) {
-    const SecureAggregationOptions& a = options_.secure_aggregation;
+    const SecureAggregationOptions& a = options_->secure_aggregation;
     r.mechanism = fmt::format(
         "distributed DP under secure aggregation (SecAgg with certified members, a consistency "
         "round and a graph drawn from the members' joint randomness, aggregation/secagg/"
@@ -427,7 +447,7 @@ Status Coordinator::WritePrivacyReport() const {
         "the unit of privacy is one client's whole data",
     };
   }
-  if (options_.train.dp_sgd) {
+  if (options_->train.dp_sgd) {
     r.assumptions.push_back(
         "the clients also train with DP-SGD: a separate, example-level guarantee that each client "
         "accounts in its own ledger; this report's epsilon is the client-level one");
