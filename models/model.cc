@@ -167,6 +167,8 @@ bool HasParameters(LayerKind kind) { return TypeOf(kind).num_trainable > 0; }
 
 std::string LayerKindName(LayerKind kind) { return TypeOf(kind).name; }
 
+std::span<const LayerOption> LayerOptions(LayerKind kind) { return TypeOf(kind).options; }
+
 StatusOr<LayerKind> ParseLayerKind(std::string_view name) {
   std::string known;
   for (const LayerType* type : AllLayerTypes()) {

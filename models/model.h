@@ -60,6 +60,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -121,6 +122,22 @@ struct LayerSpec {
     return stride > 0 ? stride : kind == LayerKind::kConv2d ? 1 : kernel;
   }
 };
+
+// One option of a layer kind in a job's YAML (`- conv2d: {out: 32, kernel: 5}`), from the kind's
+// file in models/layers/: the LayerSpec field it sets (`integer`, or `real` for a double), whether
+// it must be given, its range [min, max], and the value the field takes when it is not given.
+struct LayerOption {
+  const char* key = "";
+  int64_t LayerSpec::*integer = nullptr;
+  double LayerSpec::*real = nullptr;
+  bool required = false;
+  double min = 0, max = 0;
+  double absent = 0;  // optional options only (0: LayerSpec's default, e.g. stride = the window's)
+};
+
+// The options of `kind`, in the order a config reader checks them (none for relu, tanh, flatten
+// and batch_norm). ValidateModelSpec applies the shape rules on top of these ranges.
+std::span<const LayerOption> LayerOptions(LayerKind kind);
 
 struct ModelSpec {
   std::vector<int64_t> input = {784};  // one example's shape: [features] or [c, h, w]

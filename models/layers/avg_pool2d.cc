@@ -21,6 +21,7 @@ const LayerType kAvgPool2d = {
     .kind = LayerKind::kAvgPool2d,
     .name = "avg_pool2d",
     .init_gain = InitGain::kLookPast,
+    .options = kPoolOptions,
     .output_shape = PoolOutputShape,
     .forward = Forward,
     .backward = Backward,

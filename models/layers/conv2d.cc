@@ -62,6 +62,13 @@ void AddSquaredNorms(const LayerPass& pass, const LayerState& layer, double* squ
                                      pass.scratch);
 }
 
+constexpr LayerOption kOptions[] = {
+    {.key = "out", .integer = &LayerSpec::out, .required = true, .min = 1, .max = kMaxOut},
+    {.key = "kernel", .integer = &LayerSpec::kernel, .required = true, .min = 1, .max = 64},
+    {.key = "stride", .integer = &LayerSpec::stride, .min = 1, .max = 64},
+    {.key = "padding", .integer = &LayerSpec::padding, .min = 0, .max = 63},
+};
+
 }  // namespace
 
 const LayerType kConv2d = {
@@ -70,6 +77,7 @@ const LayerType kConv2d = {
     .param_prefix = "conv",
     .num_trainable = 2,
     .init_gain = InitGain::kLinear,
+    .options = kOptions,
     .output_shape = OutputShape,
     .tensors = Tensors,
     .init = InitFanInUniform,

@@ -42,6 +42,10 @@ void AddSquaredNorms(const LayerPass& pass, const LayerState& layer, double* squ
                                     squared);
 }
 
+constexpr LayerOption kOptions[] = {
+    {.key = "out", .integer = &LayerSpec::out, .required = true, .min = 1, .max = kMaxOut},
+};
+
 }  // namespace
 
 const LayerType kDense = {
@@ -50,6 +54,7 @@ const LayerType kDense = {
     .param_prefix = "fc",
     .num_trainable = 2,
     .init_gain = InitGain::kLinear,
+    .options = kOptions,
     .output_shape = OutputShape,
     .tensors = Tensors,
     .init = InitFanInUniform,

@@ -33,6 +33,10 @@ void Backward(const LayerPass& pass, const LayerState& layer, bool /*params*/) {
                                pass.dropout_offset);
 }
 
+constexpr LayerOption kOptions[] = {
+    {.key = "rate", .real = &LayerSpec::rate, .required = true, .min = 0.0, .max = 0.99},
+};
+
 }  // namespace
 
 const LayerType kDropout = {
@@ -40,6 +44,7 @@ const LayerType kDropout = {
     .name = "dropout",
     .init_gain = InitGain::kLookPast,
     .in_place = InPlace::kIfInputFree,
+    .options = kOptions,
     .output_shape = OutputShape,
     .forward = Forward,
     .backward = Backward,

@@ -7,6 +7,7 @@ namespace huddle::models::layers {
 namespace {
 
 constexpr auto kFloat = static_cast<int64_t>(sizeof(float));
+constexpr int64_t kMaxGroups = int64_t{1} << 24;
 
 kernels::GroupNormShape GroupNormOf(const LayerState& layer, int64_t batch) {
   return {batch, layer.in_shape[0], Spatial(layer.in_shape), layer.spec.groups};
@@ -55,6 +56,10 @@ void AddSquaredNorms(const LayerPass& pass, const LayerState& layer, double* squ
                                         layer.mean.as<float>(), layer.invstd.as<float>(), squared);
 }
 
+constexpr LayerOption kOptions[] = {
+    {.key = "groups", .integer = &LayerSpec::groups, .required = true, .min = 1, .max = kMaxGroups},
+};
+
 }  // namespace
 
 const LayerType kGroupNorm = {
@@ -63,6 +68,7 @@ const LayerType kGroupNorm = {
     .param_prefix = "gn",
     .num_trainable = 2,
     .init_gain = InitGain::kLookPast,
+    .options = kOptions,
     .output_shape = OutputShape,
     .tensors = Tensors,
     .init = InitOnes,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,9 @@ struct LayerType {
   InPlace in_place = InPlace::kNever;
   bool backward_reads_output = false;  // its backward pass reads its output (ReLU, tanh)
   bool runs_on_empty_batch = false;    // takes part in a pass with 0 rows (batch norm's sums)
+
+  // Its options in a job's YAML, in the order they are read.
+  std::span<const LayerOption> options;
 
   // Shape rule: the output shape for one example, and *params the number of its parameters
   // (state included), or InvalidArgument naming `where` and what does not fit.

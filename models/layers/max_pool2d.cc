@@ -29,6 +29,7 @@ const LayerType kMaxPool2d = {
     .kind = LayerKind::kMaxPool2d,
     .name = "max_pool2d",
     .init_gain = InitGain::kLookPast,
+    .options = kPoolOptions,
     .output_shape = PoolOutputShape,
     .reserve = Reserve,
     .forward = Forward,

@@ -27,12 +27,19 @@ StatusOr<Shape> OutputShape(const ShapeQuery& q, int64_t* /*params*/) {
                q.in[2] >> l.scales};
 }
 
+// J = 2 and L = 8 unless given.
+constexpr LayerOption kOptions[] = {
+    {.key = "scales", .integer = &LayerSpec::scales, .min = 1, .max = 4, .absent = 2},
+    {.key = "angles", .integer = &LayerSpec::angles, .min = 1, .max = 16, .absent = 8},
+};
+
 }  // namespace
 
 const LayerType kScattering2d = {
     .kind = LayerKind::kScattering2d,
     .name = "scattering2d",
     .init_gain = InitGain::kLinear,
+    .options = kOptions,
     .output_shape = OutputShape,
 };
 

@@ -95,5 +95,52 @@ TEST(LayerRegistryTest, LayoutFollowsEachKindsTensors) {
   EXPECT_EQ(NumTrainable(spec), 6u);
 }
 
+// The config options (a job's YAML) each kind declares: one field each, unique keys, sane ranges.
+TEST(LayerRegistryTest, OptionsNameOneFieldEachWithARange) {
+  for (const layers::LayerType* type : layers::AllLayerTypes()) {
+    SCOPED_TRACE(type->name);
+    std::set<std::string> keys;
+    for (const LayerOption& o : LayerOptions(type->kind)) {
+      EXPECT_TRUE(keys.insert(o.key).second) << o.key << " twice";
+      EXPECT_NE(o.integer == nullptr, o.real == nullptr) << o.key;
+      EXPECT_LE(o.min, o.max) << o.key;
+      EXPECT_TRUE(!o.required || o.absent == 0) << o.key;
+    }
+  }
+  EXPECT_TRUE(LayerOptions(LayerKind::kRelu).empty());
+  EXPECT_TRUE(LayerOptions(LayerKind::kBatchNorm).empty());
+}
+
+// The options of the YAML's layer entries, kind by kind, as cli/job_config.cc has always read them.
+TEST(LayerRegistryTest, OptionsAreTheConfigsKeysAndRanges) {
+  auto describe = [](LayerKind kind) {
+    std::vector<std::string> out;
+    for (const LayerOption& o : LayerOptions(kind)) {
+      // Integers as integers ("16777216", not "1.67772e+07").
+      auto shown = [&](double v) {
+        return o.integer != nullptr ? absl::StrCat(static_cast<int64_t>(v)) : absl::StrCat(v);
+      };
+      out.push_back(absl::StrCat(o.key, o.required ? "!" : "", " [", shown(o.min), ", ",
+                                 shown(o.max), "]",
+                                 o.absent != 0 ? absl::StrCat(" = ", shown(o.absent)) : ""));
+    }
+    return out;
+  };
+  using ::testing::ElementsAre;
+  EXPECT_THAT(describe(LayerKind::kDense), ElementsAre("out! [1, 16777216]"));
+  EXPECT_THAT(describe(LayerKind::kConv2d), ElementsAre("out! [1, 16777216]", "kernel! [1, 64]",
+                                                        "stride [1, 64]", "padding [0, 63]"));
+  for (LayerKind pool : {LayerKind::kMaxPool2d, LayerKind::kAvgPool2d}) {
+    EXPECT_THAT(describe(pool),
+                ElementsAre("kernel! [1, 64]", "stride [1, 64]", "padding [0, 32]"));
+  }
+  EXPECT_THAT(describe(LayerKind::kGroupNorm), ElementsAre("groups! [1, 16777216]"));
+  EXPECT_THAT(describe(LayerKind::kDropout), ElementsAre("rate! [0, 0.99]"));
+  EXPECT_THAT(describe(LayerKind::kScattering2d),
+              ElementsAre("scales [1, 4] = 2", "angles [1, 16] = 8"));
+  EXPECT_EQ(LayerOptions(LayerKind::kDropout)[0].real, &LayerSpec::rate);
+  EXPECT_EQ(LayerOptions(LayerKind::kConv2d)[2].integer, &LayerSpec::stride);
+}
+
 }  // namespace
 }  // namespace huddle::models
