@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "tests/integration/job_yaml.h"
 #include "tests/integration/process.h"
 
 namespace huddle::testing {
@@ -62,24 +63,27 @@ bool FashionMnistInstalled() {
 std::string WriteJob(const std::string& dir, const std::string& name, const DcJob& job) {
   const std::string csv = dir + (job.evaluate ? "/train784.csv" : "/train.csv");
   if (!std::filesystem::exists(csv)) WriteText(csv, job.evaluate ? WideCsv() : SmallCsv());
-  std::ostringstream y;
-  y << "name: dc-it\nseed: 5\n";
-  if (job.evaluate) {
-    y << "model: {input_dim: 784, hidden: [32], num_classes: 10}\n";
-  } else {
-    y << "model: {input_dim: 16, hidden: [32], num_classes: 4}\n";
-  }
-  y << "train: {epochs: " << job.epochs << ", batch_size: 8, learning_rate: 0.05, momentum: 0.9";
-  if (!job.dp_sgd.empty()) y << ", dp_sgd: {" << job.dp_sgd << "}";
-  y << "}\n";
-  y << "data: {path: " << csv << ", format: csv, num_classes: " << (job.evaluate ? 10 : 4) << "}\n";
-  y << "evaluation: {data: '" << (job.evaluate ? kFashionMnistDir : "") << "'}\n";
-  y << "datacenter: {checksum_every: 10, timeout_s: " << job.timeout_s
-    << (job.datacenter.empty() ? "" : ", " + job.datacenter) << "}\n";
-  y << "checkpoint: {every_epochs: " << job.checkpoint_every << "}\n";
-  const std::string path = dir + "/" + name + ".yaml";
-  WriteText(path, y.str());
-  return path;
+  const int classes = job.evaluate ? 10 : 4;
+  JobYaml y;
+  y.Set("name", "dc-it")
+      .Set("seed", 5)
+      .Set("model.input_dim", job.evaluate ? 784 : 16)
+      .Set("model.hidden", "[32]")
+      .Set("model.num_classes", classes)
+      .Set("train.epochs", job.epochs)
+      .Set("train.batch_size", 8)
+      .Set("train.learning_rate", 0.05)
+      .Set("train.momentum", 0.9);
+  if (!job.dp_sgd.empty()) y.Set("train.dp_sgd", "{" + job.dp_sgd + "}");
+  return y.Set("data.path", csv)
+      .Set("data.format", "csv")
+      .Set("data.num_classes", classes)
+      .Set("evaluation.data", "'" + std::string(job.evaluate ? kFashionMnistDir : "") + "'")
+      .Set("datacenter.checksum_every", 10)
+      .Set("datacenter.timeout_s", job.timeout_s)
+      .Fields("datacenter", job.datacenter)
+      .Set("checkpoint.every_epochs", job.checkpoint_every)
+      .Write(dir + "/" + name + ".yaml");
 }
 
 std::vector<std::string> Launcher(const std::string& config, const std::string& out, int nproc) {

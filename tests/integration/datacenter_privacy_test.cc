@@ -198,9 +198,10 @@ TEST(DatacenterPrivacy, KilledAnywhereTheLedgerCountsEveryReleasedStep) {
 TEST(DatacenterPrivacy, ADeletedOrTruncatedLedgerIsRefusedOnResume) {
   const std::string dir = MakeTempDir("dc_dp_lost");
   const std::string out = dir + "/out";
-  Process first(Launcher(WriteJob(dir, "two", {.epochs = 2, .dp_sgd = kDp}), out, 2),
-                dir + "/first.log");
-  ASSERT_EQ(first.Wait(seconds(120)), 0) << ReadAll(dir + "/first.log");
+  const Finished first =
+      RunToEnd(Launcher(WriteJob(dir, "two", {.epochs = 2, .dp_sgd = kDp}), out, 2),
+               dir + "/first.log", seconds(120));
+  ASSERT_EQ(first.exit_code, 0) << first.log;
   const std::string ledger_path = out + "/privacy_ledger.jsonl";
   const std::vector<std::string> entries = ReadLines(ledger_path);
   ASSERT_EQ(entries.size(), 2u);
@@ -208,9 +209,10 @@ TEST(DatacenterPrivacy, ADeletedOrTruncatedLedgerIsRefusedOnResume) {
       WriteJob(dir, "three", {.epochs = 3, .timeout_s = kRefused, .dp_sgd = kDp});
 
   std::filesystem::remove(ledger_path);
-  Process deleted(Resume(Launcher(three, out, 2)), dir + "/deleted.log");
-  EXPECT_EQ(deleted.Wait(seconds(60)), 1);
-  std::string log = ReadAll(dir + "/deleted.log");
+  const Finished deleted =
+      RunToEnd(Resume(Launcher(three, out, 2)), dir + "/deleted.log", seconds(60));
+  EXPECT_EQ(deleted.exit_code, 1);
+  std::string log = deleted.log;
   // Its mark (privacy/ledger.h) says 2 entries were appended.
   EXPECT_TRUE(Contains(log, "it is missing, and its mark")) << log;
   EXPECT_TRUE(Contains(log, "says 2 entries")) << log;
@@ -218,27 +220,29 @@ TEST(DatacenterPrivacy, ADeletedOrTruncatedLedgerIsRefusedOnResume) {
   EXPECT_EQ(JsonLines(out + "/metrics.jsonl").size(), 2u) << "a refused resume changes nothing";
 
   WriteText(ledger_path, entries[0] + "\n");
-  Process truncated(Resume(Launcher(three, out, 2)), dir + "/truncated.log");
-  EXPECT_EQ(truncated.Wait(seconds(60)), 1);
-  log = ReadAll(dir + "/truncated.log");
+  const Finished truncated =
+      RunToEnd(Resume(Launcher(three, out, 2)), dir + "/truncated.log", seconds(60));
+  EXPECT_EQ(truncated.exit_code, 1);
+  log = truncated.log;
   EXPECT_TRUE(Contains(log, "it holds 1 entry")) << log;
   EXPECT_TRUE(Contains(log, "says 2 entries")) << log;
   // Deleted with its mark: the checkpoint still shows the loss.
   std::filesystem::remove(ledger_path);
   std::filesystem::remove(ledger_path + ".mark");
-  Process unmarked(Resume(Launcher(three, out, 2)), dir + "/unmarked.log");
-  EXPECT_EQ(unmarked.Wait(seconds(60)), 1);
-  log = ReadAll(dir + "/unmarked.log");
+  const Finished unmarked =
+      RunToEnd(Resume(Launcher(three, out, 2)), dir + "/unmarked.log", seconds(60));
+  EXPECT_EQ(unmarked.exit_code, 1);
+  log = unmarked.log;
   EXPECT_TRUE(Contains(log, "counts 0 DP-SGD steps, but")) << log;
   EXPECT_TRUE(Contains(log, "checkpoint.bin is at step 40")) << log;
   EXPECT_TRUE(Contains(log, "deleted or truncated")) << log;
 
   // With the ledger restored the job continues, and accounts for all 60 steps.
   WriteText(ledger_path, entries[0] + "\n" + entries[1] + "\n");
-  Process restored(
-      Resume(Launcher(WriteJob(dir, "three-ok", {.epochs = 3, .dp_sgd = kDp}), out, 2)),
-      dir + "/restored.log");
-  ASSERT_EQ(restored.Wait(seconds(120)), 0) << ReadAll(dir + "/restored.log");
+  const Finished restored =
+      RunToEnd(Resume(Launcher(WriteJob(dir, "three-ok", {.epochs = 3, .dp_sgd = kDp}), out, 2)),
+               dir + "/restored.log", seconds(120));
+  ASSERT_EQ(restored.exit_code, 0) << restored.log;
   EXPECT_EQ(ReadLedger(out).steps, 60);
   EXPECT_EQ(JsonFile(out + "/summary.json")["privacy"]["epsilon"].get<double>(),
             Epsilon(0.05, 1.0, 60));
@@ -248,14 +252,14 @@ TEST(DatacenterPrivacy, ALedgerIsNeverStartedOverWithoutResume) {
   const std::string dir = MakeTempDir("dc_dp_again");
   const std::string out = dir + "/out";
   const std::string config = WriteJob(dir, "two", {.epochs = 2, .dp_sgd = kDp});
-  Process first(Launcher(config, out, 2), dir + "/first.log");
-  ASSERT_EQ(first.Wait(seconds(120)), 0) << ReadAll(dir + "/first.log");
+  const Finished first = RunToEnd(Launcher(config, out, 2), dir + "/first.log", seconds(120));
+  ASSERT_EQ(first.exit_code, 0) << first.log;
 
-  Process again(
+  const Finished again = RunToEnd(
       Launcher(WriteJob(dir, "again", {.epochs = 2, .timeout_s = kRefused, .dp_sgd = kDp}), out, 2),
-      dir + "/again.log");
-  EXPECT_EQ(again.Wait(seconds(60)), 1);
-  std::string log = ReadAll(dir + "/again.log");
+      dir + "/again.log", seconds(60));
+  EXPECT_EQ(again.exit_code, 1);
+  std::string log = again.log;
   EXPECT_TRUE(Contains(log, out + "/privacy_ledger.jsonl records 2 DP-SGD releases (40 steps)"))
       << log;
   EXPECT_TRUE(Contains(log, "--resume")) << log;
@@ -264,10 +268,11 @@ TEST(DatacenterPrivacy, ALedgerIsNeverStartedOverWithoutResume) {
   EXPECT_EQ(ReadLedger(out).steps, 40);
 
   // Nor is a run without DP-SGD let loose on the directory.
-  Process plain(Launcher(WriteJob(dir, "plain", {.epochs = 1, .timeout_s = kRefused}), out, 2),
-                dir + "/plain.log");
-  EXPECT_EQ(plain.Wait(seconds(60)), 1);
-  log = ReadAll(dir + "/plain.log");
+  const Finished plain =
+      RunToEnd(Launcher(WriteJob(dir, "plain", {.epochs = 1, .timeout_s = kRefused}), out, 2),
+               dir + "/plain.log", seconds(60));
+  EXPECT_EQ(plain.exit_code, 1);
+  log = plain.log;
   EXPECT_TRUE(Contains(log, "records DP-SGD releases of an earlier job")) << log;
   EXPECT_EQ(JsonLines(out + "/metrics.jsonl").size(), 2u);
 }
@@ -281,23 +286,24 @@ TEST(DatacenterPrivacy, TheBudgetCountsEarlierSessions) {
   const std::string budget = Budget((eps60 + eps80) / 2);
   // Killed after epoch 2's metrics line, before its checkpoint: 40 steps released, checkpoint
   // at step 20.
-  Process first(Launcher(WriteJob(dir, "crash",
-                                  {.epochs = 3,
-                                   .dp_sgd = kDp + budget,
-                                   .datacenter = "crash_for_testing: {after: "
-                                                 "metrics, epoch: 2}"}),
-                         out, 2),
-                dir + "/first.log");
-  EXPECT_EQ(first.Wait(seconds(120)), 1) << ReadAll(dir + "/first.log");
+  const Finished first = RunToEnd(Launcher(WriteJob(dir, "crash",
+                                                    {.epochs = 3,
+                                                     .dp_sgd = kDp + budget,
+                                                     .datacenter = "crash_for_testing: {after: "
+                                                                   "metrics, epoch: 2}"}),
+                                           out, 2),
+                                  dir + "/first.log", seconds(120));
+  EXPECT_EQ(first.exit_code, 1) << first.log;
   ASSERT_EQ(JsonLines(out + "/metrics.jsonl").size(), 2u) << ReadAll(dir + "/first.log");
   ASSERT_EQ(ReadLedger(out).steps, 40);
 
   // 40 recorded + 40 still to run = 80 steps, over the budget that 60 fit in.
   const std::string three =
       WriteJob(dir, "three", {.epochs = 3, .timeout_s = kRefused, .dp_sgd = kDp + budget});
-  Process refused(Resume(Launcher(three, out, 2)), dir + "/refused.log");
-  EXPECT_EQ(refused.Wait(seconds(60)), 1);
-  const std::string log = ReadAll(dir + "/refused.log");
+  const Finished refused =
+      RunToEnd(Resume(Launcher(three, out, 2)), dir + "/refused.log", seconds(60));
+  EXPECT_EQ(refused.exit_code, 1);
+  const std::string log = refused.log;
   EXPECT_TRUE(Contains(log, "records 40 steps")) << log;
   EXPECT_TRUE(Contains(log, "40 of its 60 steps left")) << log;
   EXPECT_TRUE(Contains(log, "together epsilon " + Format4g(eps80))) << log;
@@ -306,10 +312,10 @@ TEST(DatacenterPrivacy, TheBudgetCountsEarlierSessions) {
 
   // With room for 80 steps it finishes, and reports the epsilon of 80 steps, not of 60.
   const std::string room = Budget(eps80 + 0.01);
-  Process resumed(
-      Resume(Launcher(WriteJob(dir, "room", {.epochs = 3, .dp_sgd = kDp + room}), out, 2)),
-      dir + "/resumed.log");
-  ASSERT_EQ(resumed.Wait(seconds(120)), 0) << ReadAll(dir + "/resumed.log");
+  const Finished resumed =
+      RunToEnd(Resume(Launcher(WriteJob(dir, "room", {.epochs = 3, .dp_sgd = kDp + room}), out, 2)),
+               dir + "/resumed.log", seconds(120));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.log;
   EXPECT_EQ(ReadLedger(out).steps, 80);
   const auto summary = JsonFile(out + "/summary.json");
   EXPECT_EQ(summary["privacy"]["epsilon"].get<double>(), eps80);
@@ -319,13 +325,13 @@ TEST(DatacenterPrivacy, TheBudgetCountsEarlierSessions) {
 TEST(DatacenterPrivacy, ZeroNoiseIsReportedAsNotPrivateEverywhere) {
   const std::string dir = MakeTempDir("dc_dp_zero");
   const std::string out = dir + "/out";
-  Process run(Launcher(WriteJob(dir, "zero",
-                                {.epochs = 2,
-                                 .dp_sgd = "noise_multiplier: 0, clip_norm: 1.0, "
-                                           "expected_batch_size: 60"}),
-                       out, 2),
-              dir + "/run.log");
-  ASSERT_EQ(run.Wait(seconds(120)), 0) << ReadAll(dir + "/run.log");
+  const Finished run = RunToEnd(Launcher(WriteJob(dir, "zero",
+                                                  {.epochs = 2,
+                                                   .dp_sgd = "noise_multiplier: 0, clip_norm: 1.0, "
+                                                             "expected_batch_size: 60"}),
+                                         out, 2),
+                                dir + "/run.log", seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.log;
   const auto metrics = JsonLines(out + "/metrics.jsonl");
   ASSERT_EQ(metrics.size(), 2u);
   for (const auto& m : metrics) {
@@ -369,14 +375,15 @@ TEST(DatacenterPrivacy, PublicAndOperatorOnlyOutputsAreApart) {
   }
   const std::string dir = MakeTempDir("dc_dp_split");
   const std::string out = dir + "/out";
-  Process run(Launcher(WriteJob(dir, "dp",
-                                {.epochs = 2,
-                                 .dp_sgd = "noise_multiplier: 1.0, clip_norm: 1.0, "
-                                           "expected_batch_size: 50",
-                                 .evaluate = true}),
-                       out, 2),
-              dir + "/run.log");
-  ASSERT_EQ(run.Wait(seconds(120)), 0) << ReadAll(dir + "/run.log");
+  const Finished run =
+      RunToEnd(Launcher(WriteJob(dir, "dp",
+                                 {.epochs = 2,
+                                  .dp_sgd = "noise_multiplier: 1.0, clip_norm: 1.0, "
+                                            "expected_batch_size: 50",
+                                  .evaluate = true}),
+                        out, 2),
+               dir + "/run.log", seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.log;
   const auto metrics = JsonLines(out + "/metrics.jsonl");
   ASSERT_EQ(metrics.size(), 2u);
   for (const auto& m : metrics) {
@@ -413,9 +420,10 @@ TEST(DatacenterPrivacy, PublicAndOperatorOnlyOutputsAreApart) {
 
   // Without DP-SGD: train_loss in metrics.jsonl, no operator file, no ledger, no report.
   const std::string plain = dir + "/plain";
-  Process run2(Launcher(WriteJob(dir, "plain", {.epochs = 1, .evaluate = true}), plain, 2),
-               dir + "/plain.log");
-  ASSERT_EQ(run2.Wait(seconds(120)), 0) << ReadAll(dir + "/plain.log");
+  const Finished run2 =
+      RunToEnd(Launcher(WriteJob(dir, "plain", {.epochs = 1, .evaluate = true}), plain, 2),
+               dir + "/plain.log", seconds(120));
+  ASSERT_EQ(run2.exit_code, 0) << run2.log;
   const auto plain_metrics = JsonLines(plain + "/metrics.jsonl");
   ASSERT_EQ(plain_metrics.size(), 1u);
   EXPECT_TRUE(plain_metrics[0].contains("train_loss"));
@@ -432,9 +440,10 @@ TEST(DatacenterPrivacy, PrivacyJsonDescribesTheGuaranteeFromTheLedger) {
   const std::string dir = MakeTempDir("dc_dp_report");
   const std::string out = dir + "/out";
   const std::string dp = std::string(kDp) + ", epsilon: 10";
-  Process first(Launcher(WriteJob(dir, "two", {.epochs = 2, .dp_sgd = dp}), out, 2),
-                dir + "/first.log");
-  ASSERT_EQ(first.Wait(seconds(120)), 0) << ReadAll(dir + "/first.log");
+  const Finished first =
+      RunToEnd(Launcher(WriteJob(dir, "two", {.epochs = 2, .dp_sgd = dp}), out, 2),
+               dir + "/first.log", seconds(120));
+  ASSERT_EQ(first.exit_code, 0) << first.log;
   auto report = JsonFile(out + "/privacy.json");
   EXPECT_EQ(report["job"], "dc-it");
   EXPECT_EQ(report["scope"], "datacenter");
@@ -464,9 +473,10 @@ TEST(DatacenterPrivacy, PrivacyJsonDescribesTheGuaranteeFromTheLedger) {
   EXPECT_TRUE(Contains(report["not_covered"].dump(), "operator_metrics.jsonl"));
 
   // A second session adds its releases; the report still counts them all.
-  Process more(Resume(Launcher(WriteJob(dir, "three", {.epochs = 3, .dp_sgd = dp}), out, 2)),
-               dir + "/more.log");
-  ASSERT_EQ(more.Wait(seconds(120)), 0) << ReadAll(dir + "/more.log");
+  const Finished more =
+      RunToEnd(Resume(Launcher(WriteJob(dir, "three", {.epochs = 3, .dp_sgd = dp}), out, 2)),
+               dir + "/more.log", seconds(120));
+  ASSERT_EQ(more.exit_code, 0) << more.log;
   report = JsonFile(out + "/privacy.json");
   ASSERT_EQ(report["releases"].size(), 1u);
   EXPECT_EQ(report["releases"][0]["steps"], 60);

@@ -56,15 +56,17 @@ TEST(DatacenterSecurity, AnUnauthenticatedTcpRendezvousIsRefusedUnlessAskedFor) 
   const std::string dir = MakeTempDir("dc_nokey");
   DcJob job;
   const std::string config = WriteJob(dir, "job", job);
-  Process rank(Rank(config, dir + "/out", 0, "tcp://127.0.0.1:1"), dir + "/rank.log");
-  EXPECT_EQ(rank.Wait(seconds(30)), 2) << ReadAll(dir + "/rank.log");
+  const Finished rank =
+      RunToEnd(Rank(config, dir + "/out", 0, "tcp://127.0.0.1:1"), dir + "/rank.log", seconds(30));
+  EXPECT_EQ(rank.exit_code, 2) << rank.log;
   EXPECT_NE(ReadAll(dir + "/rank.log").find("HUDDLE_RENDEZVOUS_KEY"), std::string::npos)
       << ReadAll(dir + "/rank.log");
   // A wildcard bind is refused: rank 0 serves on the address it is given.
   std::vector<std::string> wildcard_argv = Rank(config, dir + "/out", 0, "tcp://*:29999");
   wildcard_argv.insert(wildcard_argv.end(), {"--host", "10.0.0.1"});
-  Process wildcard(WithEnv({kInsecureRendezvous}, wildcard_argv), dir + "/wildcard.log");
-  EXPECT_EQ(wildcard.Wait(seconds(30)), 2) << ReadAll(dir + "/wildcard.log");
+  const Finished wildcard =
+      RunToEnd(WithEnv({kInsecureRendezvous}, wildcard_argv), dir + "/wildcard.log", seconds(30));
+  EXPECT_EQ(wildcard.exit_code, 2) << wildcard.log;
   EXPECT_NE(ReadAll(dir + "/wildcard.log").find("not a wildcard"), std::string::npos)
       << ReadAll(dir + "/wildcard.log");
 }
@@ -77,8 +79,9 @@ TEST(DatacenterStop, SigtermStopsWithinAStepAndResumeFinishesTheJob) {
   DcJob job;
   job.epochs = 30;  // about 75 steps per epoch: a stop lands within an epoch
   const std::string config = WriteJob(dir, "job", job);
-  Process straight(Launcher(config, dir + "/straight", 2), dir + "/straight.log");
-  ASSERT_EQ(straight.Wait(seconds(120)), 0) << ReadAll(dir + "/straight.log");
+  const Finished straight =
+      RunToEnd(Launcher(config, dir + "/straight", 2), dir + "/straight.log", seconds(120));
+  ASSERT_EQ(straight.exit_code, 0) << straight.log;
 
   Process launcher(Launcher(config, dir + "/out", 2), dir + "/launcher.log");
   ASSERT_TRUE(WaitFor([&] { return JsonLines(dir + "/out/metrics.jsonl").size() >= 1; },
@@ -101,8 +104,8 @@ TEST(DatacenterStop, SigtermStopsWithinAStepAndResumeFinishesTheJob) {
 
   std::vector<std::string> argv = Launcher(config, dir + "/out", 2);
   argv.push_back("--resume");
-  Process resumed(argv, dir + "/resumed.log");
-  ASSERT_EQ(resumed.Wait(seconds(120)), 0) << ReadAll(dir + "/resumed.log");
+  const Finished resumed = RunToEnd(argv, dir + "/resumed.log", seconds(120));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.log;
   EXPECT_EQ(JsonLines(dir + "/out/metrics.jsonl").size(), 30u);
   EXPECT_EQ(ReadAll(dir + "/out/model.bin"), ReadAll(dir + "/straight/model.bin"));
   const auto last = JsonLines(dir + "/out/metrics.jsonl").back();

@@ -32,8 +32,9 @@ std::vector<nlohmann::json> Metrics(const std::string& out) {
 TEST(DatacenterCommand, TwoRanksTrainAndAResumedJobEndsWithTheSameModel) {
   const std::string dir = MakeTempDir("dc_resume");
   const std::string three = WriteConfig(dir, 3);
-  Process straight(Launcher(three, dir + "/straight", 2), dir + "/straight.log");
-  ASSERT_EQ(straight.Wait(seconds(120)), 0) << ReadAll(dir + "/straight.log");
+  const Finished straight =
+      RunToEnd(Launcher(three, dir + "/straight", 2), dir + "/straight.log", seconds(120));
+  ASSERT_EQ(straight.exit_code, 0) << straight.log;
   const auto metrics = Metrics(dir + "/straight");
   ASSERT_EQ(metrics.size(), 3u) << ReadAll(dir + "/straight.log");
   EXPECT_EQ(metrics[2]["steps"], 3 * (1200 / 16));
@@ -45,12 +46,13 @@ TEST(DatacenterCommand, TwoRanksTrainAndAResumedJobEndsWithTheSameModel) {
 
   // The same job stopped after one epoch (its checkpoint is the state after epoch 1), then
   // resumed for the remaining two: the model file is byte-for-byte the uninterrupted one.
-  Process first(Launcher(WriteConfig(dir, 1), dir + "/resumed", 2), dir + "/first.log");
-  ASSERT_EQ(first.Wait(seconds(120)), 0) << ReadAll(dir + "/first.log");
+  const Finished first = RunToEnd(Launcher(WriteConfig(dir, 1), dir + "/resumed", 2),
+                                  dir + "/first.log", seconds(120));
+  ASSERT_EQ(first.exit_code, 0) << first.log;
   std::vector<std::string> argv = Launcher(three, dir + "/resumed", 2);
   argv.push_back("--resume");
-  Process resumed(argv, dir + "/resumed.log");
-  ASSERT_EQ(resumed.Wait(seconds(120)), 0) << ReadAll(dir + "/resumed.log");
+  const Finished resumed = RunToEnd(argv, dir + "/resumed.log", seconds(120));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.log;
   EXPECT_EQ(ReadAll(dir + "/resumed/model.bin"), ReadAll(dir + "/straight/model.bin"));
   const auto resumed_metrics = Metrics(dir + "/resumed");
   ASSERT_EQ(resumed_metrics.size(), 3u);
@@ -94,12 +96,13 @@ TEST(DatacenterCommand, KillingOneRankEndsTheOthersWithAnError) {
 TEST(DatacenterCommand, ARankThatNeverComesIsNamed) {
   const std::string dir = MakeTempDir("dc_missing");
   const std::string config = WriteConfig(dir, 1, /*timeout_s=*/2);
-  Process rank0(WithEnv({kInsecureRendezvous},
-                        {HuddleBin(), "datacenter", "--config", config, "--out", dir + "/out",
-                         "--rank", "0", "--world-size", "2", "--rendezvous",
-                         "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort())}),
-                dir + "/rank-0.log");
-  EXPECT_EQ(rank0.Wait(seconds(30)), 1);
+  const Finished rank0 =
+      RunToEnd(WithEnv({kInsecureRendezvous},
+                       {HuddleBin(), "datacenter", "--config", config, "--out", dir + "/out",
+                        "--rank", "0", "--world-size", "2", "--rendezvous",
+                        "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort())}),
+               dir + "/rank-0.log", seconds(30));
+  EXPECT_EQ(rank0.exit_code, 1);
   EXPECT_NE(ReadAll(dir + "/rank-0.log").find("rank(s) 1 did not join"), std::string::npos)
       << ReadAll(dir + "/rank-0.log");
 }
@@ -108,8 +111,8 @@ TEST(DatacenterCommand, DpSgdAcrossRanksReportsItsSpendAndRefusesToExceedTheBudg
   const std::string dir = MakeTempDir("dc_dp");
   const std::string config = WriteConfig(
       dir, 2, 30, "noise_multiplier: 1.0, clip_norm: 1.0, expected_batch_size: 60, epsilon: 10");
-  Process run(Launcher(config, dir + "/out", 2), dir + "/run.log");
-  ASSERT_EQ(run.Wait(seconds(120)), 0) << ReadAll(dir + "/run.log");
+  const Finished run = RunToEnd(Launcher(config, dir + "/out", 2), dir + "/run.log", seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.log;
   const auto metrics = Metrics(dir + "/out");
   ASSERT_EQ(metrics.size(), 2u) << ReadAll(dir + "/run.log");
   EXPECT_EQ(metrics[1]["steps"], 40);  // round(2 * 1200 / 60)
@@ -123,12 +126,13 @@ TEST(DatacenterCommand, DpSgdAcrossRanksReportsItsSpendAndRefusesToExceedTheBudg
 
   // Stopped after one epoch and resumed: the run continues at step 20 and accounts for all 40.
   const std::string dp = "noise_multiplier: 1.0, clip_norm: 1.0, expected_batch_size: 60";
-  Process first(Launcher(WriteConfig(dir, 1, 30, dp), dir + "/resumed", 2), dir + "/first.log");
-  ASSERT_EQ(first.Wait(seconds(120)), 0) << ReadAll(dir + "/first.log");
+  const Finished first = RunToEnd(Launcher(WriteConfig(dir, 1, 30, dp), dir + "/resumed", 2),
+                                  dir + "/first.log", seconds(120));
+  ASSERT_EQ(first.exit_code, 0) << first.log;
   std::vector<std::string> argv = Launcher(WriteConfig(dir, 2, 30, dp), dir + "/resumed", 2);
   argv.push_back("--resume");
-  Process resumed(argv, dir + "/resumed.log");
-  ASSERT_EQ(resumed.Wait(seconds(120)), 0) << ReadAll(dir + "/resumed.log");
+  const Finished resumed = RunToEnd(argv, dir + "/resumed.log", seconds(120));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.log;
   const auto resumed_metrics = Metrics(dir + "/resumed");
   ASSERT_EQ(resumed_metrics.size(), 2u);
   EXPECT_EQ(resumed_metrics[1]["steps"], 40);
@@ -138,12 +142,13 @@ TEST(DatacenterCommand, DpSgdAcrossRanksReportsItsSpendAndRefusesToExceedTheBudg
 
   // An expected batch that does not divide the data: ceil(1200 / 1100) = 2 steps make a report
   // "epoch", round(3 * 1200 / 1100) = 3 steps the run; its last report still writes the model.
-  Process odd(Launcher(WriteConfig(dir, 3, 30,
-                                   "noise_multiplier: 1.0, clip_norm: 1.0, expected_batch_size: "
-                                   "1100"),
-                       dir + "/odd", 2),
-              dir + "/odd.log");
-  ASSERT_EQ(odd.Wait(seconds(120)), 0) << ReadAll(dir + "/odd.log");
+  const Finished odd =
+      RunToEnd(Launcher(WriteConfig(dir, 3, 30,
+                                    "noise_multiplier: 1.0, clip_norm: 1.0, expected_batch_size: "
+                                    "1100"),
+                        dir + "/odd", 2),
+               dir + "/odd.log", seconds(120));
+  ASSERT_EQ(odd.exit_code, 0) << odd.log;
   const auto odd_metrics = Metrics(dir + "/odd");
   ASSERT_EQ(odd_metrics.size(), 2u) << ReadAll(dir + "/odd.log");
   EXPECT_EQ(odd_metrics[1]["steps"], 3);
@@ -152,9 +157,10 @@ TEST(DatacenterCommand, DpSgdAcrossRanksReportsItsSpendAndRefusesToExceedTheBudg
   // A budget the run would exceed: refused before any step, with the noise that would fit.
   const std::string tight = WriteConfig(
       dir, 2, 30, "noise_multiplier: 0.5, clip_norm: 1.0, expected_batch_size: 60, epsilon: 1");
-  Process refused(Launcher(tight, dir + "/tight", 2), dir + "/tight.log");
-  EXPECT_EQ(refused.Wait(seconds(60)), 1);
-  const std::string log = ReadAll(dir + "/tight.log");
+  const Finished refused =
+      RunToEnd(Launcher(tight, dir + "/tight", 2), dir + "/tight.log", seconds(60));
+  EXPECT_EQ(refused.exit_code, 1);
+  const std::string log = refused.log;
   EXPECT_NE(log.find("over the budget of 1"), std::string::npos) << log;
   EXPECT_NE(log.find("would fit"), std::string::npos) << log;
   EXPECT_TRUE(Metrics(dir + "/tight").empty());

@@ -61,8 +61,8 @@ TEST_P(ExamplesTest, RunsShortenedWithWorkAcceptedAndTheMetricMoving) {
       e.datacenter
           ? std::vector<std::string>{HuddleBin(), "datacenter", "--config", config, "--out", out}
           : std::vector<std::string>{HuddleBin(), "run", config, "--out", out};
-  Process p(argv, dir + "/log");
-  ASSERT_EQ(p.Wait(seconds(400)), 0) << ReadAll(dir + "/log");
+  const Finished p = RunToEnd(argv, dir + "/log", seconds(400));
+  ASSERT_EQ(p.exit_code, 0) << p.log;
 
   const auto metrics = JsonLinesOf(out + "/metrics.jsonl");
   ASSERT_FALSE(metrics.empty()) << ReadAll(dir + "/log");
@@ -116,8 +116,8 @@ TEST_F(ExamplesTest, TheClientExampleJoinsACoordinatorAndTrains) {
         std::vector<std::string>{"keygen", "client", "--id", "hospital-a", "--out", keys}}) {
     std::vector<std::string> argv = {HuddleBin()};
     argv.insert(argv.end(), args.begin(), args.end());
-    Process p(argv, dir + "/keygen.log");
-    ASSERT_EQ(p.Wait(seconds(30)), 0) << ReadAll(dir + "/keygen.log");
+    const Finished p = RunToEnd(argv, dir + "/keygen.log", seconds(30));
+    ASSERT_EQ(p.exit_code, 0) << p.log;
   }
   std::filesystem::create_directories(keys + "/allowed");
   std::filesystem::copy_file(keys + "/hospital-a.pub", keys + "/allowed/hospital-a.pub");

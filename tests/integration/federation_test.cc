@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "common/rng.h"
 #include "proto/codec.h"
+#include "tests/integration/job_yaml.h"
 #include "tests/integration/process.h"
 #include "tests/wire/raw_curve_peer.h"
 #include "transport/curve_keys.h"
@@ -52,30 +53,33 @@ class FederationTest : public ::testing::Test {
             dir + "/keys/clients/" + id + ".key"};
   }
 
+  // Writes the keys into `dir` and returns the job's YAML (to write as DIR/job.yaml).
+  JobYaml Job(const std::string& dir, const JobSettings& s) {
+    MakeKeys(dir);
+    return JobYaml()
+        .Set("name", "it")
+        .Set("seed", 3)
+        .Set("rounds", s.rounds)
+        .Set("model.hidden", "[" + std::to_string(s.hidden) + "]")
+        .Set("train.epochs", 1)
+        .Set("train.batch_size", 64)
+        .Set("train.learning_rate", 0.1)
+        .Set("cohort.size", s.clients)
+        .Set("round.deadline_s", s.deadline_s)
+        .Set("round.quorum", 1)
+        .Set("round.upload_slots", 2)
+        .Set("evaluation.every", 1)
+        .Set("coordinator.min_clients", s.clients)
+        .Set("coordinator.wait_for_clients_s", 60)
+        .Set("coordinator.heartbeat_interval_s", 0.5)
+        .Set("coordinator.client_timeout_s", s.client_timeout_s)
+        .Set("security.server_secret_key", dir + "/keys/server.key")
+        .Set("security.allowed_clients", dir + "/keys/allowed")
+        .Set("security.reload_interval_s", 0.5);
+  }
   // Writes the job YAML and the keys into `dir` and returns the job's path.
   std::string WriteJob(const std::string& dir, const JobSettings& s) {
-    MakeKeys(dir);
-    const std::string path = dir + "/job.yaml";
-    WriteText(path, "name: it\nseed: 3\nrounds: " + std::to_string(s.rounds) +
-                        "\nmodel: {hidden: [" + std::to_string(s.hidden) +
-                        "]}\n"
-                        "train: {epochs: 1, batch_size: 64, learning_rate: 0.1}\n"
-                        "cohort: {size: " +
-                        std::to_string(s.clients) +
-                        "}\n"
-                        "round: {deadline_s: " +
-                        std::to_string(s.deadline_s) +
-                        ", quorum: 1, upload_slots: 2}\n"
-                        "evaluation: {every: 1}\n"
-                        "coordinator: {min_clients: " +
-                        std::to_string(s.clients) +
-                        ", wait_for_clients_s: 60, heartbeat_interval_s: 0.5, client_timeout_s: " +
-                        std::to_string(s.client_timeout_s) +
-                        "}\n"
-                        "security: {server_secret_key: " +
-                        dir + "/keys/server.key, allowed_clients: " + dir +
-                        "/keys/allowed, reload_interval_s: 0.5}\n");
-    return path;
+    return Job(dir, s).Write(dir + "/job.yaml");
   }
 
   std::unique_ptr<Process> StartCoordinator(const std::string& dir, const std::string& endpoint,
@@ -120,14 +124,9 @@ TEST_F(FederationTest, ClientsStartedFirstJoinAndRoundsComplete) {
   std::vector<std::unique_ptr<Process>> clients;
   for (int i = 0; i < s.clients - 1; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
   // The last client reads its settings from a client YAML (like examples/client.yaml).
-  WriteText(dir + "/client.yaml",
-            "coordinator: " + endpoint +
-                "\nclient_id: from-yaml\n"
-                "data: {partition: iid, num_shards: 20, shard: 19, seed: 1}\n"
-                "security: {server_public_key: " +
-                dir + "/keys/server.pub, secret_key: " + dir +
-                "/keys/clients/from-yaml.key}\n"
-                "connection: {backoff_initial_s: 0.1, give_up_after_s: 60}\n");
+  ClientYaml(dir + "/keys", "from-yaml", 19)
+      .Set("coordinator", endpoint)
+      .Write(dir + "/client.yaml");
   clients.push_back(std::make_unique<Process>(
       std::vector<std::string>{HuddleBin(), "client", "--config", dir + "/client.yaml"},
       dir + "/client-yaml.log"));
@@ -479,20 +478,20 @@ TEST_F(FederationTest, WrongServerKeyAndUnknownClientKeyAreClearClientErrors) {
   const std::string endpoint = Endpoint(FreeLoopbackPort());
   auto coordinator = StartCoordinator(dir, endpoint);
   // Pinned to another coordinator's key.
-  Process wrong_server(
-      {HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist, "--server-key",
-       other + "/keys/server.pub", "--key", dir + "/keys/clients/c0.key"},
-      dir + "/wrong-server.log");
-  EXPECT_EQ(wrong_server.Wait(seconds(60)), 1) << ReadAll(dir + "/wrong-server.log");
+  const Finished wrong_server =
+      RunToEnd({HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist,
+                "--server-key", other + "/keys/server.pub", "--key", dir + "/keys/clients/c0.key"},
+               dir + "/wrong-server.log", seconds(60));
+  EXPECT_EQ(wrong_server.exit_code, 1) << wrong_server.log;
   EXPECT_NE(ReadAll(dir + "/wrong-server.log").find("is most likely not this coordinator's key"),
             std::string::npos)
       << ReadAll(dir + "/wrong-server.log");
   // A key the coordinator never enrolled (same id, different key).
-  Process unknown(
-      {HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist, "--server-key",
-       dir + "/keys/server.pub", "--key", other + "/keys/clients/c0.key"},
-      dir + "/unknown.log");
-  EXPECT_EQ(unknown.Wait(seconds(60)), 1) << ReadAll(dir + "/unknown.log");
+  const Finished unknown =
+      RunToEnd({HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist,
+                "--server-key", dir + "/keys/server.pub", "--key", other + "/keys/clients/c0.key"},
+               dir + "/unknown.log", seconds(60));
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.log;
   EXPECT_NE(ReadAll(dir + "/unknown.log").find("refused this client's key"), std::string::npos)
       << ReadAll(dir + "/unknown.log");
   // Neither reached the federation: the job still waits for its one client, then completes.
@@ -504,10 +503,10 @@ TEST_F(FederationTest, WrongServerKeyAndUnknownClientKeyAreClearClientErrors) {
   EXPECT_GE(metrics[0]["auth_rejected"].get<int64_t>(), 2) << "both refusals are in the metrics";
   EXPECT_NE(ReadAll(dir + "/coordinator.log").find("is not enrolled"), std::string::npos);
   // Without keys and without --insecure, a client refuses to start and says how to fix it.
-  Process bare({HuddleBin(), "client", "--coordinator", endpoint, "--client-id", "x", "--data",
-                kFashionMnist},
-               dir + "/bare.log");
-  EXPECT_EQ(bare.Wait(seconds(20)), 2);
+  const Finished bare = RunToEnd({HuddleBin(), "client", "--coordinator", endpoint, "--client-id",
+                                  "x", "--data", kFashionMnist},
+                                 dir + "/bare.log", seconds(20));
+  EXPECT_EQ(bare.exit_code, 2);
   EXPECT_NE(ReadAll(dir + "/bare.log").find("--insecure"), std::string::npos);
 }
 
@@ -516,12 +515,11 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
   JobSettings s;
   s.clients = 3;
   s.rounds = 20;
-  WriteJob(dir, s);
   // Let the job go on with two clients once c2 is gone; reloads only on SIGHUP.
-  std::string job = ReadAll(dir + "/job.yaml");
-  job.replace(job.find("min_clients: 3"), 14, "min_clients: 2");
-  job.replace(job.find("reload_interval_s: 0.5"), 22, "reload_interval_s: 3600");
-  WriteText(dir + "/job.yaml", job);
+  Job(dir, s)
+      .Set("coordinator.min_clients", 2)
+      .Set("security.reload_interval_s", 3600)
+      .Write(dir + "/job.yaml");
   const std::string endpoint = Endpoint(FreeLoopbackPort());
   auto coordinator = StartCoordinator(dir, endpoint);
   std::vector<std::unique_ptr<Process>> clients;
@@ -558,15 +556,17 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
 TEST_F(FederationTest, ConfigTypoIsAClearError) {
   const std::string dir = MakeTempDir("typo");
   WriteText(dir + "/job.yaml", "rounds: 2\ntrian: {epochs: 1}\n");
-  Process p({HuddleBin(), "coordinator", "--config", dir + "/job.yaml"}, dir + "/log");
-  EXPECT_EQ(p.Wait(seconds(20)), 2);
-  const std::string log = ReadAll(dir + "/log");
+  const Finished p = RunToEnd({HuddleBin(), "coordinator", "--config", dir + "/job.yaml"},
+                              dir + "/log", seconds(20));
+  EXPECT_EQ(p.exit_code, 2);
+  const std::string log = p.log;
   EXPECT_NE(log.find("unknown key 'trian'"), std::string::npos) << log;
   EXPECT_NE(log.find("did you mean 'train'"), std::string::npos) << log;
 
   WriteText(dir + "/job2.yaml", "train: {batch_size: 0}\n");
-  Process q({HuddleBin(), "coordinator", "--config", dir + "/job2.yaml"}, dir + "/log2");
-  EXPECT_EQ(q.Wait(seconds(20)), 2);
+  const Finished q = RunToEnd({HuddleBin(), "coordinator", "--config", dir + "/job2.yaml"},
+                              dir + "/log2", seconds(20));
+  EXPECT_EQ(q.exit_code, 2);
   EXPECT_NE(ReadAll(dir + "/log2").find("train.batch_size: 0 is out of range [1, 65536]"),
             std::string::npos)
       << ReadAll(dir + "/log2");
@@ -591,13 +591,25 @@ TEST_F(FederationTest, ProcessModeHonoursTheJobsDataSettingsAndPathsRelativeToTh
     csv += "\n";
   }
   WriteText(dir + "/data/pixels.csv", csv);
-  WriteText(dir + "/job.yaml",
-            "name: csv\nseed: 2\nrounds: 2\nclients: 2\n"
-            "model: {input_dim: 16, hidden: [16], num_classes: 12}\n"
-            "train: {epochs: 1, batch_size: 32, learning_rate: 0.5}\n"
-            "cohort: {size: 2}\nevaluation: {every: 0}\n"
-            "data: {path: data/pixels.csv, format: csv, num_classes: 12, scale_255: true, "
-            "partition: iid}\n");
+  JobYaml()
+      .Set("name", "csv")
+      .Set("seed", 2)
+      .Set("rounds", 2)
+      .Set("clients", 2)
+      .Set("model.input_dim", 16)
+      .Set("model.hidden", "[16]")
+      .Set("model.num_classes", 12)
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 32)
+      .Set("train.learning_rate", 0.5)
+      .Set("cohort.size", 2)
+      .Set("evaluation.every", 0)
+      .Set("data.path", "data/pixels.csv")
+      .Set("data.format", "csv")
+      .Set("data.num_classes", 12)
+      .Set("data.scale_255", "true")
+      .Set("data.partition", "iid")
+      .Write(dir + "/job.yaml");
   Process p({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/log");
   ASSERT_EQ(p.Wait(seconds(120)), 0)
       << ReadAll(dir + "/log") << ReadAll(dir + "/out/logs/client-000.log");
@@ -614,13 +626,20 @@ TEST_F(FederationTest, ProcessModeHonoursTheJobsDataSettingsAndPathsRelativeToTh
 TEST_F(FederationTest, RunRefusesAnEarlierJobsOutputsResumesItOrStartsAfresh) {
   const std::string dir = MakeTempDir("rerun");
   auto job = [&](int rounds, double lr) {
-    WriteText(dir + "/sim.yaml", "name: sim\nseed: 5\nrounds: " + std::to_string(rounds) +
-                                     "\nmodel: {hidden: [16]}\n"
-                                     "train: {epochs: 1, batch_size: 32, learning_rate: " +
-                                     std::to_string(lr) +
-                                     "}\ncohort: {size: 4}\nevaluation: {every: 1}\n"
-                                     "simulation: {clients: 4, threads: 2}\n"
-                                     "data: {partition: iid}\n");
+    JobYaml()
+        .Set("name", "sim")
+        .Set("seed", 5)
+        .Set("rounds", rounds)
+        .Set("model.hidden", "[16]")
+        .Set("train.epochs", 1)
+        .Set("train.batch_size", 32)
+        .Set("train.learning_rate", lr)
+        .Set("cohort.size", 4)
+        .Set("evaluation.every", 1)
+        .Set("simulation.clients", 4)
+        .Set("simulation.threads", 2)
+        .Set("data.partition", "iid")
+        .Write(dir + "/sim.yaml");
   };
   auto run = [&](const std::vector<std::string>& extra, const std::string& log) {
     std::vector<std::string> argv = {HuddleBin(), "run", dir + "/sim.yaml", "--out", dir + "/out"};
@@ -662,13 +681,23 @@ TEST_F(FederationTest, RunRefusesAnEarlierJobsOutputsResumesItOrStartsAfresh) {
 
 TEST_F(FederationTest, InProcessSimulationOfAThousandClients) {
   const std::string dir = MakeTempDir("sim");
-  WriteText(dir + "/sim.yaml",
-            "name: sim\nseed: 5\nrounds: 2\nmodel: {hidden: [32]}\n"
-            "train: {epochs: 1, batch_size: 16, learning_rate: 0.1}\n"
-            "cohort: {sampling: poisson, rate: 0.05}\n"
-            "evaluation: {every: 1}\nsimulation: {clients: 1000, threads: 2}\n");
-  Process p({HuddleBin(), "run", dir + "/sim.yaml", "--out", dir + "/out"}, dir + "/log");
-  ASSERT_EQ(p.Wait(seconds(180)), 0) << ReadAll(dir + "/log");
+  JobYaml()
+      .Set("name", "sim")
+      .Set("seed", 5)
+      .Set("rounds", 2)
+      .Set("model.hidden", "[32]")
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 16)
+      .Set("train.learning_rate", 0.1)
+      .Set("cohort.sampling", "poisson")
+      .Set("cohort.rate", 0.05)
+      .Set("evaluation.every", 1)
+      .Set("simulation.clients", 1000)
+      .Set("simulation.threads", 2)
+      .Write(dir + "/sim.yaml");
+  const Finished p = RunToEnd({HuddleBin(), "run", dir + "/sim.yaml", "--out", dir + "/out"},
+                              dir + "/log", seconds(180));
+  ASSERT_EQ(p.exit_code, 0) << p.log;
   const auto metrics = Metrics(dir);
   ASSERT_EQ(metrics.size(), 2u);
   for (const auto& m : metrics) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "privacy/ledger.h"
+#include "tests/integration/job_yaml.h"
 #include "tests/integration/process.h"
 
 namespace huddle::testing {
@@ -40,8 +41,8 @@ class PrivacyTest : public ::testing::Test {
     args.push_back("--json");
     const std::string log = dir + "/cli.log";
     std::filesystem::remove(log);
-    Process p(args, log);
-    EXPECT_EQ(p.Wait(seconds(60)), 0) << ReadAll(log);
+    const Finished p = RunToEnd(args, log, seconds(60));
+    EXPECT_EQ(p.exit_code, 0) << p.log;
     const auto lines = ReadLines(log);
     return lines.empty() ? nlohmann::json() : nlohmann::json::parse(lines.back());
   }
@@ -56,6 +57,27 @@ class PrivacyTest : public ::testing::Test {
     return argv;
   }
 
+  // A job for two clients whose coordinator a test kills and resumes: 30 s rounds of quorum 1,
+  // no evaluation, clients dropped after 20 s of silence. The test adds cohort and privacy.
+  static JobYaml RestartedJob(const std::string& name, int seed, int rounds, int batch_size) {
+    JobYaml job;
+    job.Set("name", name)
+        .Set("seed", seed)
+        .Set("rounds", rounds)
+        .Set("model.hidden", "[8]")
+        .Set("train.epochs", 2)
+        .Set("train.batch_size", batch_size)
+        .Set("train.learning_rate", 0.1)
+        .Set("round.deadline_s", 30)
+        .Set("round.quorum", 1)
+        .Set("evaluation.every", 0)
+        .Set("coordinator.min_clients", 2)
+        .Set("coordinator.wait_for_clients_s", 60)
+        .Set("coordinator.heartbeat_interval_s", 0.2)
+        .Set("coordinator.client_timeout_s", 20);
+    return job;
+  }
+
   static std::string Num(double v) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.17g", v);
@@ -67,14 +89,27 @@ class PrivacyTest : public ::testing::Test {
 // `huddle privacy epsilon` says for the same parameters, and the ledger holds every round.
 TEST_F(PrivacyTest, CentralDpEpsilonEqualsTheCli) {
   const std::string dir = MakeTempDir("dp_central");
-  WriteText(dir + "/job.yaml",
-            "name: dp\nseed: 5\nrounds: 3\nmodel: {hidden: [16]}\n"
-            "train: {epochs: 1, batch_size: 32, learning_rate: 0.1}\n"
-            "cohort: {sampling: poisson, rate: 0.2}\n"
-            "evaluation: {every: 3}\nsimulation: {clients: 100, threads: 2}\n"
-            "privacy: {mode: central, clip_norm: 0.5, epsilon: 2.0, delta: 1.0e-5}\n");
-  Process p({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/log");
-  ASSERT_EQ(p.Wait(seconds(300)), 0) << ReadAll(dir + "/log");
+  JobYaml()
+      .Set("name", "dp")
+      .Set("seed", 5)
+      .Set("rounds", 3)
+      .Set("model.hidden", "[16]")
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 32)
+      .Set("train.learning_rate", 0.1)
+      .Set("cohort.sampling", "poisson")
+      .Set("cohort.rate", 0.2)
+      .Set("evaluation.every", 3)
+      .Set("simulation.clients", 100)
+      .Set("simulation.threads", 2)
+      .Set("privacy.mode", "central")
+      .Set("privacy.clip_norm", 0.5)
+      .Set("privacy.epsilon", 2.0)
+      .Set("privacy.delta", 1.0e-5)
+      .Write(dir + "/job.yaml");
+  const Finished p = RunToEnd({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"},
+                              dir + "/log", seconds(300));
+  ASSERT_EQ(p.exit_code, 0) << p.log;
   const auto metrics = Lines(dir + "/out/metrics.jsonl");
   ASSERT_EQ(metrics.size(), 3u);
   const double z = metrics[0]["privacy"]["noise_multiplier"].get<double>();
@@ -114,15 +149,27 @@ TEST_F(PrivacyTest, CentralDpEpsilonEqualsTheCli) {
 // exceed it, says so, and never reports more than the total.
 TEST_F(PrivacyTest, BudgetExhaustionStopsTraining) {
   const std::string dir = MakeTempDir("dp_budget");
-  WriteText(dir + "/job.yaml",
-            "name: dp\nseed: 5\nrounds: 40\nmodel: {hidden: [8]}\n"
-            "train: {epochs: 1, batch_size: 64, learning_rate: 0.1}\n"
-            "cohort: {sampling: poisson, rate: 0.5}\n"
-            "evaluation: {every: 0}\nsimulation: {clients: 20, threads: 2}\n"
-            "privacy:\n  mode: central\n  epsilon: 3.0\n  delta: 1.0e-5\n  schedule:\n"
-            "    - {rounds: [1, 40], noise_multiplier: 2.0, clip_norm: 1.0}\n");
-  Process p({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/log");
-  ASSERT_EQ(p.Wait(seconds(300)), 0) << ReadAll(dir + "/log");
+  JobYaml()
+      .Set("name", "dp")
+      .Set("seed", 5)
+      .Set("rounds", 40)
+      .Set("model.hidden", "[8]")
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 64)
+      .Set("train.learning_rate", 0.1)
+      .Set("cohort.sampling", "poisson")
+      .Set("cohort.rate", 0.5)
+      .Set("evaluation.every", 0)
+      .Set("simulation.clients", 20)
+      .Set("simulation.threads", 2)
+      .Set("privacy.mode", "central")
+      .Set("privacy.epsilon", 3.0)
+      .Set("privacy.delta", 1.0e-5)
+      .Set("privacy.schedule", "[{rounds: [1, 40], noise_multiplier: 2.0, clip_norm: 1.0}]")
+      .Write(dir + "/job.yaml");
+  const Finished p = RunToEnd({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"},
+                              dir + "/log", seconds(300));
+  ASSERT_EQ(p.exit_code, 0) << p.log;
   const auto metrics = Lines(dir + "/out/metrics.jsonl");
   ASSERT_GT(metrics.size(), 0u);
   ASSERT_LT(metrics.size(), 40u);
@@ -146,20 +193,18 @@ TEST_F(PrivacyTest, BudgetExhaustionStopsTraining) {
 TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
   const std::string dir = MakeTempDir("dp_kill");
   const int rounds = 10;
-  WriteText(dir + "/job.yaml",
-            "name: dp\nseed: 9\nrounds: " + std::to_string(rounds) +
-                "\nmodel: {hidden: [8]}\n"
-                "train: {epochs: 2, batch_size: 16, learning_rate: 0.1}\n"
-                "cohort: {sampling: poisson, rate: 1.0}\n"
-                "round: {deadline_s: 30, quorum: 1}\n"
-                "evaluation: {every: 0}\n"
-                "coordinator: {min_clients: 2, wait_for_clients_s: 60, heartbeat_interval_s: 0.2,"
-                " client_timeout_s: 20}\n"
-                // A schedule without a total: rounds re-run after a crash are counted again, and
-                // must not end the job early here. Private noise: cohorts (all clients at rate 1)
-                // and noise are drawn afresh when a round is re-run.
-                "privacy: {mode: central, clip_norm: 1.0, delta: 1.0e-5, expected_cohort_size: 2,"
-                " schedule: [{rounds: [1, 10], noise_multiplier: 2.0}]}\n");
+  RestartedJob("dp", 9, rounds, 16)
+      .Set("cohort.sampling", "poisson")
+      .Set("cohort.rate", 1.0)
+      // A schedule without a total: rounds re-run after a crash are counted again, and must not
+      // end the job early here. Private noise: cohorts (all clients at rate 1) and noise are
+      // drawn afresh when a round is re-run.
+      .Set("privacy.mode", "central")
+      .Set("privacy.clip_norm", 1.0)
+      .Set("privacy.delta", 1.0e-5)
+      .Set("privacy.expected_cohort_size", 2)
+      .Set("privacy.schedule", "[{rounds: [1, 10], noise_multiplier: 2.0}]")
+      .Write(dir + "/job.yaml");
   const int port = FreeLoopbackPort();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
   auto coordinator_argv = [&](bool resume) { return CoordinatorArgv(dir, endpoint, resume); };
@@ -195,8 +240,9 @@ TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
       EXPECT_TRUE(found) << "round " << round << " was released without a ledger entry";
     }
   }
-  Process last(coordinator_argv(resume), dir + "/coordinator-last.log");
-  ASSERT_EQ(last.Wait(seconds(240)), 0) << ReadAll(dir + "/coordinator-last.log");
+  const Finished last =
+      RunToEnd(coordinator_argv(resume), dir + "/coordinator-last.log", seconds(240));
+  ASSERT_EQ(last.exit_code, 0) << last.log;
   const auto metrics = Lines(dir + "/out/metrics.jsonl");
   ASSERT_EQ(metrics.size(), static_cast<size_t>(rounds));
   auto ledger = privacy::PrivacyLedger::Open(dir + "/out/" + privacy::kLedgerFile);
@@ -219,32 +265,30 @@ TEST_F(PrivacyTest, SigkillAnywhereNeverUnderCountsTheSpend) {
 TEST_F(PrivacyTest, LocalDpClientsNeverReleaseARoundTwiceAcrossCoordinatorRestarts) {
   const std::string dir = MakeTempDir("dp_local_kill");
   const int rounds = 20;
-  WriteText(dir + "/job.yaml",
-            "name: local\nseed: 4\nrounds: " + std::to_string(rounds) +
-                "\nmodel: {hidden: [8]}\n"
-                "train: {epochs: 2, batch_size: 32, learning_rate: 0.1}\n"
-                "cohort: {size: 2}\n"
-                "round: {deadline_s: 30, quorum: 1}\n"
-                "evaluation: {every: 0}\n"
-                "coordinator: {min_clients: 2, wait_for_clients_s: 60, heartbeat_interval_s: 0.2,"
-                " client_timeout_s: 20}\n"
-                // A schedule without a total: rounds the coordinator re-runs are counted again in
-                // its ledger (and must not end the job early here); the clients' are not.
-                "privacy: {mode: local, clip_norm: 1.0, delta: 1.0e-5,"
-                " schedule: [{rounds: [1, 20], noise_multiplier: 4.0}]}\n");
+  RestartedJob("local", 4, rounds, 32)
+      .Set("cohort.size", 2)
+      // A schedule without a total: rounds the coordinator re-runs are counted again in its
+      // ledger (and must not end the job early here); the clients' are not.
+      .Set("privacy.mode", "local")
+      .Set("privacy.clip_norm", 1.0)
+      .Set("privacy.delta", 1.0e-5)
+      .Set("privacy.schedule", "[{rounds: [1, 20], noise_multiplier: 4.0}]")
+      .Write(dir + "/job.yaml");
   const int port = FreeLoopbackPort();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
   auto coordinator_argv = [&](bool resume) { return CoordinatorArgv(dir, endpoint, resume); };
   std::vector<std::unique_ptr<Process>> clients;
   for (int i = 0; i < 2; ++i) {
     const std::string id = "c" + std::to_string(i);
-    WriteText(dir + "/" + id + ".yaml",
-              "privacy:\n  ledger: " + dir + "/" + id +
-                  "/ledger.jsonl\n"
-                  "  local: {require: true, min_noise_multiplier: 1.0, max_epsilon: 30}\n"
-                  // Replies at once: this test is about restarts, not the reply time (the
-                  // default holds each reply half the 30 s deadline: 20 rounds of 15 s).
-                  "  reply_after_s: 0\n");
+    JobYaml()
+        .Set("privacy.ledger", dir + "/" + id + "/ledger.jsonl")
+        .Set("privacy.local.require", "true")
+        .Set("privacy.local.min_noise_multiplier", 1.0)
+        .Set("privacy.local.max_epsilon", 30)
+        // Replies at once: this test is about restarts, not the reply time (the default holds
+        // each reply half the 30 s deadline: 20 rounds of 15 s).
+        .Set("privacy.reply_after_s", 0)
+        .Write(dir + "/" + id + ".yaml");
     clients.push_back(std::make_unique<Process>(
         std::vector<std::string>{
             HuddleBin(), "client", "--config", dir + "/" + id + ".yaml", "--coordinator", endpoint,
@@ -262,8 +306,9 @@ TEST_F(PrivacyTest, LocalDpClientsNeverReleaseARoundTwiceAcrossCoordinatorRestar
     resume = true;
     if (c.Wait(seconds(10)) == 0) break;
   }
-  Process last(coordinator_argv(resume), dir + "/coordinator-last.log");
-  ASSERT_EQ(last.Wait(seconds(240)), 0) << ReadAll(dir + "/coordinator-last.log");
+  const Finished last =
+      RunToEnd(coordinator_argv(resume), dir + "/coordinator-last.log", seconds(240));
+  ASSERT_EQ(last.exit_code, 0) << last.log;
   for (auto& c : clients) c->Wait(seconds(30));
   const auto metrics = Lines(dir + "/out/metrics.jsonl");
   ASSERT_EQ(metrics.size(), static_cast<size_t>(rounds));
@@ -303,17 +348,31 @@ TEST_F(PrivacyTest, LocalDpClientsNeverReleaseARoundTwiceAcrossCoordinatorRestar
 TEST_F(PrivacyTest, DistributedDpSilosAccountEachShareAsTheCoordinatorDoes) {
   const std::string dir = MakeTempDir("dp_distributed_silo");
   const int rounds = 3;
-  WriteText(dir + "/job.yaml",
-            "name: distributed\nseed: 4\nrounds: " + std::to_string(rounds) +
-                "\nmodel: {hidden: [16]}\n"
-                "train: {epochs: 1, batch_size: 64, learning_rate: 0.1}\n"
-                "clients: 4\ncohort: {size: 4}\nround: {deadline_s: 60, quorum: 1}\n"
-                "evaluation: {every: 1}\n"
-                "client: {device: cpu, silo: {nproc: 2}}\n"
-                "secure_aggregation: {enabled: true, corrupt_fraction: 0.25, min_survivors: 0.75}\n"
-                "privacy: {mode: distributed, clip_norm: 1.0, epsilon: 20, delta: 1.0e-5}\n"
-                "data: {path: " +
-                std::string(kFashionMnist) + ", partition: iid}\n");
+  JobYaml()
+      .Set("name", "distributed")
+      .Set("seed", 4)
+      .Set("rounds", rounds)
+      .Set("model.hidden", "[16]")
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 64)
+      .Set("train.learning_rate", 0.1)
+      .Set("clients", 4)
+      .Set("cohort.size", 4)
+      .Set("round.deadline_s", 60)
+      .Set("round.quorum", 1)
+      .Set("evaluation.every", 1)
+      .Set("client.device", "cpu")
+      .Set("client.silo.nproc", 2)
+      .Set("secure_aggregation.enabled", "true")
+      .Set("secure_aggregation.corrupt_fraction", 0.25)
+      .Set("secure_aggregation.min_survivors", 0.75)
+      .Set("privacy.mode", "distributed")
+      .Set("privacy.clip_norm", 1.0)
+      .Set("privacy.epsilon", 20)
+      .Set("privacy.delta", 1.0e-5)
+      .Set("data.path", kFashionMnist)
+      .Set("data.partition", "iid")
+      .Write(dir + "/job.yaml");
   Process run({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/run.log");
   ASSERT_EQ(run.Wait(seconds(300)), 0)
       << ReadAll(dir + "/run.log") << ReadAll(dir + "/out/logs/client-000.log");

@@ -68,6 +68,17 @@ int Process::Wait(std::chrono::milliseconds timeout) {
   return -1;
 }
 
+Finished RunToEnd(const std::vector<std::string>& argv, const std::string& log,
+                  std::chrono::milliseconds timeout) {
+  Finished out;
+  {
+    Process p(argv, log);
+    out.exit_code = p.Wait(timeout);
+  }
+  out.log = ReadAll(log);
+  return out;
+}
+
 bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   const auto until = std::chrono::steady_clock::now() + timeout;
   while (true) {

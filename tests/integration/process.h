@@ -41,6 +41,16 @@ class Process {
   bool own_group_ = false;
 };
 
+// What a process run to its end left: its exit code (as Process::Wait: 128+signal if killed, -1 if
+// it had not exited within the timeout, and was then SIGKILLed) and the text of its log.
+struct Finished {
+  int exit_code = -1;
+  std::string log;
+};
+// Runs `argv` with stdout+stderr appended to `log` and waits for it at most `timeout`.
+Finished RunToEnd(const std::vector<std::string>& argv, const std::string& log,
+                  std::chrono::milliseconds timeout);
+
 // Polls `done` every 50 ms until it returns true or `timeout` passes; returns its last value.
 bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 

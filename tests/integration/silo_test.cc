@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "tests/integration/job_yaml.h"
 #include "tests/integration/process.h"
 
 namespace huddle::testing {
@@ -49,21 +50,29 @@ class SiloFederationTest : public ::testing::Test {
 TEST_F(SiloFederationTest, ASiloClientAndAPlainClientCompleteTheRounds) {
   const std::string dir = MakeTempDir("silo");
   ASSERT_TRUE(cli::GenerateLocalKeys(dir + "/keys", {"plain", "silo"}).ok());
-  WriteText(dir + "/job.yaml",
-            "name: silo\nseed: 3\nrounds: 2\nmodel: {hidden: [32]}\n"
-            "train: {epochs: 1, batch_size: 64, learning_rate: 0.1}\n"
-            "cohort: {size: 2}\nround: {deadline_s: 60, quorum: 2}\nevaluation: {every: 1}\n"
-            "coordinator: {min_clients: 2, wait_for_clients_s: 60, heartbeat_interval_s: 0.5}\n"
-            "security: {server_secret_key: " +
-                dir + "/keys/server.key, allowed_clients: " + dir + "/keys/allowed}\n");
+  JobYaml()
+      .Set("name", "silo")
+      .Set("seed", 3)
+      .Set("rounds", 2)
+      .Set("model.hidden", "[32]")
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 64)
+      .Set("train.learning_rate", 0.1)
+      .Set("cohort.size", 2)
+      .Set("round.deadline_s", 60)
+      .Set("round.quorum", 2)
+      .Set("evaluation.every", 1)
+      .Set("coordinator.min_clients", 2)
+      .Set("coordinator.wait_for_clients_s", 60)
+      .Set("coordinator.heartbeat_interval_s", 0.5)
+      .Set("security.server_secret_key", dir + "/keys/server.key")
+      .Set("security.allowed_clients", dir + "/keys/allowed")
+      .Write(dir + "/job.yaml");
   // The silo reads its settings from a client YAML; both clients hold 1/20 of the data.
-  WriteText(dir + "/silo.yaml",
-            "client_id: silo\ndevice: cpu\nsilo: {nproc: 2}\n"
-            "data: {partition: iid, num_shards: 20, shard: 1, seed: 1}\n"
-            "security: {server_public_key: " +
-                dir + "/keys/server.pub, secret_key: " + dir +
-                "/keys/clients/silo.key}\n"
-                "connection: {backoff_initial_s: 0.1, give_up_after_s: 60}\n");
+  ClientYaml(dir + "/keys", "silo", 1)
+      .Set("device", "cpu")
+      .Set("silo.nproc", 2)
+      .Write(dir + "/silo.yaml");
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort());
   Process coordinator({HuddleBin(), "coordinator", "--config", dir + "/job.yaml", "--out",
                        dir + "/out", "--bind", endpoint},
@@ -107,11 +116,20 @@ TEST_F(SiloFederationTest, ASiloClientAndAPlainClientCompleteTheRounds) {
 
 TEST_F(SiloFederationTest, HuddleRunStartsItsClientsAsSilos) {
   const std::string dir = MakeTempDir("silo_run");
-  WriteText(dir + "/job.yaml",
-            "name: silo-run\nseed: 4\nrounds: 2\nmodel: {hidden: [16]}\n"
-            "train: {epochs: 1, batch_size: 128, learning_rate: 0.1}\n"
-            "clients: 1\ncohort: {size: 1}\nevaluation: {every: 1}\n"
-            "client: {device: cpu, silo: {nproc: 2}}\n");
+  JobYaml()
+      .Set("name", "silo-run")
+      .Set("seed", 4)
+      .Set("rounds", 2)
+      .Set("model.hidden", "[16]")
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 128)
+      .Set("train.learning_rate", 0.1)
+      .Set("clients", 1)
+      .Set("cohort.size", 1)
+      .Set("evaluation.every", 1)
+      .Set("client.device", "cpu")
+      .Set("client.silo.nproc", 2)
+      .Write(dir + "/job.yaml");
   Process run({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"}, dir + "/run.log");
   ASSERT_EQ(run.Wait(seconds(240)), 0)
       << ReadAll(dir + "/run.log") << ReadAll(dir + "/out/logs/client-000.log");
