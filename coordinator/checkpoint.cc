@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <span>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "common/digest.h"
 #include "common/file_util.h"
 #include "common/tensor_io.h"
+#include "models/model.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -171,6 +173,32 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, const CheckpointRea
                  path, magic);
   }
   return c;
+}
+
+StatusOr<std::optional<Checkpoint>> ReadResumeCheckpoint(const CoordinatorOptions& options) {
+  const std::string path = (std::filesystem::path(options.out_dir) / kCheckpointFile).string();
+  if (!options.resume) return std::nullopt;
+  if (!std::filesystem::exists(path)) {
+    // Killed before its first checkpoint: nothing to continue but the privacy ledger, if any.
+    spdlog::warn("--resume: no checkpoint at {}; starting from round 1", path);
+    return std::nullopt;
+  }
+  CheckpointReadOptions read;
+  read.allow_legacy_format = options.allow_legacy_checkpoint;
+  HUDDLE_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(path, read));
+  if (ckpt.seed != options.seed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " was written by a job with seed ", ckpt.seed, "; this job has seed ", options.seed));
+  }
+  const auto mode = static_cast<int64_t>(options.privacy.mode);
+  if (ckpt.privacy_mode >= 0 && ckpt.privacy_mode != mode) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " was written by a job with privacy.mode ",
+        privacy::PrivacyModeName(static_cast<privacy::PrivacyMode>(ckpt.privacy_mode)),
+        "; this job has privacy.mode ", privacy::PrivacyModeName(options.privacy.mode)));
+  }
+  HUDDLE_RETURN_IF_ERROR(models::CheckParams(options.model, ckpt.model));
+  return ckpt;
 }
 
 }  // namespace huddle::coordinator

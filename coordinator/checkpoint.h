@@ -5,11 +5,13 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "common/rng.h"
 #include "common/status.h"
 #include "common/tensor.h"
+#include "coordinator/options.h"
 
 namespace huddle::coordinator {
 
@@ -69,5 +71,11 @@ struct CheckpointReadOptions {
 };
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path,
                                     const CheckpointReadOptions& options = {});
+
+// The checkpoint a resumed job continues from (options.resume): out_dir's, checked against the job
+// (its seed, its privacy mode: a DP job continued without DP, or the reverse, would release models
+// whose guarantee no ledger describes; the model's tensors). nullopt when the job starts afresh:
+// not resuming, or resuming a job killed before its first checkpoint (warned).
+StatusOr<std::optional<Checkpoint>> ReadResumeCheckpoint(const CoordinatorOptions& options);
 
 }  // namespace huddle::coordinator

@@ -65,30 +65,10 @@ Status Coordinator::Initialise() {
   if (!options_.out_dir.empty()) HUDDLE_RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   HUDDLE_RETURN_IF_ERROR(CheckOutputDir(options_));
   const std::string ckpt_path = Path(options_.out_dir, kCheckpointFile);
-  if (options_.resume && !std::filesystem::exists(ckpt_path)) {
-    // Killed before its first checkpoint: nothing to continue but the privacy ledger, if any.
-    spdlog::warn("--resume: no checkpoint at {}; starting from round 1", ckpt_path);
-  }
+  HUDDLE_ASSIGN_OR_RETURN(std::optional<Checkpoint> restored, ReadResumeCheckpoint(options_));
   double checkpoint_clip_norm = 0;
-  if (options_.resume && std::filesystem::exists(ckpt_path)) {
-    CheckpointReadOptions read;
-    read.allow_legacy_format = options_.allow_legacy_checkpoint;
-    HUDDLE_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(ckpt_path, read));
-    if (ckpt.seed != options_.seed) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(ckpt_path, " was written by a job with seed ", ckpt.seed,
-                       "; this job has seed ", options_.seed));
-    }
-    const auto mode = static_cast<int64_t>(options_.privacy.mode);
-    if (ckpt.privacy_mode >= 0 && ckpt.privacy_mode != mode) {
-      // A DP job continued without DP (or the reverse) would release models whose guarantee no
-      // ledger describes.
-      return absl::FailedPreconditionError(absl::StrCat(
-          ckpt_path, " was written by a job with privacy.mode ",
-          privacy::PrivacyModeName(static_cast<privacy::PrivacyMode>(ckpt.privacy_mode)),
-          "; this job has privacy.mode ", privacy::PrivacyModeName(options_.privacy.mode)));
-    }
-    HUDDLE_RETURN_IF_ERROR(models::CheckParams(options_.model, ckpt.model));
+  if (restored) {
+    Checkpoint& ckpt = *restored;
     model_ = std::move(ckpt.model);
     model_version_ = ckpt.model_version;
     next_round_ = ckpt.completed_round + 1;
@@ -100,15 +80,7 @@ Status Coordinator::Initialise() {
     checkpoint_clip_norm = ckpt.clip_norm;
     bytes_in_base_ = ckpt.bytes_in;
     bytes_out_base_ = ckpt.bytes_out;
-    summary_.rounds_completed = ckpt.completed_round;
-    summary_.elapsed_s = ckpt.elapsed_s;
-    summary_.bytes_in = ckpt.bytes_in;
-    summary_.bytes_out = ckpt.bytes_out;
-    auto known = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
-    summary_.final_test_accuracy = known(ckpt.final_test_accuracy);
-    summary_.final_test_loss = known(ckpt.final_test_loss);
-    summary_.best_test_accuracy = known(ckpt.best_test_accuracy);
-    if (ckpt.best_round > 0) summary_.best_round = ckpt.best_round;
+    summary_.ResumeFrom(ckpt);
     // Drop metrics lines of rounds after the checkpoint (written just before a crash).
     for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile}) {
       HUDDLE_RETURN_IF_ERROR(
@@ -979,19 +951,6 @@ Status Coordinator::Evaluate(uint64_t round, RoundMetrics* m) {
   return absl::OkStatus();
 }
 
-Status CheckOutputDir(const CoordinatorOptions& options) {
-  if (options.out_dir.empty() || options.resume || options.force) return absl::OkStatus();
-  std::vector<std::string> found;
-  for (const char* file : {kCheckpointFile, kMetricsFile, "summary.json", "model.bin"}) {
-    if (std::filesystem::exists(Path(options.out_dir, file))) found.push_back(file);
-  }
-  if (found.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      options.out_dir, " holds the outputs of an earlier job (", absl::StrJoin(found, ", "),
-      "): continue that job with --resume, replace its outputs with --force, or choose another "
-      "output directory"));
-}
-
 Status Coordinator::SaveCheckpoint() {
   Checkpoint c;
   c.completed_round = summary_.rounds_completed;
@@ -1026,84 +985,6 @@ Status Coordinator::Finish() {
   HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(options_.out_dir, "model.bin"), model_));
   HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport(summary_.stop_reason));
   return WriteFileAtomic(Path(options_.out_dir, "summary.json"), summary_.ToJson(options_));
-}
-
-std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
-  nlohmann::ordered_json j;
-  auto opt = [](const auto& v) { return v ? nlohmann::ordered_json(*v) : nullptr; };
-  j["job"] = options.job_name;
-  j["rounds"] = options.rounds;
-  j["rounds_completed"] = rounds_completed;
-  j["final_test_accuracy"] = opt(final_test_accuracy);
-  j["final_test_loss"] = opt(final_test_loss);
-  j["best_test_accuracy"] = opt(best_test_accuracy);
-  j["best_round"] = opt(best_round);
-  const bool dp = options.privacy.mode != privacy::PrivacyMode::kNone;
-  if (!dp) {
-    j["elapsed_s"] = elapsed_s;
-    j["bytes_in"] = bytes_in;
-    j["bytes_out"] = bytes_out;
-  }
-  j["model_file"] = "model.bin";
-  if (dp) {
-    nlohmann::ordered_json p;
-    p["mode"] = privacy::PrivacyModeName(options.privacy.mode);
-    p["private"] = private_noise;
-    p["epsilon"] = epsilon && private_noise ? nlohmann::ordered_json(*epsilon) : nullptr;
-    if (!private_noise) {
-      p["not_private_because"] = "privacy.noise_seed: the noise can be recomputed from the seed";
-      p["nominal_epsilon"] = opt(epsilon);
-    }
-    p["delta"] = options.privacy.delta;
-    p["ledger"] = privacy::kLedgerFile;
-    p["report"] = privacy::kPrivacyReportFile;
-    j["privacy"] = std::move(p);
-    // Timings and traffic reveal how many clients took part: for the operator only.
-    j["operator"] = {{"note", privacy::kOperatorOnly},
-                     {"elapsed_s", elapsed_s},
-                     {"bytes_in", bytes_in},
-                     {"bytes_out", bytes_out}};
-  }
-  if (options.secure_aggregation.enabled) {
-    // The settings are the configuration's; which rounds released and who lied, the operator's
-    // (under DP, counts of clients are not covered by the guarantee).
-    const aggregation::secagg::GraphOptions& g = options.secure_aggregation.graph;
-    nlohmann::ordered_json a;
-    a["enabled"] = true;
-    a["corrupt_fraction"] = g.corrupt_fraction;
-    a["security_bits"] = g.security_bits;
-    a["weight_by_examples"] = options.secure_aggregation.weight_by_examples;
-    nlohmann::ordered_json outcome = {{"rounds_released", secure_rounds_released},
-                                      {"rounds_refused", secure_rounds_refused},
-                                      {"restarts", secure_restarts},
-                                      {"blamed", secure_blamed}};
-    if (dp) {
-      outcome["note"] = privacy::kOperatorOnly;
-      a["operator"] = std::move(outcome);
-    } else {
-      a.update(outcome);
-    }
-    j["secure_aggregation"] = std::move(a);
-  }
-  if (options.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
-    nlohmann::ordered_json e;
-    e["mode"] = "federated";
-    e["evaluations"] = federated_evaluations;
-    e["without_answers"] = evaluations_without_answers;
-    if (final_evaluation_unanswered) {
-      e["final"] =
-          "no answers: no client answered the evaluation of the final model in time, so its "
-          "accuracy is unknown (final_test_accuracy is null)";
-    }
-    j["evaluation"] = std::move(e);
-  }
-  if (!stop_reason.empty()) j["stopped_early"] = stop_reason;
-  if (!failure.empty()) {
-    // Under DP the only failure (no update accepted in the run) is a count of results: for the
-    // operator, beside the other counts.
-    (dp ? j["operator"]["failed"] : j["failed"]) = failure;
-  }
-  return j.dump(2) + "\n";
 }
 
 }  // namespace huddle::coordinator

@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/rng.h"
+#include "coordinator/job_summary.h"
 #include "coordinator/member_state.h"
 #include "coordinator/options.h"
 #include "coordinator/population.h"
@@ -55,39 +56,6 @@ namespace huddle::coordinator {
 using Evaluator = std::function<StatusOr<models::EvalStats>(const TensorList& model)>;
 // Called after every round (live progress).
 using RoundCallback = std::function<void(const RoundMetrics&)>;
-
-struct JobSummary {
-  uint64_t rounds_completed = 0;
-  std::optional<double> final_test_accuracy;
-  std::optional<double> final_test_loss;
-  std::optional<double> best_test_accuracy;
-  std::optional<uint64_t> best_round;
-  double elapsed_s = 0;
-  uint64_t bytes_in = 0;
-  uint64_t bytes_out = 0;
-  std::optional<double> epsilon;  // under DP: the accountant's spend at the job's delta
-  std::optional<double> delta;
-  bool private_noise = true;  // false (seeded noise): epsilon is nominal, reported as not private
-  std::string stop_reason;    // why the job ended before its last round ("" = it did not)
-  std::string failure;        // why the job failed (it trained nothing); "" when it did not
-  // Federated evaluation (this run): evaluations run, and how many had no accepted answer. When the
-  // latest one had none, final_test_accuracy and final_test_loss are null (unknown) and
-  // `final_evaluation_unanswered` says so; best_* keep the best answered evaluation.
-  int64_t federated_evaluations = 0;
-  int64_t evaluations_without_answers = 0;
-  bool final_evaluation_unanswered = false;
-  // Secure aggregation (this run): rounds whose sum was unmasked, rounds that released nothing,
-  // sessions started again, and the clients found lying (left out of later rounds).
-  int64_t secure_rounds_released = 0;
-  int64_t secure_rounds_refused = 0;
-  int64_t secure_restarts = 0;
-  std::vector<std::string> secure_blamed;
-  std::string ToJson(const CoordinatorOptions& options) const;
-};
-
-// Refuses an out_dir that holds an earlier job's outputs (checkpoint, metrics, summary, model)
-// unless options.resume or options.force, naming both: starting afresh there would lose them.
-Status CheckOutputDir(const CoordinatorOptions& options);
 
 class Coordinator : private SecureRoundHost {
  public:
