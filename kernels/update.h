@@ -46,8 +46,4 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
 void ClipInPlace(const UpdatePipelineParams& p, std::span<const std::span<float>> pieces,
                  UpdatePipelineStats* stats);
 
-// The squared L2 norm Σ double(x_i)² in a fixed summation order (kernels/update_math.h), the
-// order the pipeline's first pass uses on every backend.
-double SquaredNorm(const float* x, int64_t n);
-
 }  // namespace huddle::kernels

@@ -57,11 +57,6 @@ class PieceReader {
 
 }  // namespace
 
-double SquaredNorm(const float* x, int64_t n) {
-  int64_t i = 0;
-  return OrderedSquaredSum(n, [x, &i] { return static_cast<double>(x[i++]); });
-}
-
 void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const float* global,
                     int64_t n, float* out, double* /*scratch*/, UpdatePipelineStats* stats) {
   // Pass 1: the norm of delta, and the clip factor.

@@ -221,6 +221,12 @@ TEST_F(ParityTest, UpdatePipelineIsTheSameBits) {
       ASSERT_EQ(got_values.size(), values.size());
       EXPECT_EQ(std::memcmp(got_values.data(), values.data(), values.size() * sizeof(float)), 0)
           << n << " clip " << clip_norm;
+      // In place (out == local), as models::TrainUpdate runs it: the same bits.
+      gpu_->UpdatePipeline(p, gl.as<float>(), gg.as<float>(), n, gl.as<float>(), gs.as<double>(),
+                           gstats.as<UpdatePipelineStats>());
+      const std::vector<float> in_place = Download<float>(gl);
+      EXPECT_EQ(std::memcmp(in_place.data(), values.data(), values.size() * sizeof(float)), 0)
+          << n << " clip " << clip_norm << " in place";
     }
   }
 }

@@ -86,12 +86,15 @@ TEST(UpdatePipelineTest, NonFiniteDeltaReportsNaNNormAndScaleZero) {
   EXPECT_EQ(out.stats.scale, 0.0);
 }
 
-TEST(UpdatePipelineTest, SquaredNormFollowsTheDocumentedOrderAndIsAccurate) {
+TEST(UpdatePipelineTest, TheNormIsAccurate) {
   Rng rng(8);
-  const auto x = RandomVector(rng, 123457);
+  auto x = RandomVector(rng, 123457);
   long double exact = 0;
   for (float v : x) exact += static_cast<long double>(v) * v;
-  EXPECT_NEAR(SquaredNorm(x.data(), static_cast<int64_t>(x.size())), static_cast<double>(exact),
+  const std::span<float> pieces[] = {x};
+  UpdatePipelineStats stats;
+  ClipInPlace({}, pieces, &stats);
+  EXPECT_NEAR(stats.norm * stats.norm, static_cast<double>(exact),
               1e-12 * static_cast<double>(exact));
 }
 
@@ -123,14 +126,10 @@ TEST(UpdatePipelineTest, TheNormIsSummedInTheDocumentedOrderBitForBit) {
   for (int64_t n : {0, 1, 255, 4097, 100003, 4500001}) {
     Rng rng(DeriveSeed(9, static_cast<uint64_t>(n)));
     const auto local = RandomVector(rng, n, -3, 3), global = RandomVector(rng, n, -1, 1);
-    std::vector<double> delta(local.size()), x(local.size());
-    for (size_t i = 0; i < local.size(); ++i) {
-      delta[i] = static_cast<double>(local[i] - global[i]);
-      x[i] = local[i];
-    }
+    std::vector<double> delta(local.size());
+    for (size_t i = 0; i < local.size(); ++i) delta[i] = static_cast<double>(local[i] - global[i]);
     const Pipeline out = RunPipeline({}, local, global);
     EXPECT_EQ(out.stats.norm, std::sqrt(DocumentedSquaredSum(delta))) << n;
-    EXPECT_EQ(SquaredNorm(local.data(), n), DocumentedSquaredSum(x)) << n;
   }
 }
 
