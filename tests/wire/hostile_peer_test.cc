@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "tests/wire/raw_curve_peer.h"
 #include "tests/wire/wire_testing.h"
+#include "tests/wire/zmq_peers.h"
 #include "transport/curve_keys.h"
 #include "transport/ports.h"
 #include "transport/zmq_transport.h"
@@ -101,21 +102,12 @@ class HostilePeerTest : public ::testing::Test {
     server_ = std::move(s).value();
   }
   std::unique_ptr<ClientTransport> Connect(const ZmqOptions& options) {
-    auto c = ConnectZmqClient(endpoint_, options);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(c).value() : nullptr;
+    return testing::Connect(endpoint_, options);
   }
 
   // Sends Join every 100 ms until the server receives a message from `id`; returns it.
   std::optional<Inbound> JoinAndReceive(ClientTransport& client, const std::string& id) {
-    for (auto end = Clock::now() + kDeadline; Clock::now() < end;) {
-      (void)client.Send(wire::MakeMessage(wire::Join{id, 10, "test"}));
-      for (auto next = Clock::now() + milliseconds(100); Clock::now() < next;) {
-        auto in = server_->Receive(20);
-        if (in.ok() && in->has_value() && (*in)->auth_id == id) return std::move(**in);
-      }
-    }
-    return std::nullopt;
+    return testing::JoinAndReceive(*server_, client, id);
   }
 
   // Runs the server's Receive loop until `done()` or `limit`; returns the messages received.

@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "gtest/gtest.h"
 #include "tests/wire/wire_testing.h"
+#include "tests/wire/zmq_peers.h"
 #include "transport/curve_keys.h"
 #include "transport/ports.h"
 #include "transport/zmq_transport.h"
@@ -76,24 +77,13 @@ class SecureTransportTest : public ::testing::Test {
   }
 
   std::unique_ptr<ClientTransport> Connect(const ZmqOptions& options) {
-    auto c = ConnectZmqClient(endpoint_, options);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(c).value() : nullptr;
+    return testing::Connect(endpoint_, options);
   }
 
-  // Sends Join every 100 ms until the server receives a message from this client; returns it.
+  // Sends Join every 100 ms until the server receives a message (from anyone); returns it.
   std::optional<Inbound> JoinAndReceive(ClientTransport& client, const std::string& id) {
-    for (auto end = Clock::now() + kDeadline; Clock::now() < end;) {
-      (void)client.Send(wire::MakeMessage(wire::Join{id, 10, "test"}));
-      auto in = server_->Receive(100);
-      if (in.ok() && in->has_value()) return std::move(**in);
-      auto back = client.Receive(0);
-      if (!back.ok()) {
-        ADD_FAILURE() << "client error: " << back.status();
-        return std::nullopt;
-      }
-    }
-    return std::nullopt;
+    return testing::JoinAndReceive(*server_, client, id,
+                                   {.from_anyone = true, .fail_on_client_error = true});
   }
 
   // Keeps the client trying (Join + Receive) until its transport reports an error.
