@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,6 +17,7 @@
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "tests/testing/corrupt_outgoing.h"
+#include "tests/testing/temp_dir.h"
 #include "transport/inproc_transport.h"
 
 namespace huddle {
@@ -363,10 +363,8 @@ TEST_F(SecureAggregationTest, LocalDpUpdatesAreAggregatedSecurelyToo) {
   o.privacy.mode = privacy::PrivacyMode::kLocal;
   o.privacy.clip_norm = 1.0;
   o.privacy.schedule = {privacy::ScheduleRange{1, 1, 0.001, std::nullopt, std::nullopt}};
-  o.out_dir = (std::filesystem::temp_directory_path() /
-               ("huddle_secagg_local_" + std::to_string(::getpid())))
-                  .string();
-  std::filesystem::remove_all(o.out_dir);
+  const testing::ScopedTempDir out("secagg_local", /*create=*/false);
+  o.out_dir = out.path();
   const Status st = Run(o);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 1u);
@@ -376,7 +374,6 @@ TEST_F(SecureAggregationTest, LocalDpUpdatesAreAggregatedSecurelyToo) {
   for (const Tensor& t : model_) {
     for (float v : t.data) ASSERT_NEAR(v, uniform, 6 * 0.001 / std::sqrt(10.0)) << t.name();
   }
-  std::filesystem::remove_all(o.out_dir);
 }
 
 TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
@@ -390,10 +387,8 @@ TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
   o.privacy.clip_norm = 1.0;
   o.privacy.schedule = {privacy::ScheduleRange{1, 1, 0.01, std::nullopt, std::nullopt}};
   o.secure_aggregation.graph.corrupt_fraction = 0.1;
-  o.out_dir = (std::filesystem::temp_directory_path() /
-               ("huddle_secagg_distributed_" + std::to_string(::getpid())))
-                  .string();
-  std::filesystem::remove_all(o.out_dir);
+  const testing::ScopedTempDir out("secagg_distributed", /*create=*/false);
+  o.out_dir = out.path();
   const Status st = Run(o);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 1u);
@@ -433,7 +428,6 @@ TEST_F(SecureAggregationTest, DistributedDpNoiseComesFromTheMembersShares) {
   const double measured = std::sqrt(sum_sq / static_cast<double>(count));
   EXPECT_GT(measured, 0.85 * sd);
   EXPECT_LT(measured, 1.15 * sd);
-  std::filesystem::remove_all(o.out_dir);
 }
 
 TEST_F(SecureAggregationTest, DistributedDpStopsBeforeTheRoundThatWouldPassTheBudget) {
@@ -445,10 +439,8 @@ TEST_F(SecureAggregationTest, DistributedDpStopsBeforeTheRoundThatWouldPassTheBu
   o.privacy.mode = privacy::PrivacyMode::kDistributed;
   o.privacy.schedule = {privacy::ScheduleRange{1, 3, 2.0, std::nullopt, std::nullopt}};
   o.privacy.total_epsilon = 7.5;
-  o.out_dir = (std::filesystem::temp_directory_path() /
-               ("huddle_secagg_budget_" + std::to_string(::getpid())))
-                  .string();
-  std::filesystem::remove_all(o.out_dir);
+  const testing::ScopedTempDir out("secagg_budget", /*create=*/false);
+  o.out_dir = out.path();
   const Status st = Run(o);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(metrics_.size(), 2u);
@@ -457,7 +449,6 @@ TEST_F(SecureAggregationTest, DistributedDpStopsBeforeTheRoundThatWouldPassTheBu
   auto ledger = privacy::PrivacyLedger::Open(o.out_dir + "/privacy_ledger.jsonl");
   ASSERT_TRUE(ledger.ok()) << ledger.status();
   EXPECT_EQ(ledger->entries().size(), 2u);
-  std::filesystem::remove_all(o.out_dir);
 }
 
 TEST_F(SecureAggregationTest, DistributedDpNeedsSecureAggregation) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/wire/raw_curve_peer.h"
 #include "tests/wire/wire_testing.h"
 #include "tests/wire/zmq_peers.h"
@@ -55,10 +56,6 @@ uint64_t RssBytes() {
 class HostilePeerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("huddle_hostile_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
     fs::create_directories(dir_ / "allow");
     server_keys_ = *GenerateKeyPair("server", "coordinator");
     auto port = FreeLoopbackPort();
@@ -66,10 +63,7 @@ class HostilePeerTest : public ::testing::Test {
     port_ = *port;
     endpoint_ = "tcp://127.0.0.1:" + std::to_string(port_);
   }
-  void TearDown() override {
-    server_.reset();
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { server_.reset(); }
 
   // A client key pair, written into the allow-list when `enroll`.
   CurveKeyPair Client(const std::string& id, bool enroll = true) {
@@ -122,7 +116,8 @@ class HostilePeerTest : public ::testing::Test {
     return got;
   }
 
-  fs::path dir_;
+  ::huddle::testing::ScopedTempDir tmp_{"hostile"};
+  fs::path dir_ = tmp_.path();
   CurveKeyPair server_keys_;
   int port_ = 0;
   std::string endpoint_;

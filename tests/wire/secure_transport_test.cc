@@ -14,6 +14,7 @@
 
 #include "common/file_util.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/wire/wire_testing.h"
 #include "tests/wire/zmq_peers.h"
 #include "transport/curve_keys.h"
@@ -32,14 +33,9 @@ constexpr auto kDeadline = std::chrono::seconds(10);
 class SecureTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("huddle_secure_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
     fs::create_directories(dir_ / "allow");
     server_keys_ = Generate("server", "coordinator", "server");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   CurveKeyPair Generate(const std::string& role, const std::string& id, const std::string& name) {
     auto keys = GenerateKeyPair(role, id);
@@ -98,7 +94,8 @@ class SecureTransportTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
-  fs::path dir_;
+  ::huddle::testing::ScopedTempDir tmp_{"secure"};
+  fs::path dir_ = tmp_.path();
   CurveKeyPair server_keys_;
   std::string endpoint_;
   std::unique_ptr<ServerTransport> server_;
