@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -18,6 +17,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "coordinator/coordinator.h"
+#include "tests/testing/temp_dir.h"
 #include "transport/inproc_transport.h"
 
 namespace huddle {
@@ -104,10 +104,8 @@ TEST(ExternalFederationTest, UserTrainersTrainAndEvaluateAnExternalModel) {
   o.eval_mode = coordinator::CoordinatorOptions::EvalMode::kFederated;
   o.federated_eval.clients = 3;
   o.federated_eval.deadline_ms = 30'000;
-  o.out_dir = (std::filesystem::temp_directory_path() /
-               ("huddle_external_e2e_" + std::to_string(::getpid())))
-                  .string();
-  std::filesystem::remove_all(o.out_dir);
+  const testing::ScopedTempDir out("external_e2e", /*create=*/false);
+  o.out_dir = out.path();
   std::vector<coordinator::RoundMetrics> metrics;
   coordinator::Coordinator coord(o, &transport, SteadyClock::Get(), {},
                                  [&](const coordinator::RoundMetrics& m) { metrics.push_back(m); });
@@ -135,7 +133,6 @@ TEST(ExternalFederationTest, UserTrainersTrainAndEvaluateAnExternalModel) {
   const auto summary = nlohmann::json::parse(ReadFile(o.out_dir + "/summary.json").value());
   EXPECT_EQ(summary["evaluation"]["mode"], "federated");
   EXPECT_NEAR(summary["final_test_loss"].get<double>(), std::abs(3 * step - 1.0), 1e-5);
-  std::filesystem::remove_all(o.out_dir);
 }
 
 }  // namespace
