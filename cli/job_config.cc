@@ -102,6 +102,15 @@ Status Required(ConfigMap& m, std::string_view key, T* out, std::type_identity_t
   return m.Optional(key, out, lo, hi);
 }
 
+// One option of a layer kind (models::LayerOptions) into its LayerSpec field.
+template <typename T>
+Status ReadLayerOption(ConfigMap& options, const models::LayerOption& o, T* field) {
+  const auto lo = static_cast<T>(o.min), hi = static_cast<T>(o.max);
+  if (o.required) return Required(options, o.key, field, lo, hi);
+  *field = static_cast<T>(o.absent);
+  return options.Optional(o.key, field, lo, hi);
+}
+
 // One entry of `model.layers`: a mapping with one key, the layer kind, whose value holds the
 // layer's options (or is empty).
 Status ReadLayer(ConfigMap& item, models::LayerSpec* layer) {
@@ -122,37 +131,13 @@ Status ReadLayer(ConfigMap& item, models::LayerSpec* layer) {
   }
   layer->kind = *kind;
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap options, item.Child(keys[0]));
-  constexpr int64_t kMax = int64_t{1} << 24;
-  switch (layer->kind) {
-    case models::LayerKind::kDense:
-      HUDDLE_RETURN_IF_ERROR(Required(options, "out", &layer->out, 1, kMax));
-      break;
-    case models::LayerKind::kConv2d:
-      HUDDLE_RETURN_IF_ERROR(Required(options, "out", &layer->out, 1, kMax));
-      HUDDLE_RETURN_IF_ERROR(Required(options, "kernel", &layer->kernel, 1, 64));
-      HUDDLE_RETURN_IF_ERROR(options.Optional("stride", &layer->stride, 1, 64));
-      HUDDLE_RETURN_IF_ERROR(options.Optional("padding", &layer->padding, 0, 63));
-      break;
-    case models::LayerKind::kMaxPool2d:
-    case models::LayerKind::kAvgPool2d:
-      HUDDLE_RETURN_IF_ERROR(Required(options, "kernel", &layer->kernel, 1, 64));
-      HUDDLE_RETURN_IF_ERROR(options.Optional("stride", &layer->stride, 1, 64));
-      HUDDLE_RETURN_IF_ERROR(options.Optional("padding", &layer->padding, 0, 32));
-      break;
-    case models::LayerKind::kGroupNorm:
-      HUDDLE_RETURN_IF_ERROR(Required(options, "groups", &layer->groups, 1, kMax));
-      break;
-    case models::LayerKind::kDropout:
-      HUDDLE_RETURN_IF_ERROR(Required(options, "rate", &layer->rate, 0.0, 0.99));
-      break;
-    case models::LayerKind::kScattering2d:
-      layer->scales = 2;
-      layer->angles = 8;
-      HUDDLE_RETURN_IF_ERROR(options.Optional("scales", &layer->scales, 1, 4));
-      HUDDLE_RETURN_IF_ERROR(options.Optional("angles", &layer->angles, 1, 16));
-      break;
-    default:
-      break;
+  // The kind's options, as its file in models/layers/ declares them.
+  for (const models::LayerOption& o : models::LayerOptions(layer->kind)) {
+    if (o.integer != nullptr) {
+      HUDDLE_RETURN_IF_ERROR(ReadLayerOption(options, o, &(layer->*o.integer)));
+    } else {
+      HUDDLE_RETURN_IF_ERROR(ReadLayerOption(options, o, &(layer->*o.real)));
+    }
   }
   HUDDLE_RETURN_IF_ERROR(options.Finish());
   return item.Finish();
