@@ -56,9 +56,7 @@ class SecureTransportTest : public ::testing::Test {
     return o;
   }
   ZmqOptions ClientOptions(const CurveKeyPair& client) {
-    ZmqOptions o;
-    o.curve_client = CurveClientOptions{server_keys_.public_z85, client};
-    return o;
+    return testing::CurveClient(server_keys_, client);
   }
 
   void Bind(const ZmqOptions& options) {

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "proto/messages.h"
+#include "transport/curve_keys.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::transport::testing {
@@ -21,6 +22,13 @@ inline std::unique_ptr<ClientTransport> Connect(const std::string& endpoint,
   auto c = ConnectZmqClient(endpoint, options);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(c).value() : nullptr;
+}
+
+// A client's options for a CurveZMQ server whose keys are `server`, with the client's keys.
+inline ZmqOptions CurveClient(const CurveKeyPair& server, const CurveKeyPair& client) {
+  ZmqOptions o;
+  o.curve_client = CurveClientOptions{server.public_z85, client};
+  return o;
 }
 
 // How JoinAndReceive waits.
