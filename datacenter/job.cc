@@ -86,7 +86,7 @@ void SayAlreadyComplete(const DatacenterConfig& c, const TrainingState& s) {
 // What rank 0 starts from (PrepareRank0).
 struct Rank0Start {
   std::optional<TrainingState> resume;
-  std::optional<DatacenterPrivacy> privacy;
+  std::optional<PrivacySession> privacy;
   // --resume of a job that ran to its end (rank 0's checkpoint says so): rank 0 still joins the
   // others, whose resume then trains nothing, and writes nothing.
   bool complete = false;
@@ -99,7 +99,7 @@ Status PrepareRank0(const DatacenterConfig& c, const RankOptions& o, int64_t n,
                     const std::optional<privacy::DpEvent>& plan, privacy::NoiseSource* noise,
                     Rank0Start* start) {
   std::optional<TrainingState>& resume = start->resume;
-  std::optional<DatacenterPrivacy>& privacy = start->privacy;
+  std::optional<PrivacySession>& privacy = start->privacy;
   const std::string ckpt_path = OutPath(c.out_dir, kDatacenterCheckpointFile);
   StatusOr<TrainingState> state = absl::NotFoundError("no --resume");
   if (o.resume) {
@@ -116,7 +116,7 @@ Status PrepareRank0(const DatacenterConfig& c, const RankOptions& o, int64_t n,
     const double z = plan->noise_multiplier;
     SessionNoise session{z > 0 ? noise->Describe() : kNoNoise, z > 0 && noise->is_private()};
     auto opened =
-        DatacenterPrivacy::Open(c, o.collective.world_size, n, o.resume, *plan, std::move(session));
+        PrivacySession::Open(c, o.collective.world_size, n, o.resume, *plan, std::move(session));
     if (!opened.ok()) return Failed("privacy ledger", opened.status());
     privacy.emplace(std::move(opened).value());
   }
@@ -212,7 +212,7 @@ Status RunRank(const DatacenterConfig& c, const RankOptions& opts) {
         PrepareRank0(c, opts, train->size(), dp_plan, noise ? &*noise : nullptr, &start));
   }
   const std::optional<TrainingState>& resume = start.resume;
-  std::optional<DatacenterPrivacy>& privacy = start.privacy;
+  std::optional<PrivacySession>& privacy = start.privacy;
   const bool complete = start.complete;
 
   std::unique_ptr<kernels::Backend> backend;

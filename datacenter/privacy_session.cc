@@ -79,10 +79,9 @@ void JobSpend::AddTo(nlohmann::json* j) const {
   (*j)["ledger_steps"] = ledger_steps;
 }
 
-StatusOr<DatacenterPrivacy> DatacenterPrivacy::Open(const DatacenterConfig& c, int world_size,
-                                                    int64_t n, bool resume,
-                                                    const privacy::DpEvent& plan,
-                                                    SessionNoise noise) {
+StatusOr<PrivacySession> PrivacySession::Open(const DatacenterConfig& c, int world_size, int64_t n,
+                                              bool resume, const privacy::DpEvent& plan,
+                                              SessionNoise noise) {
   HUDDLE_ASSIGN_OR_RETURN(
       privacy::JobLedger ledger,
       privacy::JobLedger::Open(c.out_dir,
@@ -95,12 +94,12 @@ StatusOr<DatacenterPrivacy> DatacenterPrivacy::Open(const DatacenterConfig& c, i
           ledger.path(), e.mode, e.unit, e.round));
     }
   }
-  return DatacenterPrivacy(c, world_size, n, plan, std::move(noise), std::move(ledger));
+  return PrivacySession(c, world_size, n, plan, std::move(noise), std::move(ledger));
 }
 
-DatacenterPrivacy::DatacenterPrivacy(const DatacenterConfig& c, int world_size, int64_t n,
-                                     const privacy::DpEvent& plan, SessionNoise noise,
-                                     privacy::JobLedger ledger)
+PrivacySession::PrivacySession(const DatacenterConfig& c, int world_size, int64_t n,
+                               const privacy::DpEvent& plan, SessionNoise noise,
+                               privacy::JobLedger ledger)
     : c_(&c),
       world_size_(world_size),
       n_(n),
@@ -108,7 +107,7 @@ DatacenterPrivacy::DatacenterPrivacy(const DatacenterConfig& c, int world_size, 
       noise_(std::move(noise)),
       ledger_(std::move(ledger)) {}
 
-Status DatacenterPrivacy::CheckStart(int64_t start_steps, bool from_checkpoint) {
+Status PrivacySession::CheckStart(int64_t start_steps, bool from_checkpoint) {
   const DatacenterDpSgd& d = *c_->dp_sgd;
   if (from_checkpoint) {
     HUDDLE_RETURN_IF_ERROR(ledger_.CheckStepsCovered(start_steps, c_->out_dir + "/checkpoint.bin"));
@@ -127,7 +126,7 @@ Status DatacenterPrivacy::CheckStart(int64_t start_steps, bool from_checkpoint) 
       plan_.noise_multiplier, done.nominal_epsilon, d.delta, *d.epsilon_budget));
 }
 
-Status DatacenterPrivacy::Record(int64_t epoch, int64_t steps_so_far) {
+Status PrivacySession::Record(int64_t epoch, int64_t steps_so_far) {
   privacy::LedgerEntry e = privacy::LedgerEntry::DpSgdSteps(
       static_cast<uint64_t>(epoch),
       privacy::DpEvent{plan_.sampling_rate, plan_.noise_multiplier, steps_so_far - recorded_steps_},
@@ -138,7 +137,7 @@ Status DatacenterPrivacy::Record(int64_t epoch, int64_t steps_so_far) {
   return absl::OkStatus();
 }
 
-StatusOr<JobSpend> DatacenterPrivacy::SpendOf(std::vector<privacy::DpEvent> extra) const {
+StatusOr<JobSpend> PrivacySession::SpendOf(std::vector<privacy::DpEvent> extra) const {
   const DatacenterDpSgd& d = *c_->dp_sgd;
   std::vector<privacy::DpEvent> events = ledger_.Events(privacy::kUnitExample);
   JobSpend s;
@@ -169,16 +168,16 @@ StatusOr<JobSpend> DatacenterPrivacy::SpendOf(std::vector<privacy::DpEvent> extr
   return s;
 }
 
-int64_t DatacenterPrivacy::ledger_steps() const { return ledger_.steps(); }
+int64_t PrivacySession::ledger_steps() const { return ledger_.steps(); }
 
-StatusOr<JobSpend> DatacenterPrivacy::Spent() const { return SpendOf({}); }
+StatusOr<JobSpend> PrivacySession::Spent() const { return SpendOf({}); }
 
-StatusOr<JobSpend> DatacenterPrivacy::SpentWhenDone() const {
+StatusOr<JobSpend> PrivacySession::SpentWhenDone() const {
   return SpendOf({privacy::DpEvent{plan_.sampling_rate, plan_.noise_multiplier,
                                    std::max<int64_t>(0, plan_.steps - recorded_steps_)}});
 }
 
-Status DatacenterPrivacy::WriteReport(const std::string& stopped_early) const {
+Status PrivacySession::WriteReport(const std::string& stopped_early) const {
   const DatacenterDpSgd& d = *c_->dp_sgd;
   HUDDLE_ASSIGN_OR_RETURN(const JobSpend spent, Spent());
   const int64_t m = d.dp.expected_batch_size;

@@ -18,7 +18,7 @@
 // CSPRNG is NOT private: its epsilon is reported as null / "NOT PRIVATE", and the accountant's
 // number only as `nominal_epsilon`.
 //
-// Start rules (DatacenterPrivacy::Open and CheckStart):
+// Start rules (PrivacySession::Open and CheckStart):
 //   - without --resume, a ledger with entries is refused (deleting it would forget spent privacy);
 //   - with --resume, a checkpoint whose steps exceed the ledger's is refused with DataLoss (the
 //     ledger was deleted or truncated); without a checkpoint but with ledger entries (killed before
@@ -83,14 +83,14 @@ struct SessionNoise {
   bool is_private = false;  // z > 0 and the source is private
 };
 
-class DatacenterPrivacy {
+class PrivacySession {
  public:
   // Opens (creating) OUT/privacy_ledger.jsonl and replays it. Refused: entries without `resume`,
   // or entries that are not example-level DP-SGD events (another kind of job's ledger).
   // `c` must outlive the object; `n` is the training set's size (public).
-  static StatusOr<DatacenterPrivacy> Open(const DatacenterConfig& c, int world_size, int64_t n,
-                                          bool resume, const privacy::DpEvent& plan,
-                                          SessionNoise noise);
+  static StatusOr<PrivacySession> Open(const DatacenterConfig& c, int world_size, int64_t n,
+                                       bool resume, const privacy::DpEvent& plan,
+                                       SessionNoise noise);
 
   // Before the first step, training starting at `start_steps` (the checkpoint's, or 0 without
   // one): DataLoss when `from_checkpoint` and the ledger counts fewer steps; FailedPrecondition
@@ -115,8 +115,8 @@ class DatacenterPrivacy {
   const privacy::JobLedger& ledger() const { return ledger_; }
 
  private:
-  DatacenterPrivacy(const DatacenterConfig& c, int world_size, int64_t n,
-                    const privacy::DpEvent& plan, SessionNoise noise, privacy::JobLedger ledger);
+  PrivacySession(const DatacenterConfig& c, int world_size, int64_t n, const privacy::DpEvent& plan,
+                 SessionNoise noise, privacy::JobLedger ledger);
   StatusOr<JobSpend> SpendOf(std::vector<privacy::DpEvent> extra) const;
 
   const DatacenterConfig* c_;

@@ -13,7 +13,7 @@
 namespace huddle::datacenter {
 
 Reporter::Reporter(const DatacenterConfig& c, int world, std::string backend,
-                   const data::Dataset* test, DatacenterPrivacy* privacy)
+                   const data::Dataset* test, PrivacySession* privacy)
     : c_(c), world_(world), backend_(std::move(backend)), test_(test), privacy_(privacy) {}
 
 Reporter::~Reporter() = default;

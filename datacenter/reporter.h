@@ -31,7 +31,7 @@ class Reporter {
   // evaluation set, null: no evaluation) and `privacy` (rank 0 of a DP-SGD job, else null) are
   // not owned.
   Reporter(const DatacenterConfig& c, int world, std::string backend, const data::Dataset* test,
-           DatacenterPrivacy* privacy);
+           PrivacySession* privacy);
   ~Reporter();
 
   // After epoch r.epoch: appends the ledger entry (DP-SGD) and rewrites privacy.json, evaluates
@@ -58,7 +58,7 @@ class Reporter {
   std::string backend_;
   const data::Dataset* test_;
   std::unique_ptr<models::Evaluator> evaluator_;
-  DatacenterPrivacy* privacy_;
+  PrivacySession* privacy_;
   int64_t last_steps_ = 0;
   std::optional<double> final_test_accuracy_, target_seconds_;
   std::optional<int64_t> target_epoch_;

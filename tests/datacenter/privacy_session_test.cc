@@ -62,11 +62,11 @@ class DatacenterPrivacyTest : public ::testing::Test {
     }
   }
 
-  StatusOr<DatacenterPrivacy> Open(bool resume, std::string noise = "os-csprng",
-                                   bool is_private = true) {
+  StatusOr<PrivacySession> Open(bool resume, std::string noise = "os-csprng",
+                                bool is_private = true) {
     auto plan = PlanDpSgd(c_, kN);
     if (!plan.ok()) return plan.status();
-    return DatacenterPrivacy::Open(c_, 2, kN, resume, *plan, SessionNoise{noise, is_private});
+    return PrivacySession::Open(c_, 2, kN, resume, *plan, SessionNoise{noise, is_private});
   }
 
   std::string dir_;
