@@ -15,6 +15,7 @@
 #include "models/wire_spec.h"
 #include "privacy/clip.h"
 #include "tests/models/test_data.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::client {
 namespace {
@@ -44,15 +45,7 @@ models::UpdateOptions RoundOptions(double clip_norm) {
   return o;
 }
 
-double MaxAbsDiff(const TensorList& a, const TensorList& b) {
-  double worst = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    for (size_t i = 0; i < a[t].data.size(); ++i) {
-      worst = std::max(worst, std::abs(double(a[t].data[i]) - b[t].data[i]));
-    }
-  }
-  return worst;
-}
+using huddle::testing::MaxAbsDiff;
 
 class SiloTest : public ::testing::Test {
  protected:
@@ -72,7 +65,7 @@ TEST_F(SiloTest, TwoAndThreeRanksMakeTheSingleClientsUpdate) {
       ASSERT_TRUE(single->clipped) << "the clip must bind for this case to test it";
     }
     for (int64_t nproc : {2, 3}) {
-      SCOPED_TRACE(testing::Message() << "nproc " << nproc << ", clip_norm " << clip);
+      SCOPED_TRACE(::testing::Message() << "nproc " << nproc << ", clip_norm " << clip);
       auto silo = Silo::Create(CpuSilo(nproc));
       ASSERT_TRUE(silo.ok()) << silo.status();
       EXPECT_EQ((*silo)->description(), fmt::format("{} x cpu", nproc));
@@ -164,7 +157,7 @@ TEST_F(SiloTest, DpSgdUpdateIsBitwiseTheSingleClientsUpdate) {
       ASSERT_TRUE(single->clipped) << "the update's clip must bind to test it";
     }
     for (int64_t nproc : {2, 3}) {
-      SCOPED_TRACE(testing::Message() << "nproc " << nproc << ", clip_norm " << clip);
+      SCOPED_TRACE(::testing::Message() << "nproc " << nproc << ", clip_norm " << clip);
       privacy::NoiseSource noise = privacy::NoiseSource::SeededForTesting(4);
       options.noise = &noise;
       auto silo = Silo::Create(CpuSilo(nproc));
