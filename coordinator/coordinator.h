@@ -128,8 +128,8 @@ class Coordinator : private SecureRoundHost {
               uint64_t round);
   // The round's released update by its one path (nullopt: none, the model stays): the sum of
   // secure aggregation or of the aggregator; under DP noised over the fixed denominator
-  // (PrivateMean; a secure round that released nothing is NoRelease), else the weighted mean when
-  // the quorum is met.
+  // (RoundPrivacy::Release; a secure round that released nothing is NoRelease), else the weighted
+  // mean when the quorum is met.
   StatusOr<std::optional<TensorList>> ReleasedMean(Round& round);
   Status FinishRound(Round& round);
   // Secure aggregation (coordinator/secure_round.h): its session for the cohort (nullptr when

@@ -92,7 +92,7 @@ Status RoundPrivacy::Configure(uint64_t number, PrivateRound* out,
   round.value_noise_multiplier = plan.noise_multiplier;
   round.clip_norm = p.adaptive.enabled ? clip_norm_ : plan.clip_norm;
   // Central: the configured denominator, which depends on no one's enrolment (PrivacyPlan
-  // requires it). Local: the mean over the results (PrivateMean).
+  // requires it). Local: the mean over the results (Release).
   round.expected_cohort = p.expected_cohort_size.value_or(1.0);
   aggregation::AggregatorOptions agg = options_->aggregation;
   agg.max_weight = 1;
