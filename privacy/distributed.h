@@ -1,6 +1,6 @@
 // The release of one distributed-DP round (budget.h, "distributed"), computed one way wherever it
 // is computed: by the coordinator when it plans and accounts the round (coordinator/
-// secagg_round.cc) and by each client's guard from its own view of the session before it adds
+// secure_round.cc) and by each client's guard from its own view of the session before it adds
 // its share (client/privacy_guard.h). Each side checks with its own inputs; the formula is this
 // one.
 //
