@@ -11,11 +11,9 @@
 
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
-#include "common/secure_random.h"
 #include "common/tensor_io.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/update_check.h"
-#include "privacy/clip.h"
 #include "privacy/report.h"
 #include "privacy/sampling.h"
 
@@ -25,8 +23,6 @@ namespace {
 constexpr uint64_t kInitStream = 0x696e6974;    // "init"
 constexpr uint64_t kCohortStream = 0x636f686f;  // "coho"
 constexpr uint64_t kClientStream = 0x636c6e74;  // "clnt"
-// Upload allowance beyond the model's tensor bytes: the FitResult header and framing.
-constexpr size_t kResultOverheadBytes = size_t{64} << 10;
 
 std::string Path(const std::string& dir, const char* file) {
   return (std::filesystem::path(dir) / file).string();
@@ -109,6 +105,8 @@ Status Coordinator::Initialise() {
   HUDDLE_ASSIGN_OR_RETURN(auto privacy,
                           RoundPrivacy::Open(&options_, checkpoint_clip_norm, next_round_ - 1));
   privacy_.emplace(std::move(privacy));
+  sync_.emplace(SyncRound::Parts{&options_, transport_, clock_, &population_, &slots_,
+                                 &*aggregator_, &*privacy_, layout_, this});
   if (!privacy_->private_noise()) summary_.private_noise = false;
   NoteSpend();
   return absl::OkStatus();
@@ -190,7 +188,7 @@ Status Coordinator::WaitForClients(const std::atomic<bool>* stop, bool started) 
           " s (coordinator.min_clients, round.quorum, coordinator.wait_for_clients_s)"));
     }
     Pump(100);
-    ExpireSilentClients();
+    sync_->ExpireSilentClients();
   }
   if (announced) spdlog::info("{} clients live", population_.LiveCount());
   if (started && population_.LiveCount() < options_.min_clients) {
@@ -215,8 +213,9 @@ Status Coordinator::RunRound(uint64_t number) {
   const int64_t start_ms = clock_->NowMs();
   const uint64_t in0 = transport_->bytes_in();
   const uint64_t out0 = transport_->bytes_out();
-  round_ = Round{};  // (not emplace(): clang 14 rejects it for a nested struct with initializers)
+  round_.emplace();
   Round& round = *round_;
+  sync_->Begin(&round, model_version_);
   round.number = number;
   round.deadline_ms = start_ms + options_.round_deadline_ms;
   round.global = std::make_shared<const TensorList>(model_);
@@ -241,7 +240,7 @@ Status Coordinator::RunRound(uint64_t number) {
   const std::vector<std::string> cohort = SampleCohort();
   for (const std::string& id : cohort) round.members.emplace(id, MemberState::kTraining);
   round.metrics.clients_sampled = static_cast<int64_t>(round.members.size());
-  round.weight_cap = WeightCap();
+  round.weight_cap = sync_->WeightCap();
   bool train = true;
   if (options_.secure_aggregation.enabled) {
     HUDDLE_ASSIGN_OR_RETURN(round.secure, StartSecureRound(round, cohort));
@@ -249,7 +248,7 @@ Status Coordinator::RunRound(uint64_t number) {
   }
   for (const std::string& id : cohort) {
     if (train) {
-      SendFit(id);
+      sync_->SendFit(id);
     } else {
       round.members[id] = MemberState::kFailed;
     }
@@ -259,8 +258,8 @@ Status Coordinator::RunRound(uint64_t number) {
   int64_t wait_ms = 0;
   while (StepRound(round, &wait_ms)) {
     Pump(std::min<int64_t>(100, wait_ms));
-    ExpireSilentClients();
-    RevokeStaleGrants();
+    sync_->ExpireSilentClients();
+    sync_->RevokeStaleGrants();
   }
   if (round.secure) {
     round.metrics.secure_aggregation = round.secure->metrics();
@@ -286,31 +285,15 @@ Status Coordinator::RunRound(uint64_t number) {
   connections_cut_seen_ = transport_->connections_cut();
   slots_.Reset();
   Status st = FinishRound(round);
+  sync_->End();
   round_.reset();
   return st;
 }
 
 bool Coordinator::StepRound(Round& round, int64_t* wait_ms) {
-  if (round.secure) {
-    if (!round.secure->Step()) return false;
-    *wait_ms = round.secure->TimeoutMs();
-    return true;
-  }
-  if (std::none_of(round.members.begin(), round.members.end(),
-                   [](const auto& m) { return IsOpen(m.second); })) {
-    return false;
-  }
-  const int64_t now = clock_->NowMs();
-  if (now >= round.deadline_ms) {
-    for (auto& [id, state] : round.members) {
-      if (IsOpen(state)) {
-        spdlog::warn("round {}: client {} missed the deadline", round.number, id);
-        state = MemberState::kFailed;
-      }
-    }
-    return false;
-  }
-  *wait_ms = round.deadline_ms - now;
+  if (!round.secure) return sync_->Step(wait_ms);
+  if (!round.secure->Step()) return false;
+  *wait_ms = round.secure->TimeoutMs();
   return true;
 }
 
@@ -337,249 +320,11 @@ std::vector<std::string> Coordinator::SampleCohort() {
   return cohort;
 }
 
-int64_t Coordinator::WeightCap() const {
-  const int64_t max_weight = options_.aggregation.max_weight;
-  if (dp() || options_.max_weight_ratio <= 0 || round_->members.empty()) return max_weight;
-  // The median of the counts the cohort claimed when joining: a minority of liars cannot move it.
-  std::vector<uint64_t> claims;
-  for (const auto& [id, state] : round_->members) {
-    const Population::Client* c = population_.Find(id);
-    claims.push_back(c != nullptr ? c->num_examples : 0);
-  }
-  std::nth_element(claims.begin(), claims.begin() + claims.size() / 2, claims.end());
-  const double cap = options_.max_weight_ratio * static_cast<double>(claims[claims.size() / 2]);
-  return std::clamp<int64_t>(static_cast<int64_t>(std::min(cap, 9e15)), 1, max_weight);
-}
-
-void Coordinator::SendFit(const std::string& id) {
-  Round& round = *round_;
-  round.fits_sent[id]++;
-  wire::FitInstruction fit;
-  fit.model_version = model_version_;
-  fit.train = options_.train;
-  fit.seed = round.client_seed;
-  fit.deadline_ms =
-      static_cast<uint32_t>(std::max<int64_t>(0, round.deadline_ms - clock_->NowMs()));
-  // A fresh nonce per instruction: the answering request and result must carry it, so a result
-  // replayed from an earlier instruction (another round, or before a rejoin) is refused.
-  fit.nonce = SecureRandomBytes(wire::kNonceBytes);
-  round.nonces[id] = fit.nonce;
-  if (round.secure) fit.secure_aggregation = round.secure->Instruction(id);
-  if (dp()) fit.privacy = privacy_->Instruction(round.privacy);
-  wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
-  msg.tensors = wire::ShareAll(round.global);
-  const Population::Client* c = population_.Find(id);
-  Status st =
-      c != nullptr ? transport_->Send(c->peer, msg) : absl::NotFoundError("it left the federation");
-  if (!st.ok()) {
-    spdlog::warn("round {}: cannot send the model to client {}: {}", round.number, id,
-                 st.message());
-    round.members[id] = MemberState::kFailed;
-  }
-}
-
-void Coordinator::OnUploadRequest(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId peer = PeerOf(id);
-  if (!round_ || msg.round != round_->number) {
-    (round_ ? round_->metrics.stale : pending_stale_)++;
-    Refuse(peer, wire::ErrorCode::kWrongRound,
-           absl::StrCat("round ", msg.round, " is closed",
-                        round_ ? absl::StrCat("; round ", round_->number, " is open") : ""),
-           msg.round);
-    return;
-  }
-  auto m = round_->members.find(id);
-  // With secure aggregation the upload is the masked input, due in stage 2.
-  const MemberState due = round_->secure ? MemberState::kSecAggMasking : MemberState::kTraining;
-  if (m == round_->members.end() || m->second != due) {
-    Refuse(peer, wire::ErrorCode::kRejected,
-           absl::StrCat("client ", id, " has no pending work in round ", msg.round), msg.round);
-    return;
-  }
-  if (std::get<wire::UploadRequest>(msg.body).nonce != round_->nonces[id]) {
-    round_->metrics.rejected++;
-    Warn("upload requests with a stale nonce", id, [&] {
-      return absl::StrCat("client ", id, ": upload request with a stale nonce in round ",
-                          msg.round);
-    });
-    Refuse(peer, wire::ErrorCode::kRejected,
-           absl::StrCat("upload request does not answer the instruction client ", id,
-                        " was last sent in round ", msg.round, " (nonce mismatch)"),
-           msg.round);
-    return;
-  }
-  m->second = MemberState::kWaitingSlot;
-  slots_.Enqueue(id);
-  GrantSlots();
-}
-
-void Coordinator::OnClientError(const std::string& id, const wire::Message& msg) {
-  // A client declines the round it was sent (its own privacy policy refuses it, kRejected) or
-  // reports that its local training failed (any other code): it fails for the round at once
-  // instead of at the deadline. One message per instruction at most, so one log line each, its
-  // text cut short.
-  const auto& err = std::get<wire::Error>(msg.body);
-  if (!round_ || msg.round != round_->number) {
-    (round_ ? round_->metrics.stale : pending_stale_)++;
-    return;
-  }
-  auto m = round_->members.find(id);
-  const bool busy = m != round_->members.end() &&
-                    (m->second == MemberState::kTraining || (round_->secure && IsOpen(m->second)));
-  if (!busy) {
-    round_->metrics.rejected++;
-    return;
-  }
-  const bool declined = err.code == wire::ErrorCode::kRejected;
-  (declined ? round_->metrics.declined : round_->metrics.failed)++;
-  constexpr size_t kMaxText = 300;
-  const std::string text =
-      err.message.size() > kMaxText ? err.message.substr(0, kMaxText) + "..." : err.message;
-  spdlog::warn("round {}: client {} {} ({}): {}", round_->number, id,
-               declined ? "declined" : "could not train", wire::ErrorCodeName(err.code), text);
-  FailMember(id, declined ? "declined the round" : "reported that its training failed");
-}
-
-void Coordinator::GrantSlots() {
-  Round& round = *round_;
-  while (std::optional<std::string> next = slots_.NextWaiting()) {
-    const std::string id = *next;
-    auto m = round.members.find(id);
-    if (m == round.members.end() || m->second != MemberState::kWaitingSlot) continue;
-    const transport::PeerId peer = PeerOf(id);
-    Status st =
-        transport_->Send(peer, wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
-    if (!st.ok()) {
-      FailMember(id, "unreachable for its upload grant");
-      continue;
-    }
-    m->second = MemberState::kUploading;
-    // The transport holds undelivered bytes of this connection up to the result's size, and no
-    // more (transport.h): a result (or a masked input) is the only large message a client sends.
-    const size_t bytes = round.secure ? round.secure->UploadBytes()
-                                      : static_cast<size_t>(TotalElements(layout_)) * sizeof(float);
-    slots_.Hold(id, peer, bytes + kResultOverheadBytes);
-  }
-}
-
-void Coordinator::RevokeStaleGrants() {
-  // A client that holds a grant without uploading would starve the others of upload slots.
-  for (const std::string& id : slots_.Stale()) {
-    FailMember(id, "did not upload within round.upload_timeout_s of its grant");
-  }
-}
-
-void Coordinator::OnFitResult(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId peer = PeerOf(id);
-  if (!round_ || msg.round != round_->number) {
-    (round_ ? round_->metrics.stale : pending_stale_)++;
-    Warn("results after their round closed", id, [&] {
-      return absl::StrCat("client ", id, ": result for round ", msg.round,
-                          " arrived after it closed");
-    });
-    Refuse(peer, wire::ErrorCode::kWrongRound, absl::StrCat("round ", msg.round, " is closed"),
-           msg.round);
-    return;
-  }
-  Round& round = *round_;
-  auto m = round.members.find(id);
-  if (m == round.members.end() || m->second != MemberState::kUploading || round.secure) {
-    // (With secure aggregation a plain result is never due: the upload is the masked input.)
-    round.metrics.rejected++;
-    Warn("unsolicited results", id, [&] {
-      return absl::StrCat("client ", id, ": unsolicited result in round ", round.number);
-    });
-    Refuse(peer, wire::ErrorCode::kRejected,
-           absl::StrCat("client ", id, " holds no upload grant in round ", round.number),
-           msg.round);
-    return;
-  }
-  slots_.Release(id);
-  const auto& result = std::get<wire::FitResult>(msg.body);
-  int64_t weight = 0;
-  Status st = FoldResult(id, msg, result, &weight);
-  if (st.ok()) {
-    m->second = MemberState::kDone;
-    round.metrics.results++;
-    round.metrics.examples += weight;
-    round.weighted_loss += result.train_loss * static_cast<double>(weight);
-  } else {
-    m->second = MemberState::kFailed;
-    round.metrics.rejected++;
-    if (round.first_rejection.empty()) round.first_rejection = std::string(st.message());
-    spdlog::warn("client {}: round {}: update rejected: {}", id, round.number, st.message());
-    Refuse(peer, wire::ErrorCode::kInvalidUpdate, std::string(st.message()), round.number);
-  }
-  GrantSlots();
-}
-
-Status Coordinator::FoldResult(const std::string& id, const wire::Message& msg,
-                               const wire::FitResult& result, int64_t* weight) {
-  UpdateExpectation want;
-  want.round = round_->number;
-  want.model_version = model_version_;
-  want.nonce = round_->nonces[id];
-  want.max_weight = options_.aggregation.max_weight;
-  want.layout = &layout_;
-  HUDDLE_ASSIGN_OR_RETURN(auto spans, CheckUpdate(msg, want));
-  if (dp()) {
-    // Client-level DP: every client weighs the same (weighting by examples would break the
-    // sensitivity bound), and a central-mode update must respect the clip norm.
-    HUDDLE_RETURN_IF_ERROR(privacy_->CheckUpdate(round_->privacy, spans));
-    HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, 1));
-    if (result.within_clip) round_->privacy.within_clip++;
-    *weight = 1;
-    return absl::OkStatus();
-  }
-  // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
-  *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);
-  bool clipped = false;
-  const double norm = norm_bound_.enabled() ? privacy::L2Norm(spans) : 0;
-  if (const double bound = norm_bound_.BoundFor(round_->number, norm); bound > 0) {
-    // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused
-    // (a refusal by size would lock honest clients out after one bad round moved the model). A
-    // non-finite norm is left to Fold, which refuses it naming the element.
-    if (std::isfinite(norm) && norm > bound) {
-      clip_scratch_.resize(spans.size());
-      for (size_t i = 0; i < spans.size(); ++i) {
-        clip_scratch_[i].spec = layout_[i];
-        clip_scratch_[i].data.assign(spans[i].begin(), spans[i].end());
-      }
-      privacy::ClipToNorm(&clip_scratch_, bound);
-      for (size_t i = 0; i < spans.size(); ++i) spans[i] = clip_scratch_[i].data;
-      clipped = true;
-    }
-  }
-  HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight));
-  norm_bound_.Accepted(round_->number, norm);
-  if (clipped) round_->metrics.clipped++;
-  if (*weight < static_cast<int64_t>(result.num_examples)) round_->metrics.weight_capped++;
-  return absl::OkStatus();
-}
-
-void Coordinator::FailMember(const std::string& id, const char* why) {
-  Round& round = *round_;
-  auto m = round.members.find(id);
-  if (m == round.members.end()) return;
-  if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
-  slots_.Release(id);
-  m->second = MemberState::kFailed;
-  if (round.secure) round.secure->OnMemberFailed(id);  // a stage no longer waits for it
-  spdlog::warn("round {}: client {} {}", round.number, id, why);
-  GrantSlots();
-}
+void Coordinator::FailMember(const std::string& id, const char* why) { sync_->FailMember(id, why); }
 
 transport::PeerId Coordinator::PeerOf(const std::string& id) const {
   const Population::Client* c = population_.Find(id);
   return c != nullptr ? c->peer : transport::PeerId();
-}
-
-void Coordinator::ExpireSilentClients() {
-  if (!round_ || options_.client_timeout_ms <= 0) return;
-  for (const auto& [id, state] : round_->members) {
-    if (state == MemberState::kDone || state == MemberState::kFailed) continue;
-    if (!population_.Alive(id)) FailMember(id, "went silent (client_timeout)");
-  }
 }
 
 StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {

@@ -41,6 +41,7 @@
 #include "coordinator/round_metrics.h"
 #include "coordinator/round_privacy.h"
 #include "coordinator/secure_round.h"
+#include "coordinator/sync_round.h"
 #include "coordinator/update_check.h"
 #include "coordinator/upload_slots.h"
 #include "models/model.h"
@@ -57,7 +58,7 @@ using Evaluator = std::function<StatusOr<models::EvalStats>(const TensorList& mo
 // Called after every round (live progress).
 using RoundCallback = std::function<void(const RoundMetrics&)>;
 
-class Coordinator : private SecureRoundHost {
+class Coordinator : private SecureRoundHost, private SyncRoundHost {
  public:
   // `transport` and `clock` must outlive the coordinator. `evaluator` may be empty.
   Coordinator(CoordinatorOptions options, transport::ServerTransport* transport, const Clock* clock,
@@ -74,22 +75,6 @@ class Coordinator : private SecureRoundHost {
   const JobSummary& summary() const { return summary_; }
 
  private:
-  struct Round {
-    uint64_t number = 0;
-    int64_t deadline_ms = 0;
-    std::shared_ptr<const TensorList> global;
-    RoundMembers members;
-    std::map<std::string, std::string> nonces;  // of each member's latest FitInstruction
-    std::map<std::string, int> fits_sent;       // instructions (with the model) sent to each member
-    double weighted_loss = 0;
-    int64_t weight_cap = 0;       // largest FedAvg weight of a result (max_weight_ratio)
-    std::string first_rejection;  // why the first refused result was refused
-    RoundMetrics metrics;
-    PrivateRound privacy;                 // under DP (RoundPrivacy::Configure)
-    uint64_t client_seed = 0;             // fit.seed of the round's instructions
-    std::unique_ptr<SecureRound> secure;  // secure aggregation on (and the cohort large enough)
-  };
-
   Status Initialise();
   // `started`: a round of this run has already run (min_clients then no longer applies).
   Status WaitForClients(const std::atomic<bool>* stop, bool started);
@@ -99,33 +84,24 @@ class Coordinator : private SecureRoundHost {
   // messages before the next step.
   bool StepRound(Round& round, int64_t* wait_ms);
   std::vector<std::string> SampleCohort();
-  void SendFit(const std::string& id);
   void Pump(int64_t timeout_ms);
   void Handle(transport::Inbound in);
   void OnJoin(const transport::Inbound& in, const wire::Message& msg);
   void OnRevokedKey(const transport::Inbound& in);
   void RefuseIdentity(const transport::Inbound& in, const std::string& why);
-  void OnUploadRequest(const std::string& id, const wire::Message& msg);
-  void OnFitResult(const std::string& id, const wire::Message& msg);
-  void OnClientError(const std::string& id, const wire::Message& msg);
-  Status FoldResult(const std::string& id, const wire::Message& msg, const wire::FitResult& result,
-                    int64_t* weight);
-  // Without DP: the round's cap on a result's weight, from the cohort's claimed example counts.
-  int64_t WeightCap() const;
   // A warning about `source` (a client id or a peer): logged at once, or counted into one summary
   // line per kind (`what`, plural) every 10 s when they come faster (LogSummary).
   void Warn(const std::string& what, const std::string& source,
-            const std::function<std::string()>& detail);
+            const std::function<std::string()>& detail) override;
   void FlushLogs();
-  void GrantSlots();
   void FailMember(const std::string& id, const char* why) override;
-  void ExpireSilentClients();
-  void RevokeStaleGrants();
   // The connection `id` joined on ("" when it is not in the population).
   transport::PeerId PeerOf(const std::string& id) const;
   void Reply(const transport::PeerId& peer, const wire::Message& msg);
   void Refuse(const transport::PeerId& peer, wire::ErrorCode code, const std::string& text,
-              uint64_t round);
+              uint64_t round) override;
+  // SyncRoundHost: a round message outside the open round.
+  void CountStale() override;
   // The round's released update by its one path (nullopt: none, the model stays): the sum of
   // secure aggregation or of the aggregator; under DP noised over the fixed denominator
   // (RoundPrivacy::Release; a secure round that released nothing is NoRelease), else the weighted
@@ -189,6 +165,9 @@ class Coordinator : private SecureRoundHost {
   Population population_{clock_, options_.client_timeout_ms};
   UploadSlots slots_{transport_, clock_, options_.upload_slots, options_.upload_timeout_ms};
   std::optional<Round> round_;
+  // The synchronous round's scheduler (sync_round.h), from Initialise on: the plain round's
+  // handlers, its upload grants and failures.
+  std::optional<SyncRound> sync_;
   // An open federated evaluation (between rounds).
   enum class EvalState { kPending, kAnswered, kFailed };
   struct EvalAnswer {
@@ -218,11 +197,8 @@ class Coordinator : private SecureRoundHost {
   int64_t results_this_run_ = 0;
   std::vector<std::string> no_update_reasons_;  // of those rounds
   uint64_t evaluated_version_ = UINT64_MAX;     // model version of the last evaluation
-  TensorList clip_scratch_;  // a result clipped to max_update_norm (reused; empty until needed)
-  // Without DP: the norm each FedAvg update is clipped to (fixed, automatic or off).
-  UpdateNormBound norm_bound_{options_.max_update_norm, options_.auto_norm_factor};
-  std::set<std::string> secagg_excluded_;   // clients found lying in secure aggregation
-  std::map<std::string, LogSummary> logs_;  // Warn()'s, by kind
+  std::set<std::string> secagg_excluded_;       // clients found lying in secure aggregation
+  std::map<std::string, LogSummary> logs_;      // Warn()'s, by kind
 
   std::optional<RoundPrivacy> privacy_;  // from Initialise on
 

@@ -188,7 +188,7 @@ void Coordinator::OnEvaluateResult(const std::string& id, const wire::Message& m
   const transport::PeerId peer = PeerOf(id);
   if (!eval_ || msg.round != eval_->round) {
     // After its evaluation closed (a straggler), or for another round's model.
-    (round_ ? round_->metrics.stale : pending_stale_)++;
+    CountStale();
     Warn("evaluations after their evaluation closed", id, [&] {
       return absl::StrCat("client ", id, ": evaluation of round ", msg.round,
                           "'s model arrived when no evaluation of it is open");

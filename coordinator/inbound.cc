@@ -100,16 +100,16 @@ void Coordinator::Handle(transport::Inbound in) {
       Reply(in.peer, wire::MakeMessage(wire::Heartbeat{}, current, "coordinator"));
       return;
     case wire::MessageType::kUploadRequest:
-      OnUploadRequest(id, msg);
+      sync_->OnUploadRequest(id, msg);
       return;
     case wire::MessageType::kFitResult:
-      OnFitResult(id, msg);
+      sync_->OnFitResult(id, msg);
       return;
     case wire::MessageType::kError:
       if (EvaluationPending(id) && msg.round == eval_->round) {
         OnEvaluateError(id, msg);
       } else {
-        OnClientError(id, msg);
+        sync_->OnClientError(id, msg);
       }
       return;
     case wire::MessageType::kEvaluateResult:
@@ -207,8 +207,8 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
       }
       slots_.Release(join.client_id);  // its grant was for the old connection
       m->second = MemberState::kTraining;
-      SendFit(join.client_id);
-      GrantSlots();
+      sync_->SendFit(join.client_id);
+      sync_->GrantSlots();
     }
   }
 }
@@ -248,5 +248,7 @@ void Coordinator::Refuse(const transport::PeerId& peer, wire::ErrorCode code,
                          const std::string& text, uint64_t round) {
   Reply(peer, wire::MakeError(code, text, round));
 }
+
+void Coordinator::CountStale() { (round_ ? round_->metrics.stale : pending_stale_)++; }
 
 }  // namespace huddle::coordinator

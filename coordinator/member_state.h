@@ -1,7 +1,7 @@
 // Where each member of an open round stands: the table the round's parts share.
 //
 // The coordinator's round loop owns the table (one per round); the parts that move members through
-// it are the synchronous round's message handlers (coordinator.cc), the upload slots' grants, and
+// it are the synchronous round's scheduler (sync_round.h), the upload slots' grants, and
 // the secure aggregation (secure_round.h), which alone uses kSecAgg and kSecAggMasking. A member
 // only ever leaves the table's open states through kDone or kFailed, and never comes back from
 // either within the round.

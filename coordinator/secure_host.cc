@@ -35,7 +35,7 @@ Status Coordinator::SendToMember(const std::string& id, const wire::Message& msg
 
 void Coordinator::SendFit(const std::string& id, int64_t deadline_ms) {
   round_->deadline_ms = std::max(round_->deadline_ms, deadline_ms);
-  SendFit(id);
+  sync_->SendFit(id);
 }
 
 StatusOr<std::pair<privacy::Spend, bool>> Coordinator::WouldSpend(
@@ -58,7 +58,7 @@ void Coordinator::OnRefusedSecAggMessage(const std::string& id, const std::strin
 void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
   const transport::PeerId peer = PeerOf(id);
   if (!round_ || msg.round != round_->number || !round_->secure) {
-    (round_ ? round_->metrics.stale : pending_stale_)++;
+    CountStale();
     Refuse(peer, wire::ErrorCode::kWrongRound,
            absl::StrCat("round ", msg.round, " is closed or does not aggregate securely"),
            msg.round);
@@ -79,7 +79,7 @@ void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
       // Its upload is done: the slot goes to the next member. (A refused input fails the member
       // below, which frees the slot the same way.)
       slots_.Release(id);
-      GrantSlots();
+      sync_->GrantSlots();
     }
     return;
   }

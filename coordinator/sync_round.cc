@@ -1,0 +1,303 @@
+#include "coordinator/sync_round.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/secure_random.h"
+#include "privacy/clip.h"
+
+namespace huddle::coordinator {
+namespace {
+
+// Upload allowance beyond the model's tensor bytes: the FitResult header and framing.
+constexpr size_t kResultOverheadBytes = size_t{64} << 10;
+
+}  // namespace
+
+SyncRound::SyncRound(Parts parts)
+    : options_(parts.options),
+      transport_(parts.transport),
+      clock_(parts.clock),
+      population_(parts.population),
+      slots_(parts.slots),
+      aggregator_(parts.aggregator),
+      privacy_(parts.privacy),
+      layout_(std::move(parts.layout)),
+      host_(parts.host),
+      norm_bound_(options_->max_update_norm, options_->auto_norm_factor) {}
+
+void SyncRound::Begin(Round* round, uint64_t model_version) {
+  round_ = round;
+  model_version_ = model_version;
+}
+
+int64_t SyncRound::WeightCap() const {
+  const int64_t max_weight = options_->aggregation.max_weight;
+  if (dp() || options_->max_weight_ratio <= 0 || round_->members.empty()) return max_weight;
+  // The median of the counts the cohort claimed when joining: a minority of liars cannot move it.
+  std::vector<uint64_t> claims;
+  for (const auto& [id, state] : round_->members) {
+    const Population::Client* c = population_->Find(id);
+    claims.push_back(c != nullptr ? c->num_examples : 0);
+  }
+  std::nth_element(claims.begin(), claims.begin() + claims.size() / 2, claims.end());
+  const double cap = options_->max_weight_ratio * static_cast<double>(claims[claims.size() / 2]);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min(cap, 9e15)), 1, max_weight);
+}
+
+void SyncRound::SendFit(const std::string& id) {
+  Round& round = *round_;
+  round.fits_sent[id]++;
+  wire::FitInstruction fit;
+  fit.model_version = model_version_;
+  fit.train = options_->train;
+  fit.seed = round.client_seed;
+  fit.deadline_ms =
+      static_cast<uint32_t>(std::max<int64_t>(0, round.deadline_ms - clock_->NowMs()));
+  // A fresh nonce per instruction: the answering request and result must carry it, so a result
+  // replayed from an earlier instruction (another round, or before a rejoin) is refused.
+  fit.nonce = SecureRandomBytes(wire::kNonceBytes);
+  round.nonces[id] = fit.nonce;
+  if (round.secure) fit.secure_aggregation = round.secure->Instruction(id);
+  if (dp()) fit.privacy = privacy_->Instruction(round.privacy);
+  wire::Message msg = wire::MakeMessage(fit, round.number, "coordinator");
+  msg.tensors = wire::ShareAll(round.global);
+  const Population::Client* c = population_->Find(id);
+  Status st =
+      c != nullptr ? transport_->Send(c->peer, msg) : absl::NotFoundError("it left the federation");
+  if (!st.ok()) {
+    spdlog::warn("round {}: cannot send the model to client {}: {}", round.number, id,
+                 st.message());
+    round.members[id] = MemberState::kFailed;
+  }
+}
+
+bool SyncRound::Step(int64_t* wait_ms) {
+  Round& round = *round_;
+  if (std::none_of(round.members.begin(), round.members.end(),
+                   [](const auto& m) { return IsOpen(m.second); })) {
+    return false;
+  }
+  const int64_t now = clock_->NowMs();
+  if (now >= round.deadline_ms) {
+    for (auto& [id, state] : round.members) {
+      if (IsOpen(state)) {
+        spdlog::warn("round {}: client {} missed the deadline", round.number, id);
+        state = MemberState::kFailed;
+      }
+    }
+    return false;
+  }
+  *wait_ms = round.deadline_ms - now;
+  return true;
+}
+
+void SyncRound::OnUploadRequest(const std::string& id, const wire::Message& msg) {
+  const transport::PeerId peer = PeerOf(id);
+  if (!round_ || msg.round != round_->number) {
+    host_->CountStale();
+    host_->Refuse(peer, wire::ErrorCode::kWrongRound,
+                  absl::StrCat("round ", msg.round, " is closed",
+                               round_ ? absl::StrCat("; round ", round_->number, " is open") : ""),
+                  msg.round);
+    return;
+  }
+  auto m = round_->members.find(id);
+  // With secure aggregation the upload is the masked input, due in stage 2.
+  const MemberState due = round_->secure ? MemberState::kSecAggMasking : MemberState::kTraining;
+  if (m == round_->members.end() || m->second != due) {
+    host_->Refuse(peer, wire::ErrorCode::kRejected,
+                  absl::StrCat("client ", id, " has no pending work in round ", msg.round),
+                  msg.round);
+    return;
+  }
+  if (std::get<wire::UploadRequest>(msg.body).nonce != round_->nonces[id]) {
+    round_->metrics.rejected++;
+    host_->Warn("upload requests with a stale nonce", id, [&] {
+      return absl::StrCat("client ", id, ": upload request with a stale nonce in round ",
+                          msg.round);
+    });
+    host_->Refuse(peer, wire::ErrorCode::kRejected,
+                  absl::StrCat("upload request does not answer the instruction client ", id,
+                               " was last sent in round ", msg.round, " (nonce mismatch)"),
+                  msg.round);
+    return;
+  }
+  m->second = MemberState::kWaitingSlot;
+  slots_->Enqueue(id);
+  GrantSlots();
+}
+
+void SyncRound::OnClientError(const std::string& id, const wire::Message& msg) {
+  // A client declines the round it was sent (its own privacy policy refuses it, kRejected) or
+  // reports that its local training failed (any other code): it fails for the round at once
+  // instead of at the deadline. One message per instruction at most, so one log line each, its
+  // text cut short.
+  const auto& err = std::get<wire::Error>(msg.body);
+  if (!round_ || msg.round != round_->number) {
+    host_->CountStale();
+    return;
+  }
+  auto m = round_->members.find(id);
+  const bool busy = m != round_->members.end() &&
+                    (m->second == MemberState::kTraining || (round_->secure && IsOpen(m->second)));
+  if (!busy) {
+    round_->metrics.rejected++;
+    return;
+  }
+  const bool declined = err.code == wire::ErrorCode::kRejected;
+  (declined ? round_->metrics.declined : round_->metrics.failed)++;
+  constexpr size_t kMaxText = 300;
+  const std::string text =
+      err.message.size() > kMaxText ? err.message.substr(0, kMaxText) + "..." : err.message;
+  spdlog::warn("round {}: client {} {} ({}): {}", round_->number, id,
+               declined ? "declined" : "could not train", wire::ErrorCodeName(err.code), text);
+  FailMember(id, declined ? "declined the round" : "reported that its training failed");
+}
+
+void SyncRound::GrantSlots() {
+  Round& round = *round_;
+  while (std::optional<std::string> next = slots_->NextWaiting()) {
+    const std::string id = *next;
+    auto m = round.members.find(id);
+    if (m == round.members.end() || m->second != MemberState::kWaitingSlot) continue;
+    const transport::PeerId peer = PeerOf(id);
+    Status st =
+        transport_->Send(peer, wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
+    if (!st.ok()) {
+      FailMember(id, "unreachable for its upload grant");
+      continue;
+    }
+    m->second = MemberState::kUploading;
+    // The transport holds undelivered bytes of this connection up to the result's size, and no
+    // more (transport.h): a result (or a masked input) is the only large message a client sends.
+    const size_t bytes = round.secure ? round.secure->UploadBytes()
+                                      : static_cast<size_t>(TotalElements(layout_)) * sizeof(float);
+    slots_->Hold(id, peer, bytes + kResultOverheadBytes);
+  }
+}
+
+void SyncRound::RevokeStaleGrants() {
+  // A client that holds a grant without uploading would starve the others of upload slots.
+  for (const std::string& id : slots_->Stale()) {
+    FailMember(id, "did not upload within round.upload_timeout_s of its grant");
+  }
+}
+
+void SyncRound::OnFitResult(const std::string& id, const wire::Message& msg) {
+  const transport::PeerId peer = PeerOf(id);
+  if (!round_ || msg.round != round_->number) {
+    host_->CountStale();
+    host_->Warn("results after their round closed", id, [&] {
+      return absl::StrCat("client ", id, ": result for round ", msg.round,
+                          " arrived after it closed");
+    });
+    host_->Refuse(peer, wire::ErrorCode::kWrongRound,
+                  absl::StrCat("round ", msg.round, " is closed"), msg.round);
+    return;
+  }
+  Round& round = *round_;
+  auto m = round.members.find(id);
+  if (m == round.members.end() || m->second != MemberState::kUploading || round.secure) {
+    // (With secure aggregation a plain result is never due: the upload is the masked input.)
+    round.metrics.rejected++;
+    host_->Warn("unsolicited results", id, [&] {
+      return absl::StrCat("client ", id, ": unsolicited result in round ", round.number);
+    });
+    host_->Refuse(peer, wire::ErrorCode::kRejected,
+                  absl::StrCat("client ", id, " holds no upload grant in round ", round.number),
+                  msg.round);
+    return;
+  }
+  slots_->Release(id);
+  const auto& result = std::get<wire::FitResult>(msg.body);
+  int64_t weight = 0;
+  Status st = FoldResult(id, msg, result, &weight);
+  if (st.ok()) {
+    m->second = MemberState::kDone;
+    round.metrics.results++;
+    round.metrics.examples += weight;
+    round.weighted_loss += result.train_loss * static_cast<double>(weight);
+  } else {
+    m->second = MemberState::kFailed;
+    round.metrics.rejected++;
+    if (round.first_rejection.empty()) round.first_rejection = std::string(st.message());
+    spdlog::warn("client {}: round {}: update rejected: {}", id, round.number, st.message());
+    host_->Refuse(peer, wire::ErrorCode::kInvalidUpdate, std::string(st.message()), round.number);
+  }
+  GrantSlots();
+}
+
+Status SyncRound::FoldResult(const std::string& id, const wire::Message& msg,
+                             const wire::FitResult& result, int64_t* weight) {
+  UpdateExpectation want;
+  want.round = round_->number;
+  want.model_version = model_version_;
+  want.nonce = round_->nonces[id];
+  want.max_weight = options_->aggregation.max_weight;
+  want.layout = &layout_;
+  HUDDLE_ASSIGN_OR_RETURN(auto spans, CheckUpdate(msg, want));
+  if (dp()) {
+    // Client-level DP: every client weighs the same (weighting by examples would break the
+    // sensitivity bound), and a central-mode update must respect the clip norm.
+    HUDDLE_RETURN_IF_ERROR(privacy_->CheckUpdate(round_->privacy, spans));
+    HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, 1));
+    if (result.within_clip) round_->privacy.within_clip++;
+    *weight = 1;
+    return absl::OkStatus();
+  }
+  // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
+  *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);
+  bool clipped = false;
+  const double norm = norm_bound_.enabled() ? privacy::L2Norm(spans) : 0;
+  if (const double bound = norm_bound_.BoundFor(round_->number, norm); bound > 0) {
+    // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused
+    // (a refusal by size would lock honest clients out after one bad round moved the model). A
+    // non-finite norm is left to Fold, which refuses it naming the element.
+    if (std::isfinite(norm) && norm > bound) {
+      clip_scratch_.resize(spans.size());
+      for (size_t i = 0; i < spans.size(); ++i) {
+        clip_scratch_[i].spec = layout_[i];
+        clip_scratch_[i].data.assign(spans[i].begin(), spans[i].end());
+      }
+      privacy::ClipToNorm(&clip_scratch_, bound);
+      for (size_t i = 0; i < spans.size(); ++i) spans[i] = clip_scratch_[i].data;
+      clipped = true;
+    }
+  }
+  HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight));
+  norm_bound_.Accepted(round_->number, norm);
+  if (clipped) round_->metrics.clipped++;
+  if (*weight < static_cast<int64_t>(result.num_examples)) round_->metrics.weight_capped++;
+  return absl::OkStatus();
+}
+
+void SyncRound::FailMember(const std::string& id, const char* why) {
+  if (round_ == nullptr) return;
+  Round& round = *round_;
+  auto m = round.members.find(id);
+  if (m == round.members.end()) return;
+  if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
+  slots_->Release(id);
+  m->second = MemberState::kFailed;
+  if (round.secure) round.secure->OnMemberFailed(id);  // a stage no longer waits for it
+  spdlog::warn("round {}: client {} {}", round.number, id, why);
+  GrantSlots();
+}
+
+transport::PeerId SyncRound::PeerOf(const std::string& id) const {
+  const Population::Client* c = population_->Find(id);
+  return c != nullptr ? c->peer : transport::PeerId();
+}
+
+void SyncRound::ExpireSilentClients() {
+  if (!round_ || options_->client_timeout_ms <= 0) return;
+  for (const auto& [id, state] : round_->members) {
+    if (state == MemberState::kDone || state == MemberState::kFailed) continue;
+    if (!population_->Alive(id)) FailMember(id, "went silent (client_timeout)");
+  }
+}
+
+}  // namespace huddle::coordinator
