@@ -629,7 +629,7 @@ TEST_F(CoordinatorTest, TooFewClientsIsAClearError) {
   EXPECT_NE(st.message().find("only 2 of the 5"), absl::string_view::npos) << st;
 }
 
-// Client-level DP (coordinator/dp_round.cc).
+// Client-level DP (coordinator/round_privacy.h).
 class DpCoordinatorTest : public CoordinatorTest {
  protected:
   CoordinatorOptions DpOptions(int64_t rounds, int n, double z, const std::string& dir) {
