@@ -10,13 +10,14 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/update_check.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/coordinator/run_job.h"
+#include "tests/testing/tensors.h"
 
 namespace huddle::coordinator {
 namespace {
 
 using testing::Behaviour;
-using testing::FakeFederation;
-using testing::ManualClock;
+using testing::MaxAbsDiff;
 using testing::SyntheticClient;
 
 TEST(UpdateNormBoundTest, AFixedBoundIsThatBoundAndOffIsNone) {
@@ -93,22 +94,11 @@ class NormBoundFederationTest : public ::testing::Test {
 
   TensorList Run(const CoordinatorOptions& o, std::vector<SyntheticClient> clients, uint64_t seed,
                  std::vector<RoundMetrics>* metrics) {
-    ManualClock clock;
-    FakeFederation fed(std::move(clients), models::Layout(o.model), &clock, seed);
-    Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics->push_back(m); });
-    Status st = coord.Run();
-    EXPECT_TRUE(st.ok()) << st;
-    return coord.model();
-  }
-
-  static double MaxAbsDiff(const TensorList& a, const TensorList& b) {
-    double d = 0;
-    for (size_t t = 0; t < a.size(); ++t) {
-      for (size_t i = 0; i < a[t].data.size(); ++i) {
-        d = std::max(d, std::abs(static_cast<double>(a[t].data[i]) - b[t].data[i]));
-      }
-    }
-    return d;
+    testing::JobRun job =
+        testing::RunJob(o, {.clients = std::move(clients), .delivery_seed = seed});
+    EXPECT_TRUE(job.status.ok()) << job.status;
+    *metrics = std::move(job.metrics);
+    return std::move(job.model);
   }
 };
 

@@ -14,12 +14,14 @@
 #include "client/agent.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
+#include "tests/testing/corrupt_outgoing.h"
 #include "transport/inproc_transport.h"
 
 namespace huddle {
 namespace {
 
 namespace secagg = aggregation::secagg;
+using testing::IsStage;
 
 constexpr int64_t kStageTimeoutMs = 60'000;
 
@@ -73,11 +75,6 @@ class MemberPeer final : public transport::InProcPeer {
   MemberCertificate certificate_;
   Rewrite rewrite_;
 };
-
-bool IsStage(const wire::Message& m, secagg::Stage stage) {
-  return m.type() == wire::MessageType::kSecAggData &&
-         std::get<wire::SecAggData>(m.body).stage == static_cast<uint32_t>(stage);
-}
 
 // The in-process transport, authenticated as the CurveZMQ one is (each peer's messages carry its
 // enrolled id), with one peer's key revoked right after the coordinator sends it a chosen message:
@@ -215,12 +212,8 @@ class SecAggRefusalTest : public ::testing::Test {
   }
 
   // site-3's message of `stage` is rewritten by `corrupt`.
-  void CorruptAt(secagg::Stage stage, std::function<void(wire::Message&)> corrupt) {
-    peers_[3]->set_rewrite([stage, corrupt](std::vector<wire::Message>& out) {
-      for (wire::Message& m : out) {
-        if (IsStage(m, stage)) corrupt(m);
-      }
-    });
+  void CorruptAt(secagg::Stage stage, testing::MessageEdit corrupt) {
+    peers_[3]->set_rewrite(testing::CorruptOutgoing(stage, std::move(corrupt)));
   }
 
   SigningKey project_ = SigningKey::Generate();
@@ -256,13 +249,9 @@ TEST_F(SecAggRefusalTest, AMemberWhoseSharesDoNotDecodeDoesNotHoldItsStageOpen) 
 }
 
 TEST_F(SecAggRefusalTest, AMemberWhoseUploadRequestIsMalformedDoesNotHoldTheMaskingStageOpen) {
-  peers_[3]->set_rewrite([](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (m.type() == wire::MessageType::kUploadRequest) {
-        std::get<wire::UploadRequest>(m.body).nonce = "abc";
-      }
-    }
-  });
+  peers_[3]->set_rewrite(testing::CorruptOutgoing(
+      wire::MessageType::kUploadRequest,
+      [](wire::Message& m) { std::get<wire::UploadRequest>(m.body).nonce = "abc"; }));
   ASSERT_TRUE(Run().ok());
   ExpectNoStageTimedOut();
   EXPECT_EQ(metrics_[0].results, 7);
@@ -277,13 +266,8 @@ TEST_F(SecAggRefusalTest, AMemberWhoseConsistencyIsMalformedDoesNotHoldItsStageO
 
 TEST_F(SecAggRefusalTest, AMemberSendingAMessageNoClientMaySendDoesNotHoldItsStageOpen) {
   // Instead of its reveal, a Welcome (a coordinator's message).
-  peers_[3]->set_rewrite([](std::vector<wire::Message>& out) {
-    for (wire::Message& m : out) {
-      if (IsStage(m, secagg::Stage::kReveal)) {
-        m = wire::MakeMessage(wire::Welcome{}, m.round, m.sender);
-      }
-    }
-  });
+  CorruptAt(secagg::Stage::kReveal,
+            [](wire::Message& m) { m = wire::MakeMessage(wire::Welcome{}, m.round, m.sender); });
   ASSERT_TRUE(Run().ok());
   ExpectNoStageTimedOut();
 }
