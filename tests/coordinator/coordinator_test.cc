@@ -20,6 +20,7 @@
 #include "coordinator/checkpoint.h"
 #include "privacy/ledger.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/coordinator/run_job.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tensors.h"
 
@@ -62,19 +63,16 @@ class CoordinatorTest : public ::testing::Test {
                     uint64_t delivery_seed, std::vector<RoundMetrics>* metrics = nullptr,
                     FakeFederation** keep = nullptr, bool authenticated = false,
                     const std::function<void(FakeFederation&)>& before = {}) {
-    ManualClock clock;
-    auto fed = std::make_unique<FakeFederation>(std::move(clients), models::Layout(o.model), &clock,
-                                                delivery_seed, authenticated);
-    if (before) before(*fed);
-    Coordinator coord(o, fed.get(), &clock, {}, [&](const RoundMetrics& m) {
-      if (metrics) metrics->push_back(m);
-    });
-    Status st = coord.Run();
-    EXPECT_TRUE(st.ok()) << st;
+    testing::JobRun job = testing::RunJob(o, {.clients = std::move(clients),
+                                              .delivery_seed = delivery_seed,
+                                              .authenticated = authenticated,
+                                              .before = before});
+    EXPECT_TRUE(job.status.ok()) << job.status;
+    if (metrics) metrics->insert(metrics->end(), job.metrics.begin(), job.metrics.end());
     if (keep) {
-      *keep = fed.release();  // the test inspects and frees it
+      *keep = job.federation.release();  // the test inspects and frees it
     }
-    return coord.model();
+    return std::move(job.model);
   }
 
   // A fresh directory (not yet created: the coordinator makes it), removed after the test.
@@ -263,17 +261,15 @@ TEST_F(CoordinatorTest, NoQuorumLeavesTheModelUnchangedAndAJobThatTrainedNothing
   o.out_dir = TempDir("no_quorum");
   std::vector<SyntheticClient> clients = Clients(2);
   clients.push_back({"zombie", Behaviour::kSilent, 100});
-  ManualClock clock;
-  FakeFederation fed(clients, models::Layout(o.model), &clock, 6);
-  std::vector<RoundMetrics> metrics;
-  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
-  Status st = coord.Run();
+  testing::JobRun job = testing::RunJob(o, {.clients = clients, .delivery_seed = 6});
+  const Status& st = job.status;
+  const std::vector<RoundMetrics>& metrics = job.metrics;
   EXPECT_TRUE(absl::IsAborted(st)) << st;
   EXPECT_NE(st.message().find("no round of the job accepted an update"), absl::string_view::npos);
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_FALSE(metrics[0].updated);
-  EXPECT_TRUE(testing::BitwiseEqual(coord.model(),
-                                    models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974))));
+  EXPECT_TRUE(
+      testing::BitwiseEqual(job.model, models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974))));
   // The outputs are written, and say why the job failed.
   auto summary = ReadFile(o.out_dir + "/summary.json");
   ASSERT_TRUE(summary.ok());
@@ -285,11 +281,9 @@ TEST_F(CoordinatorTest, RoundsInARowThatAcceptNothingEndTheJobWithTheReason) {
   o.max_rounds_without_update = 3;
   std::vector<SyntheticClient> clients = Clients(2);
   for (SyntheticClient& c : clients) c.behaviour = Behaviour::kHugeValue;
-  ManualClock clock;
-  FakeFederation fed(clients, models::Layout(o.model), &clock, 6);
-  std::vector<RoundMetrics> metrics;
-  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
-  Status st = coord.Run();
+  testing::JobRun job = testing::RunJob(o, {.clients = clients, .delivery_seed = 6});
+  const Status& st = job.status;
+  const std::vector<RoundMetrics>& metrics = job.metrics;
   EXPECT_TRUE(absl::IsAborted(st)) << st;
   EXPECT_EQ(metrics.size(), 3u) << "stopped after 3 rounds, not 20";
   EXPECT_NE(st.message().find("3 rounds in a row accepted no update"), absl::string_view::npos)
@@ -513,17 +507,15 @@ TEST_F(CoordinatorTest, DamagedOrImpossibleCheckpointsAreRefused) {
 
 TEST_F(CoordinatorTest, MalformedMessagesAreCountedAndAnswered) {
   CoordinatorOptions o = Options(1, 2);
-  ManualClock clock;
-  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-  fed.InjectGarbage("stranger");
-  std::vector<RoundMetrics> metrics;
-  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
-  ASSERT_TRUE(coord.Run().ok());
+  testing::JobRun job = testing::RunJob(
+      o, {.clients = Clients(2), .before = [](FakeFederation& f) { f.InjectGarbage("stranger"); }});
+  const std::vector<RoundMetrics>& metrics = job.metrics;
+  ASSERT_TRUE(job.status.ok());
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_EQ(metrics[0].malformed, 1);
   EXPECT_EQ(metrics[0].results, 2);
-  EXPECT_EQ(fed.ErrorsSent("stranger", wire::ErrorCode::kMalformed), 1);
-  EXPECT_EQ(fed.shutdowns(), 2);
+  EXPECT_EQ(job.federation->ErrorsSent("stranger", wire::ErrorCode::kMalformed), 1);
+  EXPECT_EQ(job.federation->shutdowns(), 2);
 }
 
 TEST_F(CoordinatorTest, KeepsServingClientsWhileItEvaluates) {
@@ -802,11 +794,9 @@ TEST_F(DpCoordinatorTest, ARunThatAcceptedNoUpdateFailsOnlyAfterEveryRoundWasRel
   CoordinatorOptions o = DpOptions(4, 2, 1.0, "dp_nothing");
   std::vector<SyntheticClient> clients = Clients(2);
   for (SyntheticClient& c : clients) c.behaviour = Behaviour::kHugeValue;  // refused by the norm
-  ManualClock clock;
-  FakeFederation fed(clients, models::Layout(o.model), &clock, 1);
-  std::vector<RoundMetrics> metrics;
-  Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) { metrics.push_back(m); });
-  Status st = coord.Run();
+  testing::JobRun job = testing::RunJob(o, {.clients = clients});
+  const Status& st = job.status;
+  const std::vector<RoundMetrics>& metrics = job.metrics;
   EXPECT_TRUE(absl::IsAborted(st)) << st;
   EXPECT_EQ(metrics.size(), 4u) << "no early stop under DP: it would reveal the count of results";
   auto summary = ReadFile(o.out_dir + "/summary.json");

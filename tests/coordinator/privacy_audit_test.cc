@@ -37,14 +37,13 @@
 
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/coordinator/run_job.h"
 #include "tests/privacy/audit_expect.h"
 
 namespace huddle::coordinator {
 namespace {
 
 using testing::Behaviour;
-using testing::FakeFederation;
-using testing::ManualClock;
 using testing::SyntheticClient;
 
 constexpr int kHonest = 4;
@@ -92,13 +91,12 @@ class PrivacyAuditTest : public ::testing::Test {
     std::vector<SyntheticClient> clients;
     for (int i = 0; i < kHonest; ++i) clients.push_back({"h" + std::to_string(i)});
     if (canary) clients.push_back({"canary", Behaviour::kCanary});
-    ManualClock clock;
-    FakeFederation fed(clients, models::Layout(o.model), &clock, 1);
+    const testing::JobRun job = testing::RunJob(o, {.clients = std::move(clients)});
+    EXPECT_TRUE(job.status.ok());
     std::optional<double> epsilon;
-    Coordinator coord(o, &fed, &clock, {}, [&](const RoundMetrics& m) {
+    for (const RoundMetrics& m : job.metrics) {
       if (m.privacy) epsilon = m.privacy->epsilon;
-    });
-    EXPECT_TRUE(coord.Run().ok());
+    }
     std::filesystem::remove_all(dir);
     if (epsilon_stated != nullptr && epsilon) *epsilon_stated = *epsilon;
     const ModelLayout layout = models::Layout(o.model);
@@ -114,7 +112,7 @@ class PrivacyAuditTest : public ::testing::Test {
         double sum = 0;
         for (const TensorList& h : honest) sum += h[t].data[i];
         const double noiseless = expected[t].data[i] + sum / (kHonest + 1);
-        out.push_back((coord.model()[t].data[i] - noiseless) / stated_std);
+        out.push_back((job.model[t].data[i] - noiseless) / stated_std);
       }
     }
     return out;
