@@ -16,6 +16,7 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/coordinator/run_job.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tensors.h"
 
@@ -23,7 +24,6 @@ namespace huddle::coordinator {
 namespace {
 
 using testing::Behaviour;
-using testing::FakeFederation;
 using testing::ManualClock;
 using testing::SyntheticClient;
 
@@ -77,21 +77,19 @@ class ExternalCoordinatorTest : public ::testing::Test {
   // Runs a job to its end; the federation stays alive for inspection.
   StatusOr<TensorList> Run(const CoordinatorOptions& o, std::vector<SyntheticClient> clients,
                            std::vector<RoundMetrics>* metrics = nullptr) {
-    fed_ = std::make_unique<FakeFederation>(std::move(clients), ExternalLayout(), &clock_, 1);
-    Coordinator coord(o, fed_.get(), &clock_, {}, [&](const RoundMetrics& m) {
-      if (metrics) metrics->push_back(m);
-    });
-    HUDDLE_RETURN_IF_ERROR(coord.Run());
-    summary_ = coord.summary();
-    return coord.model();
+    job_ = testing::RunJob(o, {.clients = std::move(clients), .clock = &clock_});
+    if (metrics) metrics->insert(metrics->end(), job_.metrics.begin(), job_.metrics.end());
+    HUDDLE_RETURN_IF_ERROR(job_.status);
+    summary_ = job_.summary;
+    return job_.model;
   }
 
   // A fresh directory (not yet created: the coordinator makes it), removed after the test.
   std::string TempDir(const std::string& name) { return dirs_.Make("external_" + name, false); }
   testing::TempDirs dirs_;
 
-  ManualClock clock_;
-  std::unique_ptr<FakeFederation> fed_;
+  ManualClock clock_;    // shared by the test's jobs
+  testing::JobRun job_;  // the last job run
   JobSummary summary_;
 };
 
@@ -104,7 +102,7 @@ TEST_F(ExternalCoordinatorTest, StartsFromTheGivenModelAndAppliesTheWeightedMean
   EXPECT_TRUE(metrics[0].updated);
   EXPECT_EQ(metrics[0].results, 3);
   // The instruction carried the initial model, tensor by tensor.
-  ASSERT_FALSE(fed_->fits().empty());
+  ASSERT_FALSE(job_.federation->fits().empty());
 
   const TensorList init = InitialValues();
   const ModelLayout layout = ExternalLayout();
@@ -133,8 +131,8 @@ TEST_F(ExternalCoordinatorTest, AWrongShapedUpdateIsRefusedNamingTheTensor) {
   ASSERT_EQ(metrics.size(), 1u);
   EXPECT_EQ(metrics[0].results, 2);
   EXPECT_EQ(metrics[0].rejected, 1);
-  EXPECT_EQ(fed_->ErrorsSent("bad", wire::ErrorCode::kInvalidUpdate), 1);
-  EXPECT_EQ(fed_->LastErrorText("bad"),
+  EXPECT_EQ(job_.federation->ErrorsSent("bad", wire::ErrorCode::kInvalidUpdate), 1);
+  EXPECT_EQ(job_.federation->LastErrorText("bad"),
             "tensor 0 is 'conv1.weight' [5,1] float32; round 1 expects 'conv1.weight' [4,1,3,3] "
             "float32");
 }
@@ -170,13 +168,12 @@ TEST_F(ExternalCoordinatorTest, AnInitialModelReplacesTheSeededInitOfABuiltInMod
   TensorList init = models::InitModel(o.model, 99);
   for (Tensor& t : init) std::fill(t.data.begin(), t.data.end(), 0.25f);
   o.initial_model = std::make_shared<const TensorList>(init);
-  fed_ = std::make_unique<FakeFederation>(Clients(2), models::Layout(o.model), &clock_, 1);
-  Coordinator coord(o, fed_.get(), &clock_);
-  ASSERT_TRUE(coord.Run().ok());
+  job_ = testing::RunJob(o, {.clients = Clients(2), .clock = &clock_});
+  ASSERT_TRUE(job_.status.ok());
   // The first instruction carried the given values, so the model is 0.25 + the mean delta.
   const TensorList d0 = testing::HonestDelta(models::Layout(o.model), 1, "c0");
   const TensorList d1 = testing::HonestDelta(models::Layout(o.model), 1, "c1");
-  EXPECT_NEAR(coord.model()[0].data[0], 0.25 + (40 * d0[0].data[0] + 60 * d1[0].data[0]) / 100.0,
+  EXPECT_NEAR(job_.model[0].data[0], 0.25 + (40 * d0[0].data[0] + 60 * d1[0].data[0]) / 100.0,
               1e-6);
 }
 

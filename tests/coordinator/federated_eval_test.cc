@@ -20,6 +20,7 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/coordinator/run_job.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tensors.h"
 
@@ -75,14 +76,17 @@ class FederatedEvalTest : public ::testing::Test {
   Status Run(const CoordinatorOptions& o, std::vector<SyntheticClient> clients,
              FakeFederation::EvaluateAnswer answer, std::vector<RoundMetrics>* metrics = nullptr,
              uint64_t delivery_seed = 1, bool authenticated = false) {
-    fed_ = std::make_unique<FakeFederation>(std::move(clients), models::Layout(o.model), &clock_,
-                                            delivery_seed, authenticated);
-    fed_->set_evaluate_answer(std::move(answer));
-    coord_ = std::make_unique<Coordinator>(o, fed_.get(), &clock_, Evaluator{},
-                                           [&](const RoundMetrics& m) {
-                                             if (metrics) metrics->push_back(m);
-                                           });
-    return coord_->Run();
+    job_ = testing::RunJob(o, {.clients = std::move(clients),
+                               .delivery_seed = delivery_seed,
+                               .authenticated = authenticated,
+                               .before =
+                                   [this, &answer](FakeFederation& f) {
+                                     fed_ = &f;  // answers may use it while the job runs
+                                     f.set_evaluate_answer(std::move(answer));
+                                   },
+                               .clock = &clock_});
+    if (metrics) metrics->insert(metrics->end(), job_.metrics.begin(), job_.metrics.end());
+    return job_.status;
   }
 
   // Every client answers with the report `reports` holds for it (a default one otherwise).
@@ -99,8 +103,9 @@ class FederatedEvalTest : public ::testing::Test {
   testing::TempDirs dirs_;
 
   ManualClock clock_;
-  std::unique_ptr<FakeFederation> fed_;
-  std::unique_ptr<Coordinator> coord_;
+  testing::JobRun job_;                      // what Run's last job produced
+  FakeFederation* fed_ = nullptr;            // the federation of the test's current job
+  std::unique_ptr<FakeFederation> own_fed_;  // that of a test that runs its own coordinator
 };
 
 TEST_F(FederatedEvalTest, AnswersAreAveragedByTheirExampleCounts) {
@@ -123,9 +128,9 @@ TEST_F(FederatedEvalTest, AnswersAreAveragedByTheirExampleCounts) {
   ASSERT_TRUE(m.test_accuracy && m.test_loss);
   EXPECT_NEAR(*m.test_accuracy, (80 + 180 + 180 + 280) / 1000.0, 1e-12);
   EXPECT_NEAR(*m.test_loss, (50 + 50 + 300 + 300) / 1000.0, 1e-12);
-  EXPECT_EQ(coord_->summary().final_test_accuracy, m.test_accuracy);
-  EXPECT_EQ(coord_->summary().best_round, 1u);
-  EXPECT_FALSE(coord_->summary().final_evaluation_unanswered);
+  EXPECT_EQ(job_.summary.final_test_accuracy, m.test_accuracy);
+  EXPECT_EQ(job_.summary.best_round, 1u);
+  EXPECT_FALSE(job_.summary.final_evaluation_unanswered);
 
   // Where server-side evaluation writes its values, marked as federated.
   const auto line = nlohmann::json::parse(ReadFile(o.out_dir + "/metrics.jsonl").value());
@@ -159,8 +164,7 @@ TEST_F(FederatedEvalTest, RunsEveryNRoundsAndAfterTheLastOnTheRoundsModel) {
   const auto& last = fed_->evaluations().back();
   EXPECT_EQ(last.round, 5u);
   EXPECT_EQ(last.model_version, 5u);
-  EXPECT_TRUE(testing::BitwiseEqual(last.model, coord_->model()))
-      << "the instruction carries the model";
+  EXPECT_TRUE(testing::BitwiseEqual(last.model, job_.model)) << "the instruction carries the model";
   std::set<std::string> nonces;
   for (const auto& e : fed_->evaluations()) nonces.insert(e.nonce);
   EXPECT_EQ(nonces.size(), 9u) << "a fresh nonce per instruction";
@@ -206,10 +210,11 @@ TEST_F(FederatedEvalTest, HostileAnswersAreRefusedOrBounded) {
     return {};
   };
   std::vector<RoundMetrics> metrics;
-  fed_ = std::make_unique<FakeFederation>(Clients(9), models::Layout(o.model), &clock_, 2);
-  fed = fed_.get();
+  own_fed_ = std::make_unique<FakeFederation>(Clients(9), models::Layout(o.model), &clock_, 2);
+  fed_ = own_fed_.get();
+  fed = fed_;
   fed_->set_evaluate_answer(answer);
-  Coordinator coord(o, fed_.get(), &clock_, Evaluator{},
+  Coordinator coord(o, fed_, &clock_, Evaluator{},
                     [&](const RoundMetrics& m) { metrics.push_back(m); });
   ASSERT_TRUE(coord.Run().ok());
   ASSERT_EQ(metrics.size(), 1u);
@@ -304,9 +309,10 @@ TEST_F(FederatedEvalTest, WrongRoundOrVersionAndLateAnswersAreRefused) {
     return {m};
   };
   std::vector<RoundMetrics> metrics;
-  fed_ = std::make_unique<FakeFederation>(Clients(3), models::Layout(o.model), &clock_, 1);
+  own_fed_ = std::make_unique<FakeFederation>(Clients(3), models::Layout(o.model), &clock_, 1);
+  fed_ = own_fed_.get();
   fed_->set_evaluate_answer(answer);
-  Coordinator coord(o, fed_.get(), &clock_, Evaluator{}, [&](const RoundMetrics& m) {
+  Coordinator coord(o, fed_, &clock_, Evaluator{}, [&](const RoundMetrics& m) {
     metrics.push_back(m);
     // Round 1's evaluation is over: its straggling answer arrives during round 2.
     if (m.round == 1) fed_->Inject("c2", late.front());
@@ -364,7 +370,7 @@ TEST_F(FederatedEvalTest, NoAnswersIsAWarningAndTheSummarySaysSo) {
   // Each evaluation waited for its deadline, and no longer.
   EXPECT_GE(clock_.NowMs() - start, 2 * o.federated_eval.deadline_ms);
   EXPECT_LT(clock_.NowMs() - start, 2 * o.federated_eval.deadline_ms + 5'000);
-  const JobSummary& s = coord_->summary();
+  const JobSummary& s = job_.summary;
   EXPECT_EQ(s.federated_evaluations, 2);
   EXPECT_EQ(s.evaluations_without_answers, 2);
   EXPECT_TRUE(s.final_evaluation_unanswered);
@@ -384,7 +390,7 @@ TEST_F(FederatedEvalTest, TrainingRoundsAreThoseOfAJobWithoutEvaluation) {
   plain.eval_every = 0;
   std::vector<RoundMetrics> reference_metrics;
   ASSERT_TRUE(Run(plain, Clients(4), {}, &reference_metrics).ok());
-  const TensorList reference = coord_->model();
+  const TensorList reference = job_.model;
 
   // Evaluations every round, some of them hostile or silent.
   CoordinatorOptions evaluated = Options(4, 3);
@@ -395,7 +401,7 @@ TEST_F(FederatedEvalTest, TrainingRoundsAreThoseOfAJobWithoutEvaluation) {
   };
   std::vector<RoundMetrics> metrics;
   ASSERT_TRUE(Run(evaluated, Clients(4), answer, &metrics).ok());
-  EXPECT_TRUE(testing::BitwiseEqual(coord_->model(), reference));
+  EXPECT_TRUE(testing::BitwiseEqual(job_.model, reference));
   ASSERT_EQ(metrics.size(), reference_metrics.size());
   for (size_t r = 0; r < metrics.size(); ++r) {
     EXPECT_EQ(metrics[r].results, reference_metrics[r].results);

@@ -27,6 +27,9 @@ struct JobSetup {
   bool authenticated = false;                   // FakeFederation's `authenticated`
   std::function<void(FakeFederation&)> before;  // e.g. an evaluate answer, injected messages
   coordinator::Evaluator evaluator;
+  // A clock shared with other jobs (e.g. a job and its resumption), which must outlive the
+  // result; unset: the job has a fresh one of its own.
+  ManualClock* clock = nullptr;
 };
 
 // Everything one job produced. The clock and the federation outlive the run, for inspection.
@@ -35,20 +38,22 @@ struct JobRun {
   TensorList model;
   std::vector<coordinator::RoundMetrics> metrics;
   coordinator::JobSummary summary;
-  std::unique_ptr<ManualClock> clock;
+  std::unique_ptr<ManualClock> own_clock;  // unless the setup lent one
+  ManualClock* clock = nullptr;
   std::unique_ptr<FakeFederation> federation;
 };
 
 // Runs the job of `options` against a FakeFederation of `setup` to its end.
 inline JobRun RunJob(const coordinator::CoordinatorOptions& options, JobSetup setup) {
   JobRun run;
-  run.clock = std::make_unique<ManualClock>();
+  if (setup.clock == nullptr) run.own_clock = std::make_unique<ManualClock>();
+  run.clock = setup.clock != nullptr ? setup.clock : run.own_clock.get();
   run.federation =
       std::make_unique<FakeFederation>(std::move(setup.clients), models::Layout(options.model),
-                                       run.clock.get(), setup.delivery_seed, setup.authenticated);
+                                       run.clock, setup.delivery_seed, setup.authenticated);
   if (setup.before) setup.before(*run.federation);
   coordinator::Coordinator coord(
-      options, run.federation.get(), run.clock.get(), std::move(setup.evaluator),
+      options, run.federation.get(), run.clock, std::move(setup.evaluator),
       [&run](const coordinator::RoundMetrics& m) { run.metrics.push_back(m); });
   run.status = coord.Run();
   run.model = coord.model();
