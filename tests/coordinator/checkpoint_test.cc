@@ -20,6 +20,7 @@
 #include "common/file_util.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator/fake_federation.h"
+#include "tests/coordinator/run_job.h"
 #include "tests/testing/temp_dir.h"
 
 namespace huddle::coordinator {
@@ -261,10 +262,8 @@ CoordinatorOptions JobOptions(const std::string& name) {
 
 // Runs `o` with two honest clients.
 Status RunJob(const CoordinatorOptions& o, Evaluator evaluator = {}) {
-  testing::ManualClock clock;
-  testing::FakeFederation fed({{"c0"}, {"c1"}}, models::Layout(o.model), &clock, 1);
-  Coordinator coord(o, &fed, &clock, std::move(evaluator));
-  return coord.Run();
+  return testing::RunJob(o, {.clients = {{"c0"}, {"c1"}}, .evaluator = std::move(evaluator)})
+      .status;
 }
 
 // A diverged model's test loss (inf) is recorded as unknown in the checkpoint, which the job then
