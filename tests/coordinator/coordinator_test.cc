@@ -420,10 +420,8 @@ TEST_F(CoordinatorTest, AnEarlierJobsOutputsAreNotReplacedWithoutResumeOrForce) 
   const auto before = ReadFile(o.out_dir + "/metrics.jsonl");
   ASSERT_TRUE(before.ok());
   {
-    ManualClock clock;
-    FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-    Coordinator coord(o, &fed, &clock);
-    Status st = coord.Run();
+    const testing::JobRun job = testing::RunJob(o, {.clients = Clients(2)});
+    const Status& st = job.status;
     EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
     EXPECT_NE(st.message().find("--resume"), absl::string_view::npos) << st;
     EXPECT_NE(st.message().find("--force"), absl::string_view::npos) << st;
@@ -446,22 +444,15 @@ TEST_F(CoordinatorTest, TheSummaryStaysWholeAcrossResumes) {
     s.loss = 1.0;
     return s;
   };
-  {
-    ManualClock clock;
-    FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-    Coordinator coord(o, &fed, &clock, eval);
-    ASSERT_TRUE(coord.Run().ok());
-  }
+  ASSERT_TRUE(testing::RunJob(o, {.clients = Clients(2), .evaluator = eval}).status.ok());
   CoordinatorOptions more = o;
   more.rounds = 3;
   more.resume = true;
-  ManualClock clock;
-  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-  Coordinator coord(more, &fed, &clock, eval);
-  ASSERT_TRUE(coord.Run().ok());
-  EXPECT_DOUBLE_EQ(*coord.summary().best_test_accuracy, 0.9);
-  EXPECT_EQ(*coord.summary().best_round, 1u);
-  EXPECT_DOUBLE_EQ(*coord.summary().final_test_accuracy, 0.5);
+  const testing::JobRun job = testing::RunJob(more, {.clients = Clients(2), .evaluator = eval});
+  ASSERT_TRUE(job.status.ok());
+  EXPECT_DOUBLE_EQ(*job.summary.best_test_accuracy, 0.9);
+  EXPECT_EQ(*job.summary.best_round, 1u);
+  EXPECT_DOUBLE_EQ(*job.summary.final_test_accuracy, 0.5);
   auto summary = ReadFile(more.out_dir + "/summary.json");
   ASSERT_TRUE(summary.ok());
   EXPECT_NE(summary->find("\"best_round\": 1"), std::string::npos) << *summary;
@@ -485,12 +476,8 @@ TEST_F(CoordinatorTest, DamagedOrImpossibleCheckpointsAreRefused) {
   EXPECT_NE(bad.status().message().find("checksum"), absl::string_view::npos) << bad.status();
   CoordinatorOptions resumed = o;
   resumed.resume = true;
-  {
-    ManualClock clock;
-    FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-    Coordinator coord(resumed, &fed, &clock);
-    EXPECT_TRUE(absl::IsDataLoss(coord.Run())) << "a damaged checkpoint stops the resume";
-  }
+  EXPECT_TRUE(absl::IsDataLoss(testing::RunJob(resumed, {.clients = Clients(2)}).status))
+      << "a damaged checkpoint stops the resume";
   // Impossible contents (a NaN weight, a wrapped round counter) are not even written; a file
   // sealed with them is refused on reading (checkpoint_test.cc).
   Checkpoint nan = *good;
@@ -541,14 +528,14 @@ TEST_F(CoordinatorTest, KeepsServingClientsWhileItEvaluates) {
 
 TEST_F(CoordinatorTest, AnotherProtocolVersionIsAnsweredWithVersionMismatch) {
   CoordinatorOptions o = Options(1, 2);
-  ManualClock clock;
-  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-  fed.InjectDecodeError("old-agent",
-                        absl::FailedPreconditionError("protocol version mismatch: peer speaks "
-                                                      "version 0, this build speaks version 1"));
-  Coordinator coord(o, &fed, &clock);
-  ASSERT_TRUE(coord.Run().ok());
-  EXPECT_EQ(fed.ErrorsSent("old-agent", wire::ErrorCode::kVersionMismatch), 1);
+  const testing::JobRun job = testing::RunJob(
+      o, {.clients = Clients(2), .before = [](FakeFederation& fed) {
+            fed.InjectDecodeError("old-agent", absl::FailedPreconditionError(
+                                                   "protocol version mismatch: peer speaks "
+                                                   "version 0, this build speaks version 1"));
+          }});
+  ASSERT_TRUE(job.status.ok());
+  EXPECT_EQ(job.federation->ErrorsSent("old-agent", wire::ErrorCode::kVersionMismatch), 1);
 }
 
 TEST_F(CoordinatorTest, PoissonSamplingIsSeededAndVaries) {
@@ -601,10 +588,7 @@ TEST_F(CoordinatorTest, ResumeRefusesACheckpointOfAnotherJob) {
   CoordinatorOptions other = o;
   other.seed = 8;
   other.resume = true;
-  ManualClock clock;
-  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-  Coordinator coord(other, &fed, &clock);
-  Status st = coord.Run();
+  const Status st = testing::RunJob(other, {.clients = Clients(2)}).status;
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
   EXPECT_NE(st.message().find("seed"), absl::string_view::npos);
 }
@@ -613,10 +597,7 @@ TEST_F(CoordinatorTest, TooFewClientsIsAClearError) {
   CoordinatorOptions o = Options(1, 5);
   o.min_clients = 5;
   o.wait_for_clients_ms = 5000;
-  ManualClock clock;
-  FakeFederation fed(Clients(2), models::Layout(o.model), &clock, 1);
-  Coordinator coord(o, &fed, &clock);
-  Status st = coord.Run();
+  const Status st = testing::RunJob(o, {.clients = Clients(2)}).status;
   EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
   EXPECT_NE(st.message().find("only 2 of the 5"), absl::string_view::npos) << st;
 }
