@@ -734,10 +734,7 @@ TEST_F(DpCoordinatorTest, LedgerIsWrittenAndTheBudgetStopsTheJob) {
   EXPECT_EQ(ledger->entries()[0].noise, "seeded (NOT PRIVATE)");
 
   // A fresh start in the same directory would forget the spend: refused.
-  ManualClock clock;
-  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
-  Coordinator again(o, &fed, &clock);
-  Status st = again.Run();
+  const Status st = testing::RunJob(o, {.clients = Clients(3)}).status;
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
   EXPECT_NE(st.message().find("--resume"), absl::string_view::npos) << st;
   // Resuming replays the ledger: the budget is already spent, so no round runs.
@@ -760,15 +757,13 @@ TEST_F(DpCoordinatorTest, ABudgetStopEvaluatesTheReleasedModel) {
     ++evaluations;
     return models::EvalStats{0.7, 0.5, 100};
   };
-  ManualClock clock;
-  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
-  Coordinator coord(o, &fed, &clock, eval);
-  ASSERT_TRUE(coord.Run().ok());
-  EXPECT_EQ(coord.summary().rounds_completed, 4u);
-  EXPECT_FALSE(coord.summary().stop_reason.empty());
+  const testing::JobRun job = testing::RunJob(o, {.clients = Clients(3), .evaluator = eval});
+  ASSERT_TRUE(job.status.ok());
+  EXPECT_EQ(job.summary.rounds_completed, 4u);
+  EXPECT_FALSE(job.summary.stop_reason.empty());
   EXPECT_EQ(evaluations, 1);
-  ASSERT_TRUE(coord.summary().final_test_accuracy.has_value()) << "the released model is scored";
-  EXPECT_EQ(*coord.summary().best_round, 4u);
+  ASSERT_TRUE(job.summary.final_test_accuracy.has_value()) << "the released model is scored";
+  EXPECT_EQ(*job.summary.best_round, 4u);
 }
 
 TEST_F(DpCoordinatorTest, ARunThatAcceptedNoUpdateFailsOnlyAfterEveryRoundWasReleased) {
@@ -915,9 +910,7 @@ TEST_F(DpCoordinatorTest, TheDenominatorIsTheConfiguredExpectedCohortNotThePopul
   }
   CoordinatorOptions o = DpOptions(1, 3, 1.0, "denominator_missing");
   o.privacy.expected_cohort_size.reset();
-  ManualClock clock;
-  FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
-  Status st = Coordinator(o, &fed, &clock).Run();
+  const Status st = testing::RunJob(o, {.clients = Clients(3)}).status;
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_NE(st.message().find("expected_cohort_size"), absl::string_view::npos) << st;
 }
@@ -931,9 +924,7 @@ TEST_F(DpCoordinatorTest, ResumeIsRefusedWhenTheLedgerDoesNotCoverTheCheckpoint)
   std::filesystem::remove(ledger);
   o.resume = true;
   {
-    ManualClock clock;
-    FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
-    Status st = Coordinator(o, &fed, &clock).Run();
+    const Status st = testing::RunJob(o, {.clients = Clients(3)}).status;
     EXPECT_TRUE(absl::IsDataLoss(st)) << st;
     EXPECT_NE(st.message().find("says 3 entries"), absl::string_view::npos) << st;
     EXPECT_FALSE(std::filesystem::exists(ledger));
@@ -941,9 +932,7 @@ TEST_F(DpCoordinatorTest, ResumeIsRefusedWhenTheLedgerDoesNotCoverTheCheckpoint)
   // Its mark deleted too: the checkpoint still shows the loss.
   std::filesystem::remove(ledger + privacy::kMarkSuffix);
   {
-    ManualClock clock;
-    FakeFederation fed(Clients(3), models::Layout(o.model), &clock, 1);
-    Status st = Coordinator(o, &fed, &clock).Run();
+    const Status st = testing::RunJob(o, {.clients = Clients(3)}).status;
     EXPECT_TRUE(absl::IsDataLoss(st)) << st;
     EXPECT_NE(st.message().find("round 1"), absl::string_view::npos) << st;
   }
