@@ -80,7 +80,15 @@ TEST_F(FootprintTest, BinaryNeedsNoCudaLibrary) {
 }
 
 // Linked eagerly, cuBLAS, cuBLASLt and NCCL put `huddle --help` at 223 MiB; without them it
-// takes 11 MiB (docs/deployment.md). 100 MiB leaves room for sanitizer builds.
+// takes 11-13 MiB (docs/deployment.md), and 100 MiB is the bound. Under AddressSanitizer its
+// shadow memory and allocator alone put `--help` at 101-104 MiB (RelWithDebInfo at -O1), so the
+// bound there is 160 MiB: still under what the CUDA libraries would add to it.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr long kHelpPeakBoundKiB = 160 * 1024;
+#else
+constexpr long kHelpPeakBoundKiB = 100 * 1024;
+#endif
+
 TEST_F(FootprintTest, HelpDoesNotMapTheCudaLibraries) {
   std::string log;
   ASSERT_EQ(Huddle({"--help"}, kMissingPlugin, &log), 0) << log;
@@ -88,7 +96,7 @@ TEST_F(FootprintTest, HelpDoesNotMapTheCudaLibraries) {
   ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &children), 0);
   // ru_maxrss (KiB) of the largest child reaped so far: this test's only one unless the whole
   // binary runs in one process, where the CPU job below peaks far under the bound too.
-  EXPECT_LT(children.ru_maxrss, 100 * 1024)
+  EXPECT_LT(children.ru_maxrss, kHelpPeakBoundKiB)
       << "huddle --help peaked at " << children.ru_maxrss / 1024 << " MiB";
 }
 
