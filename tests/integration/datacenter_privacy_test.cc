@@ -1,8 +1,8 @@
 // Integration tests of `huddle datacenter` with train.dp_sgd and its privacy ledger
-// (datacenter/privacy_session.h): the ledger counts every step any output reflected, whatever moment
-// the job is killed at; the start rules (no ledger overwritten, a ledger that does not cover the
-// checkpoint refused, the budget over all sessions); zero noise reported as not private everywhere;
-// public and operator-only outputs kept apart; and privacy.json.
+// (datacenter/privacy_session.h): the ledger counts every step any output reflected, whatever
+// moment the job is killed at; the start rules (no ledger overwritten, a ledger that does not cover
+// the checkpoint refused, the budget over all sessions); zero noise reported as not private
+// everywhere; public and operator-only outputs kept apart; and privacy.json.
 #include <gtest/gtest.h>
 
 #include <algorithm>
