@@ -17,8 +17,14 @@ constexpr int kTermBits = 51;                          // every |q| <= 2^51
 constexpr int64_t kMaxBound = int64_t{1} << 62;        // capacity: sum of term bounds
 constexpr int64_t kMaxWeightLimit = int64_t{1} << 53;  // weights convert to double exactly
 constexpr int64_t kMaxElements = int64_t{1} << 40;
-// Fold works in chunks so that a bad value stops it early and the rollback stays short.
+// Fold works in chunks, so that a bad value stops it early and the rollback stays short, and so
+// that a chunk whose terms must move from the int32 partial sums to the int64 sums is re-read from
+// cache. A chunk's partial sums carry one running bound on their magnitude.
 constexpr size_t kChunk = size_t{1} << 14;
+constexpr int64_t kNarrowMax = (int64_t{1} << 31) - 1;
+// Above this term bound a fold that does not fit the partial sums goes to the int64 sums instead of
+// emptying them first: emptying costs a pass over both, worth it when at least 32 folds follow.
+constexpr int64_t kNarrowRefill = int64_t{1} << 26;
 
 int CeilLog2(int64_t n) {  // n >= 1
   return n == 1 ? 0 : 64 - std::countl_zero(static_cast<uint64_t>(n - 1));
@@ -88,6 +94,7 @@ StatusOr<StreamingAggregator> StreamingAggregator::Create(ModelLayout layout,
   StreamingAggregator agg(std::move(layout), options, fraction_bits);
   try {
     agg.acc_.assign(static_cast<size_t>(total), 0);
+    agg.narrow_.assign(static_cast<size_t>(total), 0);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate accumulators for ", total, " parameters"));
@@ -99,11 +106,18 @@ StreamingAggregator::StreamingAggregator(ModelLayout layout, AggregatorOptions o
                                          int fraction_bits)
     : layout_(std::move(layout)) {
   offsets_.reserve(layout_.size());
+  chunk_offsets_.reserve(layout_.size());
   size_t offset = 0;
+  size_t chunks = 0;
   for (const TensorSpec& spec : layout_) {
+    const auto n = static_cast<size_t>(spec.NumElements());
     offsets_.push_back(offset);
-    offset += static_cast<size_t>(spec.NumElements());
+    chunk_offsets_.push_back(chunks);
+    offset += n;
+    chunks += (n + kChunk - 1) / kChunk;
   }
+  narrow_bound_.assign(chunks, 0);
+  chunk_wide_.assign(chunks, 0);
   SetOptions(options, fraction_bits);
 }
 
@@ -117,6 +131,8 @@ void StreamingAggregator::SetOptions(const AggregatorOptions& options, int fract
 
 void StreamingAggregator::Reset() {
   std::fill(acc_.begin(), acc_.end(), 0);
+  std::fill(narrow_.begin(), narrow_.end(), 0);
+  std::fill(narrow_bound_.begin(), narrow_bound_.end(), 0);
   bound_ = 0;
   count_ = 0;
   total_weight_ = 0;
@@ -178,15 +194,14 @@ Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors
   const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
   for (size_t t = 0; t < tensors.size(); ++t) {
     const std::span<const float> x = tensors[t];
-    uint64_t* acc = acc_.data() + offsets_[t];
-    for (size_t begin = 0; begin < x.size(); begin += kChunk) {
+    for (size_t begin = 0, chunk = chunk_offsets_[t]; begin < x.size(); begin += kChunk, ++chunk) {
       const size_t n = std::min(kChunk, x.size() - begin);
-      if (!kernels::AddFixedPoint(x.data() + begin, n, scale, abs_bits_limit_, acc + begin)) {
-        continue;
-      }
+      if (AddChunk(x.data() + begin, n, scale, offsets_[t] + begin, chunk)) continue;
       size_t bad = begin;
-      while (kernels::exact_sum_math::AboveAbsBits(x[bad], abs_bits_limit_) == 0) ++bad;
-      RollBack(tensors, t, begin + n, scale);
+      while (kernels::exact_sum_math::AbsBits(x[bad]) <= static_cast<int32_t>(abs_bits_limit_)) {
+        ++bad;
+      }
+      RollBack(tensors, t, begin, scale);
       return absl::InvalidArgumentError(
           DescribeBadValue(layout_[t].name, bad, x[bad], options_.max_abs_value));
     }
@@ -197,8 +212,54 @@ Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors
   return absl::OkStatus();
 }
 
+bool StreamingAggregator::AddChunk(const float* x, size_t n, double scale, size_t offset,
+                                   size_t chunk) {
+  uint64_t* wide = acc_.data() + offset;
+  int32_t* narrow = narrow_.data() + offset;
+  if (chunk_wide_[chunk] != 0) {
+    const uint32_t max_abs_bits = kernels::AddFixedPoint(x, n, scale, wide);
+    if (max_abs_bits > abs_bits_limit_) {
+      kernels::SubtractFixedPoint(x, n, scale, wide);
+      return false;
+    }
+    // Try the partial sums again next time if terms this small would fit them.
+    const int64_t term_bound = kernels::TermBound(max_abs_bits, scale);
+    chunk_wide_[chunk] =
+        term_bound > kNarrowRefill && term_bound > kNarrowMax - narrow_bound_[chunk];
+    return true;
+  }
+  // Optimistically into the partial sums, in one pass that also finds the largest value; if the
+  // chunk's bound then shows a partial sum could have left the int32 range, the (possibly wrapped)
+  // additions are undone exactly and the terms go elsewhere.
+  const uint32_t max_abs_bits = kernels::AddFixedPointNarrow(x, n, scale, narrow);
+  if (max_abs_bits > abs_bits_limit_) {
+    kernels::SubtractFixedPointNarrow(x, n, scale, narrow);
+    return false;
+  }
+  const int64_t term_bound = kernels::TermBound(max_abs_bits, scale);
+  int64_t& bound = narrow_bound_[chunk];
+  if (term_bound <= kNarrowMax - bound) {
+    bound += term_bound;
+    return true;
+  }
+  kernels::SubtractFixedPointNarrow(x, n, scale, narrow);
+  if (term_bound <= kNarrowRefill) {
+    kernels::MoveNarrowToWide(narrow, n, wide);
+    kernels::AddFixedPointNarrow(x, n, scale, narrow);
+    bound = term_bound;
+  } else {
+    // Terms this large would fill the partial sums again within a few folds.
+    kernels::AddFixedPoint(x, n, scale, wide);
+    chunk_wide_[chunk] = 1;
+  }
+  return true;
+}
+
 void StreamingAggregator::RollBack(std::span<const std::span<const float>> tensors, size_t tensor,
                                    size_t end, double scale) {
+  // Every term is subtracted from the int64 sums, wherever it was added: the sum of the two parts
+  // is restored exactly (uint64 arithmetic wraps), and a partial sum's running bound, left as it
+  // was, still bounds it.
   for (size_t t = 0; t <= tensor; ++t) {
     const size_t n = t == tensor ? end : tensors[t].size();
     kernels::SubtractFixedPoint(tensors[t].data(), n, scale, acc_.data() + offsets_[t]);
@@ -216,8 +277,9 @@ Status StreamingAggregator::Finalize(double divisor, TensorList* out) const {
     Tensor& tensor = (*out)[t];
     if (tensor.spec != layout_[t]) tensor.spec = layout_[t];
     tensor.data.resize(static_cast<size_t>(layout_[t].NumElements()));
-    const int64_t bad = kernels::FixedPointToFloat(acc_.data() + offsets_[t], tensor.data.size(),
-                                                   inv_scale, divisor, tensor.data.data());
+    const int64_t bad =
+        kernels::FixedPointToFloat(acc_.data() + offsets_[t], narrow_.data() + offsets_[t],
+                                   tensor.data.size(), inv_scale, divisor, tensor.data.data());
     if (bad >= 0) {
       return absl::OutOfRangeError(absl::StrFormat(
           "tensor '%s' element %d: the sum divided by %g is outside the float range",

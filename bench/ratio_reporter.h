@@ -42,10 +42,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
   RatioReporter(Classify classify, std::string numerator, std::string denominator,
                 std::string ratio_name, std::vector<std::string> counters = {"bytes_per_second"})
       : classify_(std::move(classify)),
-        numerator_(std::move(numerator)),
         denominator_(std::move(denominator)),
-        ratio_name_(std::move(ratio_name)),
-        counters_(std::move(counters)) {}
+        counters_(std::move(counters)) {
+    ratios_.emplace_back(std::move(numerator), std::move(ratio_name));
+  }
+
+  // Also reports `ratio_name` = `numerator`'s rate over the same denominator's, per group.
+  void AddRatio(std::string numerator, std::string ratio_name) {
+    ratios_.emplace_back(std::move(numerator), std::move(ratio_name));
+  }
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ForEachRate(runs, counters_,
@@ -61,13 +66,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::Finalize();
     for (const std::string& counter : counters_) {
       for (const auto& [group, by_variant] : rates_[counter]) {
-        auto num = by_variant.find(numerator_);
-        auto den = by_variant.find(denominator_);
-        if (num == by_variant.end() || den == by_variant.end()) continue;
-        GetOutputStream() << group << " " << counter << ": " << numerator_ << " "
-                          << num->second.rate / 1e9 << " G/s, " << denominator_ << " "
-                          << den->second.rate / 1e9 << " G/s, " << ratio_name_ << " = "
-                          << num->second.rate / den->second.rate << "\n";
+        for (const auto& [numerator, ratio_name] : ratios_) {
+          auto num = by_variant.find(numerator);
+          auto den = by_variant.find(denominator_);
+          if (num == by_variant.end() || den == by_variant.end()) continue;
+          GetOutputStream() << group << " " << counter << ": " << numerator << " "
+                            << num->second.rate / 1e9 << " G/s, " << denominator_ << " "
+                            << den->second.rate / 1e9 << " G/s, " << ratio_name << " = "
+                            << num->second.rate / den->second.rate << "\n";
+        }
       }
     }
   }
@@ -78,10 +85,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
     bool median = false;
   };
   Classify classify_;
-  std::string numerator_;
   std::string denominator_;
-  std::string ratio_name_;
   std::vector<std::string> counters_;
+  std::vector<std::pair<std::string, std::string>> ratios_;  // {numerator, ratio name}
   // counter -> group -> variant -> rate
   std::map<std::string, std::map<std::string, std::map<std::string, Measurement>>> rates_;
 };

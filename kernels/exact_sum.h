@@ -12,9 +12,16 @@
 // garbage term of a rejected value (NaN, inf, out of bound) wraps instead of overflowing;
 // subtracting the same term restores the accumulator exactly.
 //
-// Instruction sets: the add loop is compiled for AVX2 and for baseline x86-64 and the loader picks
-// one (target_clones). Both compute the same IEEE operations (no contraction into FMA:
+// Instruction sets: the add loops are compiled for x86-64-v4 (AVX-512, whose one-instruction
+// narrowing of 64-bit lanes is most of the int32 path's speed), AVX2 and baseline x86-64, and the
+// loader picks one (target_clones). All compute the same IEEE operations (no contraction into FMA:
 // -ffp-contract=off, huddle_kernels' flags), so the results are bitwise identical.
+//
+// Narrow sums: the same terms can also be added into int32 partial sums, 4 bytes of accumulator
+// traffic a value instead of 8. The additions wrap modulo 2^32, so they are exact while every
+// partial sum stays in [-2^31, 2^31) and exactly undone by the matching subtraction otherwise;
+// StreamingAggregator keeps a running bound per chunk of partial sums, checks it after each add
+// (TermBound of the largest value the add saw) and moves a chunk's terms elsewhere when it fails.
 //
 // Thread-safety: pure functions; callers own the buffers.
 #pragma once
@@ -33,19 +40,35 @@ int64_t FixedPointReference(float x, double scale);
 // larger patterns than any finite float, so one integer comparison rejects them too.
 uint32_t AbsBitsLimit(double max_abs);
 
-// acc[i] += q(x[i]) for i in [0, n). Returns true iff some x[i] fails the check above against
-// abs_bits_limit; such elements still receive a deterministic term, which SubtractFixedPoint
-// removes exactly. x and acc must not overlap.
-bool AddFixedPoint(const float* x, size_t n, double scale, uint32_t abs_bits_limit, uint64_t* acc);
+// A bound on |q(x)| for every float x with (bits(x) & 0x7fffffff) <= max_abs_bits (a finite
+// float's pattern): ceil(|double(f) * scale|) for that largest f, since the rounding is monotonic.
+int64_t TermBound(uint32_t max_abs_bits, double scale);
+
+// acc[i] += q(x[i]) for i in [0, n). Returns the largest (bits(x[i]) & 0x7fffffff), 0 for n == 0:
+// compared with AbsBitsLimit, whether every |x[i]| is within the bound; otherwise the largest
+// |x[i]|, for TermBound. An element that fails that check still receives a deterministic term,
+// which SubtractFixedPoint removes exactly. x and acc must not overlap.
+uint32_t AddFixedPoint(const float* x, size_t n, double scale, uint64_t* acc);
 
 // acc[i] -= q(x[i]) for i in [0, n): the exact inverse of AddFixedPoint with the same arguments.
 void SubtractFixedPoint(const float* x, size_t n, double scale, uint64_t* acc);
 
-// out[i] = float((double(int64(acc[i])) * inv_scale) / divisor) for i in [0, n). Returns the
-// index of the first element whose result is outside the float range, or -1 (then all of out is
-// written). inv_scale is a power of two, so the only roundings are int64 -> double (exact below
-// 2^53), the division, and double -> float.
-int64_t FixedPointToFloat(const uint64_t* acc, size_t n, double inv_scale, double divisor,
-                          float* out);
+// narrow[i] += q(x[i]) modulo 2^32 for i in [0, n): the int32 sum when no partial sum leaves the
+// int32 range (see the top). Returns what AddFixedPoint returns. x and narrow must not overlap.
+uint32_t AddFixedPointNarrow(const float* x, size_t n, double scale, int32_t* narrow);
+
+// narrow[i] -= q(x[i]) modulo 2^32: the exact inverse of AddFixedPointNarrow, wrapped or not.
+void SubtractFixedPointNarrow(const float* x, size_t n, double scale, int32_t* narrow);
+
+// wide[i] += narrow[i]; narrow[i] = 0 for i in [0, n): moves partial sums into the int64 sums.
+void MoveNarrowToWide(int32_t* narrow, size_t n, uint64_t* wide);
+
+// out[i] = float((double(s) * inv_scale) / divisor) for i in [0, n), where s is the sum
+// int64(acc[i]) + narrow[i] (narrow may be null: no partial sums). Returns the index of the first
+// element whose result is outside the float range, or -1 (then all of out is written). inv_scale
+// is a power of two, so the only roundings are int64 -> double (exact below 2^53), the division,
+// and double -> float.
+int64_t FixedPointToFloat(const uint64_t* acc, const int32_t* narrow, size_t n, double inv_scale,
+                          double divisor, float* out);
 
 }  // namespace huddle::kernels

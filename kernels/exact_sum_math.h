@@ -30,11 +30,12 @@ HUDDLE_HD inline uint64_t FixedPointTerm(float x, double scale) {
   return RoundToInteger(hd::Mul(static_cast<double>(x), scale));
 }
 
-// 1 when (bits(x) & 0x7fffffff) > abs_bits_limit, else 0: |x| above the limit, inf or NaN. Integer
-// arithmetic on the float's bits rather than a comparison, because baseline SSE2 cannot vectorise
-// the select that a comparison-to-flag becomes ((limit - |bits|) >> 31 is the borrow).
-HUDDLE_HD inline uint32_t AboveAbsBits(float x, uint32_t abs_bits_limit) {
-  return (abs_bits_limit - (hd::FloatBits(x) & 0x7fffffffu)) >> 31;
+// |x| as its bit pattern with the sign cleared: orders like |x| among finite floats, with inf and
+// NaN above every finite float, so one integer comparison with a bound's pattern (AbsBitsLimit)
+// rejects values above the bound, infinities and NaNs together. int32 (the pattern is below 2^31)
+// so that a running maximum vectorises on baseline SSE2, which has no unsigned 32-bit compare.
+HUDDLE_HD inline int32_t AbsBits(float x) {
+  return static_cast<int32_t>(hd::FloatBits(x) & 0x7fffffffu);
 }
 
 }  // namespace huddle::kernels::exact_sum_math

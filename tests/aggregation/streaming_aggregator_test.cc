@@ -160,6 +160,87 @@ TEST(StreamingAggregatorTest, AnyFoldOrderGivesIdenticalBits) {
   EXPECT_TRUE(naive_differs) << "the test inputs should make a plain float sum order-dependent";
 }
 
+// Fold's chunk (kChunk in streaming_aggregator.cc): values in one chunk share a path.
+constexpr size_t kFoldChunk = 16384;
+
+// An update whose chunks are each either small (terms below 2^26 at 16 fraction bits and weights
+// up to 255: the int32 partial sums, full after ~32 folds) or large (up to 1024: the int64 sums).
+Update MixedUpdate(Rng& rng, const ModelLayout& layout) {
+  Update u;
+  u.weight = 1 + static_cast<int64_t>(rng.UniformInt(255));
+  for (const TensorSpec& spec : layout) {
+    std::vector<float> v(static_cast<size_t>(spec.NumElements()));
+    for (size_t begin = 0; begin < v.size(); begin += kFoldChunk) {
+      const double max_abs = rng.UniformInt(4) == 0 ? 1024.0 : 4.0;
+      for (size_t i = begin; i < std::min(v.size(), begin + kFoldChunk); ++i) {
+        const double magnitude = std::ldexp(max_abs, -static_cast<int>(rng.UniformInt(25)));
+        v[i] = static_cast<float>((2 * rng.Uniform() - 1) * magnitude);
+      }
+    }
+    u.values.push_back(std::move(v));
+  }
+  return u;
+}
+
+// Every path a term can take (the int32 partial sums, emptying them into the int64 sums when full,
+// the int64 sums directly), chunk by chunk within one update: the sum is still exact, and still
+// independent of the order.
+TEST(StreamingAggregatorTest, PartialSumsAndWideSumsGiveTheExactSum) {
+  Rng rng(23);
+  StreamingAggregator agg =
+      MakeAggregator({.max_weight = 255, .max_abs_value = 1024.0, .fraction_bits = 16});
+  std::vector<Update> updates;
+  for (int k = 0; k < 120; ++k) updates.push_back(MixedUpdate(rng, agg.layout()));
+  std::vector<size_t> order(updates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  int64_t total_weight = 0;
+  for (const Update& u : updates) total_weight += u.weight;
+  const TensorList want =
+      ExactReference(agg.layout(), updates, 16, static_cast<double>(total_weight));
+  for (int permutation = 0; permutation < 3; ++permutation) {
+    agg.Reset();
+    if (permutation > 0) rng.Shuffle(order);
+    for (size_t k : order) ASSERT_TRUE(agg.Fold(updates[k].Spans(), updates[k].weight).ok());
+    TensorList mean;
+    ASSERT_TRUE(agg.WeightedMean(&mean).ok());
+    EXPECT_TRUE(testing::BitwiseEqual(mean, want)) << "permutation " << permutation;
+  }
+}
+
+// A rejected update whose earlier chunks went to the int32 partial sums: the rollback restores
+// every sum, and later folds (which may then empty the partial sums) stay exact.
+TEST(StreamingAggregatorTest, RollbackAfterPartialSumsRestoresTheSums) {
+  Rng rng(29);
+  StreamingAggregator agg =
+      MakeAggregator({.max_weight = 255, .max_abs_value = 1024.0, .fraction_bits = 16});
+  const Update good = MixedUpdate(rng, agg.layout());
+  ASSERT_TRUE(agg.Fold(good.Spans(), good.weight).ok());
+  TensorList before;
+  ASSERT_TRUE(agg.Finalize(1.0, &before).ok());
+  for (int k = 0; k < 60; ++k) {
+    Update bad = MixedUpdate(rng, agg.layout());
+    bad.values[k % 2 == 0 ? 1 : 0][k % 2 == 0 ? 5 : 2 * kFoldChunk + 7] = NAN;
+    ASSERT_EQ(agg.Fold(bad.Spans(), bad.weight).code(), absl::StatusCode::kInvalidArgument);
+    TensorList after;
+    ASSERT_TRUE(agg.Finalize(1.0, &after).ok());
+    ASSERT_TRUE(testing::BitwiseEqual(before, after)) << "rejection " << k;
+  }
+  Update negated = good;
+  for (auto& v : negated.values) {
+    for (float& x : v) x = -x;
+  }
+  for (int k = 0; k < 40; ++k) {  // enough to fill and empty the partial sums again
+    ASSERT_TRUE(agg.Fold(good.Spans(), good.weight).ok());
+    ASSERT_TRUE(agg.Fold(negated.Spans(), negated.weight).ok());
+  }
+  ASSERT_TRUE(agg.Fold(negated.Spans(), negated.weight).ok());
+  TensorList zero;
+  ASSERT_TRUE(agg.Finalize(1.0, &zero).ok());
+  for (const Tensor& t : zero) {
+    for (float x : t.data) ASSERT_EQ(x, 0.0f) << t.name();
+  }
+}
+
 struct BadValueCase {
   const char* where;
   size_t tensor;
