@@ -13,8 +13,8 @@
 # global only the symbols of namespace huddle::kernels::isa_<name> (every other definition becomes
 # local to that object), and removes the COMDAT groups (the final link deduplicates groups by
 # signature name even when the signature symbol is local). It then refuses a baseline object that
-# holds any VEX-encoded instruction, and an AVX2 object without fused multiply-adds (the flags did
-# not take effect).
+# holds any VEX-encoded instruction, an AVX2 object without fused multiply-adds and an AVX-512
+# object without 512-bit ones (the flags did not take effect).
 set(HUDDLE_CPU_ISA_OBJECT_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_object.cmake)
 
 # The sets, baseline first. Names match kernels/cpu_isa.h's CpuIsa. x86-64 only: elsewhere the
@@ -26,6 +26,12 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   # AVX2 + FMA (the GEMM kernels of x86-64-v3); chosen where __builtin_cpu_supports reports both.
   list(APPEND HUDDLE_CPU_ISAS avx2)
   set(HUDDLE_CPU_ISA_FLAGS_avx2 -march=x86-64 -mavx2 -mfma -mtune=haswell)
+  # AVX-512 F/CD/BW/DQ/VL (x86-64-v4), 512-bit vectors in Eigen's GEMM and in the loops GCC
+  # vectorises. GCC 12 warns of uninitialized values inside its own avx512fintrin.h when Eigen's
+  # packet code is inlined (its intrinsics leave a pass-through operand undefined on purpose).
+  list(APPEND HUDDLE_CPU_ISAS avx512)
+  set(HUDDLE_CPU_ISA_FLAGS_avx512 -march=x86-64-v4 -mtune=skylake-avx512
+    -mprefer-vector-width=512 $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized -Wno-uninitialized>)
 endif()
 
 function(huddle_add_cpu_isa_variants target)

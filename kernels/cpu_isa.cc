@@ -10,20 +10,40 @@
 namespace huddle::kernels {
 namespace {
 
+constexpr CpuIsa kAll[] = {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512};
+
+bool Built(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kBaseline:
+      return true;
+    case CpuIsa::kAvx2:
 #if HUDDLE_CPU_ISA_BUILT_avx2
-constexpr bool kAvx2Built = true;
+      return true;
 #else
-constexpr bool kAvx2Built = false;
+      return false;
 #endif
+    case CpuIsa::kAvx512:
+#if HUDDLE_CPU_ISA_BUILT_avx512
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
 
 // Why `isa` cannot run here (CpuIsaSupported(isa) is false).
 const char* Unsupported(CpuIsa isa) {
-  return isa == CpuIsa::kAvx2 && !kAvx2Built ? "this build has no such kernels"
-                                             : "this CPU lacks it";
+  return Built(isa) ? "this CPU lacks it" : "this build has no such kernels";
 }
 
 // The best set this build and CPU support.
-CpuIsa BestCpuIsa() { return CpuIsaSupported(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kBaseline; }
+CpuIsa BestCpuIsa() {
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+    if (CpuIsaSupported(isa)) return isa;
+  }
+  return CpuIsa::kBaseline;
+}
 
 const CpuIsaChoice& Startup() {
   static const auto* choice = new CpuIsaChoice(ChooseCpuIsa(std::getenv("HUDDLE_CPU_ISA")));
@@ -38,29 +58,43 @@ std::atomic<int>& Active() {
 
 }  // namespace
 
-const char* CpuIsaName(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "avx2" : "baseline"; }
+const char* CpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kBaseline:
+      break;
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
+  }
+  return "baseline";
+}
 
 StatusOr<CpuIsa> ParseCpuIsa(std::string_view text) {
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2}) {
+  for (CpuIsa isa : kAll) {
     if (text == CpuIsaName(isa)) return isa;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("CPU instruction set '", std::string(text), "' is not one of baseline, avx2"));
+  return absl::InvalidArgumentError(absl::StrCat("CPU instruction set '", std::string(text),
+                                                 "' is not one of baseline, avx2, avx512"));
 }
 
 bool CpuIsaSupported(CpuIsa isa) {
+  if (!Built(isa)) return false;
+#if defined(__x86_64__)
   switch (isa) {
     case CpuIsa::kBaseline:
       return true;
     case CpuIsa::kAvx2:
-#if HUDDLE_CPU_ISA_BUILT_avx2
-      // libgcc's checks include the OS's saving of the YMM registers (XGETBV).
+      // libgcc's checks include the OS's saving of the YMM (and ZMM) registers (XGETBV).
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-      return false;  // this build has no AVX2 kernels
-#endif
+    case CpuIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("fma");
   }
-  return false;
+#endif
+  return isa == CpuIsa::kBaseline;  // elsewhere only the baseline is built
 }
 
 CpuIsaChoice ChooseCpuIsa(const char* requested) {

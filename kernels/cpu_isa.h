@@ -2,15 +2,18 @@
 //
 // The shipped binary targets baseline x86-64. The kernels whose hot loops are Eigen GEMMs (the
 // sources passed to huddle_add_cpu_isa_variants in kernels/CMakeLists.txt) are also compiled for
-// AVX2 + FMA, and every call runs the variant of the active set (kernels/cpu_isa_variant.h):
+// AVX2 + FMA and for AVX-512, and every call runs the variant of the active set
+// (kernels/cpu_isa_variant.h):
 //
 //   kBaseline  x86-64 as shipped (SSE2); the only set on other architectures
 //   kAvx2      AVX2 + FMA (x86-64-v3's vector units), where __builtin_cpu_supports reports both
+//   kAvx512    AVX-512 F, CD, BW, DQ and VL (x86-64-v4), 512-bit vectors, where it reports all
 //
 // The first use picks the best set this CPU supports, unless the environment variable
-// HUDDLE_CPU_ISA names one (`baseline` or `avx2`), the one process-wide setting read from the
-// environment, for reproducing a run elsewhere. Results are bitwise reproducible per set, not
-// across sets: the AVX2 GEMM fuses multiply-adds and blocks differently. The code of kernels/hd.h
+// HUDDLE_CPU_ISA names one (`baseline`, `avx2` or `avx512`), the one process-wide setting read from
+// the environment, for reproducing a run elsewhere (or for a CPU whose clock drops under 512-bit
+// code). Results are bitwise reproducible per set, not across sets: the AVX2 and AVX-512 GEMMs
+// fuse multiply-adds and block differently. The code of kernels/hd.h
 // keeps -ffp-contract=off in every set.
 //
 // Thread-safety: all functions may be called from any thread. SetCpuIsa takes effect for kernel
@@ -24,9 +27,9 @@
 
 namespace huddle::kernels {
 
-enum class CpuIsa { kBaseline, kAvx2 };
+enum class CpuIsa { kBaseline, kAvx2, kAvx512 };
 
-// "baseline" or "avx2".
+// "baseline", "avx2" or "avx512".
 const char* CpuIsaName(CpuIsa isa);
 
 // Parses a name of CpuIsaName; the error quotes the text and lists the names.

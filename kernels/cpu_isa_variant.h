@@ -35,18 +35,33 @@
 #define HUDDLE_CPU_ISA_CASE_AVX2_(fn, ...)
 #endif
 
+#if HUDDLE_CPU_ISA_BUILT_avx512
+#define HUDDLE_CPU_ISA_DECLARE_AVX512_(fn)   \
+  namespace isa_avx512 {                     \
+  extern decltype(::huddle::kernels::fn) fn; \
+  }
+#define HUDDLE_CPU_ISA_CASE_AVX512_(fn, ...) \
+  case ::huddle::kernels::CpuIsa::kAvx512:   \
+    return isa_avx512::fn(__VA_ARGS__);
+#else
+#define HUDDLE_CPU_ISA_DECLARE_AVX512_(fn)
+#define HUDDLE_CPU_ISA_CASE_AVX512_(fn, ...)
+#endif
+
 // Declares isa_<set>::fn for every set built, with the type of the public huddle::kernels::fn.
 #define HUDDLE_CPU_ISA_DECLARE(fn)           \
   namespace isa_baseline {                   \
   extern decltype(::huddle::kernels::fn) fn; \
   }                                          \
-  HUDDLE_CPU_ISA_DECLARE_AVX2_(fn) static_assert(true)
+  HUDDLE_CPU_ISA_DECLARE_AVX2_(fn)           \
+  HUDDLE_CPU_ISA_DECLARE_AVX512_(fn) static_assert(true)
 
 // Returns isa_<active set>::fn(args...).
-#define HUDDLE_CPU_ISA_CALL(fn, ...)           \
-  switch (::huddle::kernels::ActiveCpuIsa()) { \
-    HUDDLE_CPU_ISA_CASE_AVX2_(fn, __VA_ARGS__) \
-    default:                                   \
-      return isa_baseline::fn(__VA_ARGS__);    \
+#define HUDDLE_CPU_ISA_CALL(fn, ...)             \
+  switch (::huddle::kernels::ActiveCpuIsa()) {   \
+    HUDDLE_CPU_ISA_CASE_AVX2_(fn, __VA_ARGS__)   \
+    HUDDLE_CPU_ISA_CASE_AVX512_(fn, __VA_ARGS__) \
+    default:                                     \
+      return isa_baseline::fn(__VA_ARGS__);      \
   }
 #endif

@@ -1,10 +1,13 @@
 // The per-instruction-set CPU kernels (kernels/cpu_isa.h): the choice and its override, and that
 // each set runs its own code. The baseline variant must equal, bit for bit, the same Eigen product
-// compiled here with the project's (baseline) flags, and the AVX2 variant must differ from it
-// (its GEMM fuses multiply-adds): had the link merged the sets' same-named template
-// instantiations (cmake/HuddleCpuIsa.cmake), one of the two would fail.
+// compiled here with the project's (baseline) flags, and the AVX2 and AVX-512 variants must differ
+// from it (their GEMMs fuse multiply-adds): had the link merged the sets' same-named template
+// instantiations (cmake/HuddleCpuIsa.cmake), one would fail. AVX2 and AVX-512 may round alike (each
+// output's multiply-adds run in the same order in both, unless the blocking differs), so that the
+// AVX-512 object holds 512-bit code is checked where it is linked (cmake/cpu_isa_object.cmake).
 #include "kernels/cpu_isa.h"
 
+#include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
@@ -51,18 +54,21 @@ class CpuIsaTest : public testing::Test {
 };
 
 TEST_F(CpuIsaTest, NamesRoundTrip) {
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2}) {
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     auto parsed = ParseCpuIsa(CpuIsaName(isa));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, isa);
   }
-  const auto bad = ParseCpuIsa("avx512");
+  const auto bad = ParseCpuIsa("avx-512");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "CPU instruction set 'avx512' is not one of baseline, avx2");
+  EXPECT_EQ(bad.status().message(),
+            "CPU instruction set 'avx-512' is not one of baseline, avx2, avx512");
 }
 
 TEST_F(CpuIsaTest, ChoiceFollowsTheOverrideOnlyWhenItCanRun) {
-  const CpuIsa best = CpuIsaSupported(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kBaseline;
+  const CpuIsa best = CpuIsaSupported(CpuIsa::kAvx512) ? CpuIsa::kAvx512
+                      : CpuIsaSupported(CpuIsa::kAvx2) ? CpuIsa::kAvx2
+                                                       : CpuIsa::kBaseline;
   EXPECT_EQ(ChooseCpuIsa(nullptr).isa, best);
   EXPECT_EQ(ChooseCpuIsa(nullptr).reason, "best this CPU supports");
   EXPECT_EQ(ChooseCpuIsa("").isa, best);
@@ -72,11 +78,17 @@ TEST_F(CpuIsaTest, ChoiceFollowsTheOverrideOnlyWhenItCanRun) {
   const CpuIsaChoice typo = ChooseCpuIsa("avx-2");
   EXPECT_EQ(typo.isa, best);
   EXPECT_EQ(typo.reason,
-            "HUDDLE_CPU_ISA ignored: CPU instruction set 'avx-2' is not one of baseline, avx2");
-  const CpuIsaChoice avx2 = ChooseCpuIsa("avx2");
-  EXPECT_EQ(avx2.isa, best);
-  if (!CpuIsaSupported(CpuIsa::kAvx2)) {
-    EXPECT_NE(avx2.reason.find("ignored"), std::string::npos) << avx2.reason;
+            "HUDDLE_CPU_ISA ignored: CPU instruction set 'avx-2' is not one of baseline, avx2, "
+            "avx512");
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    const CpuIsaChoice choice = ChooseCpuIsa(CpuIsaName(isa));
+    if (CpuIsaSupported(isa)) {
+      EXPECT_EQ(choice.isa, isa);
+      EXPECT_EQ(choice.reason, absl::StrCat("HUDDLE_CPU_ISA=", CpuIsaName(isa)));
+    } else {
+      EXPECT_EQ(choice.isa, best);
+      EXPECT_NE(choice.reason.find("ignored"), std::string::npos) << choice.reason;
+    }
   }
 }
 
@@ -84,9 +96,12 @@ TEST_F(CpuIsaTest, SetCpuIsaSwitchesTheActiveSet) {
   ASSERT_TRUE(SetCpuIsa(CpuIsa::kBaseline).ok());
   EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kBaseline);
   EXPECT_EQ(CpuIsaDescription().rfind("baseline", 0), 0u) << CpuIsaDescription();
-  const Status avx2 = SetCpuIsa(CpuIsa::kAvx2);
-  EXPECT_EQ(avx2.ok(), CpuIsaSupported(CpuIsa::kAvx2)) << avx2;
-  EXPECT_EQ(ActiveCpuIsa(), avx2.ok() ? CpuIsa::kAvx2 : CpuIsa::kBaseline);
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    ASSERT_TRUE(SetCpuIsa(CpuIsa::kBaseline).ok());
+    const Status set = SetCpuIsa(isa);
+    EXPECT_EQ(set.ok(), CpuIsaSupported(isa)) << set;
+    EXPECT_EQ(ActiveCpuIsa(), set.ok() ? isa : CpuIsa::kBaseline);
+  }
 }
 
 TEST_F(CpuIsaTest, BaselineVariantIsTheBaselineCode) {
@@ -103,6 +118,17 @@ TEST_F(CpuIsaTest, Avx2VariantRunsItsOwnCode) {
   EXPECT_EQ(avx2, Forward(CpuIsa::kAvx2));  // reproducible
   for (size_t i = 0; i < avx2.size(); ++i) {
     ASSERT_NEAR(avx2[i], baseline[i], 1e-4 * (1.0 + std::abs(baseline[i]))) << i;
+  }
+}
+
+TEST_F(CpuIsaTest, Avx512VariantRunsItsOwnCode) {
+  if (!CpuIsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU or build has no AVX-512";
+  const std::vector<float> avx512 = Forward(CpuIsa::kAvx512);
+  const std::vector<float> baseline = Forward(CpuIsa::kBaseline);
+  EXPECT_NE(avx512, baseline) << "the AVX-512 variant rounds exactly as the baseline";
+  EXPECT_EQ(avx512, Forward(CpuIsa::kAvx512));  // reproducible
+  for (size_t i = 0; i < avx512.size(); ++i) {
+    ASSERT_NEAR(avx512[i], baseline[i], 1e-4 * (1.0 + std::abs(baseline[i]))) << i;
   }
 }
 
@@ -123,7 +149,7 @@ TEST_F(CpuIsaTest, LargeWeightsForwardMatchesReference) {
       ref[r * kLarge.out + o] = acc;
     }
   }
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2}) {
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (!CpuIsaSupported(isa)) continue;
     ASSERT_TRUE(SetCpuIsa(isa).ok());
     std::vector<float> y(ref.size());

@@ -53,9 +53,10 @@ TEST(ScatteringTest, MatchesKymatio) {
       double sum = 0, weighted = 0;
       for (int64_t p = 0; p < size; ++p) {
         const float v = out[static_cast<size_t>(k * size + p)];
-        // (Equal to float rounding: Eigen's GEMM kernels round rows of a block differently.)
+        // (Equal to float rounding: Eigen's GEMM kernels round rows of a block differently; up
+        // to 2e-6 relative measured with the AVX-512 variant's 16-wide blocks.)
         ASSERT_NEAR(v, out[static_cast<size_t>((channels + k) * size + p)],
-                    1e-6 * (std::abs(v) + 1e-3))
+                    5e-6 * (std::abs(v) + 1e-3))
             << "channel " << k;
         sum += v;
         weighted += v * static_cast<double>(p + 1);
