@@ -12,8 +12,8 @@ extern const LayerType kMaxPool2d;     // max_pool2d.cc
 extern const LayerType kAvgPool2d;     // avg_pool2d.cc
 extern const LayerType kBatchNorm;     // batch_norm.cc
 extern const LayerType kGroupNorm;     // group_norm.cc
-extern const LayerType kRelu;          // relu.cc
-extern const LayerType kTanh;          // tanh.cc
+extern const LayerType kRelu;          // activation.cc
+extern const LayerType kTanh;          // activation.cc
 extern const LayerType kDropout;       // dropout.cc
 extern const LayerType kFlatten;       // flatten.cc
 extern const LayerType kScattering2d;  // scattering2d.cc
