@@ -322,11 +322,6 @@ std::vector<std::string> Coordinator::SampleCohort() {
 
 void Coordinator::FailMember(const std::string& id, const char* why) { sync_->FailMember(id, why); }
 
-transport::PeerId Coordinator::PeerOf(const std::string& id) const {
-  const Population::Client* c = population_.Find(id);
-  return c != nullptr ? c->peer : transport::PeerId();
-}
-
 StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
   const RoundMetrics& m = round.metrics;
   // Secure aggregation refused before unmasking, or discarded its sum.

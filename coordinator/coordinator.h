@@ -95,8 +95,6 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
             const std::function<std::string()>& detail) override;
   void FlushLogs();
   void FailMember(const std::string& id, const char* why) override;
-  // The connection `id` joined on ("" when it is not in the population).
-  transport::PeerId PeerOf(const std::string& id) const;
   void Reply(const transport::PeerId& peer, const wire::Message& msg);
   void Refuse(const transport::PeerId& peer, wire::ErrorCode code, const std::string& text,
               uint64_t round) override;

@@ -85,7 +85,7 @@ Status Coordinator::FederatedEvaluate(uint64_t round, RoundMetrics* metrics) {
     eval.metrics.asked++;
     wire::Message msg = wire::MakeMessage(std::move(instruction), round, "coordinator");
     msg.tensors = wire::ShareAll(global);
-    if (Status st = transport_->Send(PeerOf(id), msg); !st.ok()) {
+    if (Status st = transport_->Send(population_.PeerOf(id), msg); !st.ok()) {
       FailEvaluator(id, "is unreachable for its evaluation instruction");
     }
   }
@@ -185,7 +185,7 @@ void Coordinator::FailEvaluator(const std::string& id, const char* why) {
 }
 
 void Coordinator::OnEvaluateResult(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId peer = PeerOf(id);
+  const transport::PeerId peer = population_.PeerOf(id);
   if (!eval_ || msg.round != eval_->round) {
     // After its evaluation closed (a straggler), or for another round's model.
     CountStale();

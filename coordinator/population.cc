@@ -37,6 +37,11 @@ const Population::Client* Population::Find(const std::string& id) const {
   return it == clients_.end() ? nullptr : &it->second;
 }
 
+transport::PeerId Population::PeerOf(const std::string& id) const {
+  const Client* c = Find(id);
+  return c != nullptr ? c->peer : transport::PeerId();
+}
+
 const std::string* Population::IdOf(const transport::PeerId& peer) const {
   auto it = peer_to_id_.find(peer);
   return it == peer_to_id_.end() ? nullptr : &it->second;

@@ -51,6 +51,8 @@ class Population {
 
   // The client joined as `id`, or nullptr.
   const Client* Find(const std::string& id) const;
+  // The connection `id` joined on, or an empty PeerId if it is not joined (a send to it fails).
+  transport::PeerId PeerOf(const std::string& id) const;
   // The client id `peer` joined as, or nullptr.
   const std::string* IdOf(const transport::PeerId& peer) const;
   // Whether `id` is joined and live.

@@ -56,7 +56,7 @@ void Coordinator::OnRefusedSecAggMessage(const std::string& id, const std::strin
 }
 
 void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId peer = PeerOf(id);
+  const transport::PeerId peer = population_.PeerOf(id);
   if (!round_ || msg.round != round_->number || !round_->secure) {
     CountStale();
     Refuse(peer, wire::ErrorCode::kWrongRound,

@@ -95,7 +95,7 @@ bool SyncRound::Step(int64_t* wait_ms) {
 }
 
 void SyncRound::OnUploadRequest(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId peer = PeerOf(id);
+  const transport::PeerId peer = population_->PeerOf(id);
   if (!round_ || msg.round != round_->number) {
     host_->CountStale();
     host_->Refuse(peer, wire::ErrorCode::kWrongRound,
@@ -163,7 +163,7 @@ void SyncRound::GrantSlots() {
     const std::string id = *next;
     auto m = round.members.find(id);
     if (m == round.members.end() || m->second != MemberState::kWaitingSlot) continue;
-    const transport::PeerId peer = PeerOf(id);
+    const transport::PeerId peer = population_->PeerOf(id);
     Status st =
         transport_->Send(peer, wire::MakeMessage(wire::UploadGrant{}, round.number, "coordinator"));
     if (!st.ok()) {
@@ -187,7 +187,7 @@ void SyncRound::RevokeStaleGrants() {
 }
 
 void SyncRound::OnFitResult(const std::string& id, const wire::Message& msg) {
-  const transport::PeerId peer = PeerOf(id);
+  const transport::PeerId peer = population_->PeerOf(id);
   if (!round_ || msg.round != round_->number) {
     host_->CountStale();
     host_->Warn("results after their round closed", id, [&] {
@@ -285,11 +285,6 @@ void SyncRound::FailMember(const std::string& id, const char* why) {
   if (round.secure) round.secure->OnMemberFailed(id);  // a stage no longer waits for it
   spdlog::warn("round {}: client {} {}", round.number, id, why);
   GrantSlots();
-}
-
-transport::PeerId SyncRound::PeerOf(const std::string& id) const {
-  const Population::Client* c = population_->Find(id);
-  return c != nullptr ? c->peer : transport::PeerId();
 }
 
 void SyncRound::ExpireSilentClients() {

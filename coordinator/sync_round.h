@@ -119,8 +119,6 @@ class SyncRound {
  private:
   Status FoldResult(const std::string& id, const wire::Message& msg, const wire::FitResult& result,
                     int64_t* weight);
-  // The connection `id` joined on ("" when it is not in the population).
-  transport::PeerId PeerOf(const std::string& id) const;
   bool dp() const { return privacy_->enabled(); }
 
   const CoordinatorOptions* options_;
