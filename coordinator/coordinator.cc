@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_join.h"
@@ -459,24 +458,13 @@ Status Coordinator::Evaluate(uint64_t round, RoundMetrics* m) {
 
 Status Coordinator::SaveCheckpoint() {
   Checkpoint c;
-  c.completed_round = summary_.rounds_completed;
+  summary_.SaveTo(&c);
   c.model_version = model_version_;
   c.seed = options_.seed;
   c.rng_state = rng_.state();
   c.optimizer_state = optimizer_.state();
-  c.elapsed_s = summary_.elapsed_s;
-  c.bytes_in = summary_.bytes_in;
-  c.bytes_out = summary_.bytes_out;
   c.clip_norm = privacy_->clip_norm();
   c.privacy_mode = static_cast<int64_t>(options_.privacy.mode);
-  const double none = std::numeric_limits<double>::quiet_NaN();
-  c.final_test_accuracy = summary_.final_test_accuracy.value_or(none);
-  // A diverged model's loss (inf under the server's evaluator) is recorded as unknown: the
-  // checkpoint holds only values it reads back (CheckCheckpointValues).
-  c.final_test_loss = summary_.final_test_loss.value_or(none);
-  if (std::isinf(c.final_test_loss)) c.final_test_loss = none;
-  c.best_test_accuracy = summary_.best_test_accuracy.value_or(none);
-  c.best_round = summary_.best_round.value_or(0);
   c.model = std::move(model_);  // lent to the checkpoint, not copied (the model can be large)
   Status st = WriteCheckpoint(Path(options_.out_dir, kCheckpointFile), c);
   model_ = std::move(c.model);

@@ -2,6 +2,7 @@
 #include "coordinator/job_summary.h"
 
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -121,6 +122,19 @@ void JobSummary::ResumeFrom(const Checkpoint& ckpt) {
   final_test_loss = known(ckpt.final_test_loss);
   best_test_accuracy = known(ckpt.best_test_accuracy);
   if (ckpt.best_round > 0) best_round = ckpt.best_round;
+}
+
+void JobSummary::SaveTo(Checkpoint* ckpt) const {
+  ckpt->completed_round = rounds_completed;
+  ckpt->elapsed_s = elapsed_s;
+  ckpt->bytes_in = bytes_in;
+  ckpt->bytes_out = bytes_out;
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  ckpt->final_test_accuracy = final_test_accuracy.value_or(none);
+  ckpt->final_test_loss = final_test_loss.value_or(none);
+  if (std::isinf(ckpt->final_test_loss)) ckpt->final_test_loss = none;
+  ckpt->best_test_accuracy = best_test_accuracy.value_or(none);
+  ckpt->best_round = best_round.value_or(0);
 }
 
 }  // namespace huddle::coordinator

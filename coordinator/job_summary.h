@@ -48,6 +48,10 @@ struct JobSummary {
   std::string ToJson(const CoordinatorOptions& options) const;
   // A resumed job's counts and evaluations so far, from its checkpoint.
   void ResumeFrom(const Checkpoint& checkpoint);
+  // The inverse: writes those fields of `checkpoint` (unknown values as NaN; an infinite final
+  // loss, a diverged model's under the server's evaluator, as unknown too: a checkpoint holds
+  // only values it reads back, CheckCheckpointValues).
+  void SaveTo(Checkpoint* checkpoint) const;
 };
 
 // Refuses an out_dir that holds an earlier job's outputs (checkpoint, metrics, summary, model)
