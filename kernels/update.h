@@ -6,8 +6,9 @@
 //   norm    = sqrt(Σ double(delta_i)²)                  (one pass over memory)
 //   scale   = norm > C ? (C / norm) * (1 - 2^-20) : 1   (C = clip_norm; no clipping when C = 0)
 //   out[i]  = float(double(delta_i) * scale)             (second pass over memory)
-// The factor (1 - 2^-20) absorbs the float rounding of the output, so privacy::L2Norm of the
-// output stays below C (the clip that states the bound in privacy::L2Norm is models::ClipUpdate).
+// The factor (1 - 2^-20) absorbs the float rounding of the output, so the norm of the output, in
+// the same order (SquaredNorm below, which privacy::L2Norm, the norm every receiver checks, is),
+// stays below C.
 // A non-finite delta makes norm NaN and scale 0 (the caller must refuse the update). The pipeline
 // adds no noise: privacy noise is the exact discrete Gaussian of privacy/noise.h, added on the
 // host.
@@ -45,5 +46,10 @@ void UpdatePipeline(const UpdatePipelineParams& p, const float* local, const flo
 // concatenation x, bit for bit, without concatenating.
 void ClipInPlace(const UpdatePipelineParams& p, std::span<const std::span<float>> pieces,
                  UpdatePipelineStats* stats);
+
+// Σ double(x_i)² over the concatenation x of `pieces`, in the pipeline's order: the squared norm
+// UpdatePipeline and ClipInPlace compute, bit for bit, however the vector is split into pieces.
+// privacy::L2Norm is its square root: the one norm an update's bound is stated and checked in.
+double SquaredNorm(std::span<const std::span<const float>> pieces);
 
 }  // namespace huddle::kernels

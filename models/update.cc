@@ -40,9 +40,9 @@ Status ClipUpdate(double clip_norm, Update* update) {
   }
   update->norm = stats.norm;
   update->clipped = stats.scale != 1.0;
-  // The factor's margin keeps privacy::L2Norm of the result below the bound; this states the bound
-  // in that norm, the one every receiver checks (its summation order differs from the pipeline's).
-  if (clip_norm > 0) privacy::ClipToNorm(&update->delta, clip_norm);
+  // The margin keeps the clipped norm below C by about 2^-20 relative, far beyond the rounding of
+  // the sums; ClipToNorm checks it in the same norm, so the bound is enforced, not only argued.
+  if (update->clipped) privacy::ClipToNorm(&update->delta, clip_norm);
   return absl::OkStatus();
 }
 

@@ -68,11 +68,12 @@ StatusOr<Update> UpdateFromTrained(TensorList local, const TensorList& global, d
 // The client's clip, the one every update goes through once (TrainUpdate and UpdateFromTrained end
 // with it; a trainer's delta goes through it alone): update->delta scaled in place by the update
 // pipeline's factor (kernels::ClipInPlace: the norm in kernels/update_math.h's order over the
-// tensors in order, factor (C / norm)(1 - 2^-20) when norm > C), then held to the bound in the norm
-// receivers check, privacy::L2Norm, by privacy::ClipToNorm (a no-op unless the two summation orders
-// leave the first result within an ulp or two of C). Sets update->norm (before clipping) and
-// update->clipped. clip_norm: >= 0 and finite, 0 for no clipping. FailedPrecondition ("training
-// diverged") when the delta has a non-finite value; the delta is then unspecified.
+// tensors in order, factor (C / norm)(1 - 2^-20) when norm > C). That norm is privacy::L2Norm, the
+// one receivers check, and the factor's margin keeps the clipped delta's norm at most C (checked
+// once more by privacy::ClipToNorm when the delta was clipped, a no-op by that margin). Sets
+// update->norm (before clipping) and update->clipped. clip_norm: >= 0 and finite, 0 for no
+// clipping. FailedPrecondition ("training diverged") when the delta has a non-finite value; the
+// delta is then unspecified.
 Status ClipUpdate(double clip_norm, Update* update);
 
 }  // namespace huddle::models

@@ -1,55 +1,24 @@
 #include "privacy/clip.h"
 
 #include <cmath>
+#include <vector>
+
+#include "kernels/update.h"
 
 namespace huddle::privacy {
-namespace {
 
-// Sum of squares with four accumulators. Element j of the concatenation of all spans always goes
-// to accumulator j % 4, and the accumulators are combined in a fixed order, so the result depends
-// only on the sequence of values, not on how it is split into spans: the sender (a TensorList)
-// and the receiver (spans of frames) compute the same bits.
-class SumOfSquares {
- public:
-  void Add(std::span<const float> values) {
-    size_t i = 0;
-    const size_t n = values.size();
-    for (; i < n && lane_ != 0; ++i) AddOne(values[i]);
-    for (; i + 4 <= n; i += 4) {
-      const double a = values[i], b = values[i + 1], c = values[i + 2], d = values[i + 3];
-      acc_[0] += a * a;
-      acc_[1] += b * b;
-      acc_[2] += c * c;
-      acc_[3] += d * d;
-    }
-    for (; i < n; ++i) AddOne(values[i]);
-  }
-  // Float squares are at most 2^256 and there are fewer than 2^63 of them: no overflow, so the
-  // sum is inf or NaN only if a value is.
-  double Total() const { return (acc_[0] + acc_[1]) + (acc_[2] + acc_[3]); }
-
- private:
-  void AddOne(float v) {
-    const double x = v;
-    acc_[lane_] += x * x;
-    lane_ = (lane_ + 1) % 4;
-  }
-  double acc_[4] = {0, 0, 0, 0};
-  size_t lane_ = 0;
-};
-
-}  // namespace
-
+// The squares are summed in the update pipeline's order (kernels/update.h, SquaredNorm), a function
+// of each value's position in the concatenation alone: the client's clip, its own check, and the
+// receiver (spans of frames) compute the same bits.
 double L2Norm(std::span<const std::span<const float>> tensors) {
-  SumOfSquares sum;
-  for (std::span<const float> t : tensors) sum.Add(t);
-  return std::sqrt(sum.Total());
+  return std::sqrt(kernels::SquaredNorm(tensors));
 }
 
 double L2Norm(const TensorList& tensors) {
-  SumOfSquares sum;
-  for (const Tensor& t : tensors) sum.Add(t.data);
-  return std::sqrt(sum.Total());
+  std::vector<std::span<const float>> spans;
+  spans.reserve(tensors.size());
+  for (const Tensor& t : tensors) spans.emplace_back(t.data);
+  return L2Norm(spans);
 }
 
 // Invariant on return: result.norm_after == L2L2Norm(*tensors) <= clip_norm whenever the input norm

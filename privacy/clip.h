@@ -14,9 +14,12 @@
 
 namespace huddle::privacy {
 
-// sqrt(sum of squares) over every value of every span, accumulated in double. NaN if any value is
-// NaN, inf if any is inf. Deterministic, and the bits depend only on the sequence of values, not
-// on how it is split into spans or tensors (a receiver holding frames gets the sender's norm).
+// sqrt(sum of squares) over every value of every span, accumulated in double in the client update
+// pipeline's order (kernels::SquaredNorm): the one norm an update's bound is stated in, which the
+// client's clip (models::ClipUpdate), its privacy guard and every receiver compute. NaN if any
+// value is NaN, inf if any is inf. Deterministic, and the bits depend only on the sequence of
+// values, not on how it is split into spans or tensors (a receiver holding frames gets the
+// sender's norm).
 double L2Norm(std::span<const std::span<const float>> tensors);
 double L2Norm(const TensorList& tensors);
 
