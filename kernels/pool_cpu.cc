@@ -34,9 +34,56 @@ int64_t FirstMaxWithNan(const float* in, int64_t width, int64_t h_lo, int64_t h_
   return best_index;
 }
 
+// MaxPool2dForward for the common 2x2 window at stride 2 without padding: the general loop's
+// comparisons in its order (each window's four values row by row, a later value winning only when
+// strictly larger), as selects over a row of outputs that the compiler vectorises (pool_cpu.cc is
+// built with GCC's dynamic cost model, kernels/CMakeLists.txt), then the general NaN rule for the
+// windows of a row holding a NaN. The same results, bit for bit: maxima and indices are chosen,
+// never computed.
+void MaxPool2x2(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+  const int64_t oh_n = s.out_height(), ow_n = s.out_width(), planes = s.batch * s.channels;
+  const int64_t width = s.width;
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const float* in = x + plane * s.height * width;
+    for (int64_t oh = 0; oh < oh_n; ++oh, y += ow_n, argmax += ow_n) {
+      const float* r0 = in + 2 * oh * width;
+      const float* r1 = r0 + width;
+      const auto base = static_cast<int32_t>(2 * oh * width);
+      const auto w = static_cast<int32_t>(width);
+      for (int64_t ow = 0; ow < ow_n; ++ow) {
+        const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+        const int32_t at = base + static_cast<int32_t>(2 * ow);
+        float best = a;
+        int32_t index = at;
+        index = b > best ? at + 1 : index;
+        best = b > best ? b : best;
+        index = c > best ? at + w : index;
+        best = c > best ? c : best;
+        index = d > best ? at + w + 1 : index;
+        best = d > best ? d : best;
+        y[ow] = best;
+        argmax[ow] = index;
+      }
+      int nan = 0;  // (x != x: a NaN)
+      for (int64_t j = 0; j < 2 * ow_n; ++j) nan |= (r0[j] != r0[j]) | (r1[j] != r1[j]);
+      if (nan == 0) continue;
+      for (int64_t ow = 0; ow < ow_n; ++ow) {
+        const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+        if (!std::isnan(a) && !std::isnan(b) && !std::isnan(c) && !std::isnan(d)) continue;
+        argmax[ow] = static_cast<int32_t>(
+            FirstMaxWithNan(in, width, 2 * oh, 2 * oh + 2, 2 * ow, 2 * ow + 2, &y[ow]));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void MaxPool2dForward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+  if (s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 &&
+      s.pad_w == 0) {
+    return MaxPool2x2(s, x, y, argmax);
+  }
   const int64_t oh_n = s.out_height(), ow_n = s.out_width(), planes = s.batch * s.channels;
   for (int64_t plane = 0; plane < planes; ++plane) {
     const float* in = x + plane * s.height * s.width;

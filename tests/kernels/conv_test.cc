@@ -297,6 +297,7 @@ TEST_P(Pool2dTest, AvgForwardAndBackwardMatchLoops) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Pool2dTest,
                          ::testing::Values(Pool(2, 3, 6, 6, 2, 2, 2, 2, 0, 0),  // the usual 2x2
+                                           Pool(2, 2, 7, 5, 2, 2, 2, 2, 0, 0),  // on odd sizes
                                            Pool(1, 2, 5, 7, 3, 3, 2, 2, 1, 1),  // overlap, pad
                                            Pool(2, 1, 4, 5, 3, 2, 1, 2, 1, 1),  // non-square
                                            Pool(1, 1, 7, 7, 3, 3, 3, 3, 0, 0)   // floor drops
