@@ -2,8 +2,8 @@
 #include "coordinator/job_summary.h"
 
 #include <cmath>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_join.h"
