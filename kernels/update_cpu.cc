@@ -12,12 +12,11 @@ namespace {
 using update_math::kNormThreads;
 
 // Σ double(v_i)² over [0, n) in update_math's order, v_i the i-th value of the concatenation of
-// `pieces`, each value first mapped by `value` (float -> double; the pipeline's Delta(v, 0), which
-// is double(v)). Lane t of a block takes the block's elements t, t + kNormThreads, ... in
-// increasing order, so visiting the block's elements in order and handing element k to lane
-// k mod kNormThreads adds to every lane what the CUDA thread adds. Runs of kNormThreads values
-// within one piece take a loop over the lanes that the compiler vectorises (the same additions,
-// one per lane, so the same bits).
+// `pieces` (taken as the pipeline's Delta(v, 0), which is double(v)). Lane t of a block takes the
+// block's elements t, t + kNormThreads, ... in increasing order, so visiting the block's elements
+// in order and handing element k to lane k mod kNormThreads adds to every lane what the CUDA thread
+// adds. Runs of kNormThreads values within one piece take a loop over the lanes that the compiler
+// vectorises (the same additions, one per lane, so the same bits).
 template <typename T>
 double OrderedSquaredSum(std::span<const std::span<T>> pieces) {
   int64_t n = 0;
