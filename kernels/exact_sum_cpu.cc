@@ -18,12 +18,37 @@ using exact_sum_math::FixedPointTerm;
 constexpr size_t kBlock = 512;
 constexpr size_t kLanes = 8;
 
+// Each whole block first asks for the cache lines kPrefetchAhead values ahead of it, of x (1 KB
+// ahead) and of acc. The loop's arithmetic fills the core's window with about 16 instructions per
+// line of x, leaving too few lines in flight for the hardware prefetchers to hide last-level-cache
+// latency. Measured with bench/aggregation_bench on a 2-core AVX-512 VM: the int32 fold went from
+// 0.59 to 0.83-0.90 of memcpy at 1 M parameters from cache; 2 KB and more ahead was slower. A
+// prefetch past the end of a buffer is a hint and never faults; its address is formed as an
+// integer, since a pointer that far past an array's end would be undefined.
+constexpr size_t kPrefetchAhead = 256;
+constexpr size_t kLineBytes = 64;
+
+template <int kWrite, typename T>
+[[gnu::always_inline]] inline void PrefetchAhead(const T* p, size_t i) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
+                                                   (i + kPrefetchAhead) * sizeof(T)),
+                     kWrite, 3);
+}
+
 // One block of acc[i] += sign * q(x[i]) for the accumulator type Acc (uint64_t: the int64 sums;
 // uint32_t: the int32 partial sums, wrapping), with a running maximum of AbsBits.
 // Always inlined, so that each target clone below compiles them for its own instruction set.
 template <size_t N, typename Acc, bool kSubtract = false>
 [[gnu::always_inline]] inline int32_t AddBlock(const float* __restrict x, Acc* __restrict acc,
                                                double scale, int32_t m) {
+  if constexpr (N == kBlock) {
+    for (size_t i = 0; i < N; i += kLineBytes / sizeof(float)) {
+      PrefetchAhead<0>(x, i);
+    }
+    for (size_t i = 0; i < N; i += kLineBytes / sizeof(Acc)) {
+      PrefetchAhead<1>(acc, i);
+    }
+  }
   for (size_t i = 0; i < N; ++i) {
     m = std::max(m, AbsBits(x[i]));
     const Acc q = static_cast<Acc>(FixedPointTerm(x[i], scale));
