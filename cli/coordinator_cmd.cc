@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -95,10 +96,12 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
                 static_cast<long long>(s.evaluations_without_answers),
                 static_cast<long long>(s.federated_evaluations));
   }
-  if (s.epsilon && s.private_noise)
+  if (s.epsilon && s.not_private_because.empty()) {
     std::printf(" | epsilon %.4g at delta %g", *s.epsilon, *s.delta);
-  if (s.epsilon && !s.private_noise) {
-    std::printf(" | NOT PRIVATE (seeded noise; nominal epsilon %.4g)", *s.epsilon);
+  }
+  if (s.epsilon && !s.not_private_because.empty()) {
+    std::printf(" | NOT PRIVATE (%s; nominal epsilon %.4g)",
+                absl::StrJoin(s.not_private_because, "; ").c_str(), *s.epsilon);
   }
   std::printf(" | %.1f MB in, %.1f MB out\n", s.bytes_in / 1e6, s.bytes_out / 1e6);
   if (!s.stop_reason.empty()) std::printf("stopped early: %s\n", s.stop_reason.c_str());

@@ -106,7 +106,6 @@ Status Coordinator::Initialise() {
   privacy_.emplace(std::move(privacy));
   sync_.emplace(SyncRound::Parts{&options_, transport_, clock_, &population_, &slots_,
                                  &*aggregator_, &*privacy_, layout_, this});
-  if (!privacy_->private_noise()) summary_.private_noise = false;
   NoteSpend();
   return absl::OkStatus();
 }
@@ -475,6 +474,7 @@ Status Coordinator::Finish() {
   for (const auto& [id, c] : population_.clients()) {
     Reply(c.peer, wire::MakeMessage(wire::Shutdown{"job complete"}, 0, "coordinator"));
   }
+  summary_.not_private_because = privacy_->NotPrivateBecause();
   if (options_.out_dir.empty()) return absl::OkStatus();
   HUDDLE_RETURN_IF_ERROR(WriteModelFile(Path(options_.out_dir, "model.bin"), model_));
   HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport(summary_.stop_reason));

@@ -54,10 +54,11 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
   if (dp) {
     nlohmann::ordered_json p;
     p["mode"] = privacy::PrivacyModeName(options.privacy.mode);
-    p["private"] = private_noise;
-    p["epsilon"] = epsilon && private_noise ? nlohmann::ordered_json(*epsilon) : nullptr;
-    if (!private_noise) {
-      p["not_private_because"] = "privacy.noise_seed: the noise can be recomputed from the seed";
+    const bool is_private = not_private_because.empty();
+    p["private"] = is_private;
+    p["epsilon"] = epsilon && is_private ? nlohmann::ordered_json(*epsilon) : nullptr;
+    if (!is_private) {
+      p["not_private_because"] = not_private_because;
       p["nominal_epsilon"] = opt(epsilon);
     }
     p["delta"] = options.privacy.delta;

@@ -30,9 +30,11 @@ struct JobSummary {
   uint64_t bytes_out = 0;
   std::optional<double> epsilon;  // under DP: the accountant's spend at the job's delta
   std::optional<double> delta;
-  bool private_noise = true;  // false (seeded noise): epsilon is nominal, reported as not private
-  std::string stop_reason;    // why the job ended before its last round ("" = it did not)
-  std::string failure;        // why the job failed (it trained nothing); "" when it did not
+  // Under DP: why the job is not private (RoundPrivacy::NotPrivateBecause); when not empty,
+  // epsilon is nominal and reported as such.
+  std::vector<std::string> not_private_because;
+  std::string stop_reason;  // why the job ended before its last round ("" = it did not)
+  std::string failure;      // why the job failed (it trained nothing); "" when it did not
   // Federated evaluation (this run): evaluations run, and how many had no accepted answer. When the
   // latest one had none, final_test_accuracy and final_test_loss are null (unknown) and
   // `final_evaluation_unanswered` says so; best_* keep the best answered evaluation.

@@ -85,9 +85,10 @@ struct RoundMetrics {
   double elapsed_s = 0;  // since the job started (across resumes)
   // Under DP (privacy.mode central or local): the round's mechanism and the job's spend so far.
   struct Privacy {
-    std::string mode;        // "central" | "local"
-    bool is_private = true;  // false (seeded noise): `epsilon` is nominal and reported as null
-    double epsilon = 0;      // spent after this round, at `delta`
+    std::string mode;  // "central" | "local"
+    // false (RoundPrivacy::NotPrivateBecause): `epsilon` is nominal and reported as null
+    bool is_private = true;
+    double epsilon = 0;  // spent after this round, at `delta`
     double delta = 0;
     std::optional<double> budget_epsilon;  // the total, when configured
     std::string accountant;                // "rdp" | "pld" | "analytic"

@@ -180,7 +180,6 @@ RoundMetrics::Privacy RoundPrivacy::Info(const PrivateRound& round) const {
   const privacy::PrivacyOptions& p = options_->privacy;
   RoundMetrics::Privacy info;
   info.mode = privacy::PrivacyModeName(p.mode);
-  info.is_private = noise_->is_private();
   info.noise_multiplier = round.noise_multiplier;
   info.clip_norm = round.clip_norm;
   info.budget_epsilon = p.total_epsilon;
@@ -190,6 +189,7 @@ RoundMetrics::Privacy RoundPrivacy::Info(const PrivateRound& round) const {
 Status RoundPrivacy::RecordSpent(RoundMetrics::Privacy info, RoundMetrics* metrics) {
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, plan_->Spent(ledger_->Events()));
   info.epsilon = spent.epsilon;
+  info.is_private = NotPrivateBecause().empty();  // over the ledger, this round's entry included
   info.delta = spent.delta;
   info.accountant = privacy::AccountantName(spent.accountant);
   spent_ = spent;
@@ -303,6 +303,16 @@ Status RoundPrivacy::NoRelease(const PrivateRound& round, const SecureRound* sec
   return absl::OkStatus();
 }
 
+std::vector<std::string> RoundPrivacy::NotPrivateBecause() const {
+  if (!enabled()) return {};
+  return ledger_->NotPrivateBecause(
+      "round",
+      {.is_private = private_noise(),
+       .why_not =
+           "privacy.noise_seed is set: the noise (and the cohorts) can be recomputed from the seed",
+       .adds_releases = true});
+}
+
 Status RoundPrivacy::WriteDpSgdReport(const std::string& stop_reason) const {
   const wire::DpSgdConfig& d = *options_->train.dp_sgd;
   privacy::PrivacyReport r;
@@ -361,11 +371,8 @@ Status RoundPrivacy::WriteReport(const std::string& stop_reason) const {
   r.accountant = privacy::AccountantName(spent.accountant);
   r.noise_source = central ? noise_->Describe() : "each client's own (client-side)";
   // (Distributed: the members' shares come from their own sources, never the coordinator's.)
-  r.is_private = noise_->is_private();
-  if (!r.is_private) {
-    r.not_private_because.push_back(
-        "privacy.noise_seed is set: the noise (and the cohorts) can be recomputed from the seed");
-  }
+  r.not_private_because = NotPrivateBecause();
+  r.is_private = r.not_private_because.empty();
   r.stopped_early = stop_reason;
   if (central) {
     r.mechanism = fmt::format(

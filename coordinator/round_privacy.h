@@ -30,6 +30,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "aggregation/streaming_aggregator.h"
 #include "common/status.h"
@@ -70,6 +71,11 @@ class RoundPrivacy {
   privacy::PrivacyMode mode() const { return options_->privacy.mode; }
   // False when the noise is seeded (privacy.noise_seed): epsilon is then nominal.
   bool private_noise() const { return !noise_ || noise_->is_private(); }
+  // Why the job is not private, as privacy.json and summary.json say: the ledger's rule
+  // (privacy::JobLedger::NotPrivateBecause) over every recorded round, an earlier run's included,
+  // and this run's noise. Empty when it is private, and without a ledger (no DP, or DP-SGD, whose
+  // spend each client keeps).
+  std::vector<std::string> NotPrivateBecause() const;
   // Cohorts and client seeds come from the OS CSPRNG (secret sampling) rather than the job seed:
   // under DP with private noise. nullptr otherwise.
   bool secret_sampling() const { return sampler_.has_value(); }

@@ -16,12 +16,10 @@ std::string LedgerPath(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / privacy::kLedgerFile).string();
 }
 
-std::vector<std::string> SessionNotPrivateBecause(double z, const SessionNoise& noise) {
-  if (!(z > 0)) return {"noise_multiplier is 0: no noise is added"};
-  if (!noise.is_private) {
-    return {fmt::format("the noise comes from '{}', not from the OS CSPRNG", noise.description)};
-  }
-  return {};
+// Why this session's noise is not private (when SessionNoise::is_private is false).
+std::string SessionWhyNot(double z, const SessionNoise& noise) {
+  if (!(z > 0)) return "noise_multiplier is 0: no noise is added";
+  return fmt::format("the noise comes from '{}', not from the OS CSPRNG", noise.description);
 }
 
 }  // namespace
@@ -144,12 +142,11 @@ StatusOr<JobSpend> PrivacySession::SpendOf(std::vector<privacy::DpEvent> extra) 
   s.delta = d.delta;
   s.ledger_steps = ledger_.steps();
   s.ledger_entries = static_cast<int64_t>(ledger_.entries().size());
-  s.not_private_because = ledger_.NotPrivateBecause(kPrivateNoise, "epoch");
-  // This session's noise decides when it will add steps, or when nothing is recorded yet.
-  bool session_counts = ledger_.entries().empty();
+  privacy::SessionNoise session{.is_private = noise_.is_private,
+                                .why_not = SessionWhyNot(plan_.noise_multiplier, noise_)};
   for (const privacy::DpEvent& e : extra) {
     if (e.steps <= 0) continue;
-    session_counts = true;
+    session.adds_releases = true;
     // Merged as the ledger merges, so that the same steps give the same number either way.
     if (!events.empty() && events.back().sampling_rate == e.sampling_rate &&
         events.back().noise_multiplier == e.noise_multiplier) {
@@ -158,9 +155,7 @@ StatusOr<JobSpend> PrivacySession::SpendOf(std::vector<privacy::DpEvent> extra) 
       events.push_back(e);
     }
   }
-  if (session_counts && s.not_private_because.empty()) {
-    s.not_private_because = SessionNotPrivateBecause(plan_.noise_multiplier, noise_);
-  }
+  s.not_private_because = ledger_.NotPrivateBecause("epoch", session);
   s.is_private = s.not_private_because.empty();
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spend,
                           privacy::ComputeEpsilon(events, d.delta, d.accountant));

@@ -47,10 +47,8 @@ namespace huddle::datacenter {
 
 using privacy::kOperatorMetricsFile;
 using privacy::kOperatorOnly;
-// NoiseSource::Describe() of the OS-keyed source: the only noise this job counts as private.
-inline constexpr char kPrivateNoise[] = "os-csprng";
 // The ledger's `noise` for steps taken with noise multiplier 0.
-inline constexpr char kNoNoise[] = "none (NOT PRIVATE)";
+using privacy::kNoNoise;
 
 // The run's DP-SGD steps: round(epochs * n / expected_batch_size), at least one, of
 // DpEvent{q = expected_batch_size / n, z}. InvalidArgument when the expected batch exceeds n;

@@ -52,8 +52,8 @@ Status JobLedger::CheckStepsCovered(int64_t checkpoint_steps, std::string_view c
       "(restore the ledger from a backup, or start afresh in a new output directory)"));
 }
 
-std::vector<std::string> JobLedger::NotPrivateBecause(std::string_view private_noise,
-                                                      std::string_view round) const {
+std::vector<std::string> JobLedger::NotPrivateBecause(std::string_view round,
+                                                      const SessionNoise& session) const {
   std::vector<std::string> why;
   for (const ReportReleases& run : GroupReleases(entries())) {
     const std::string where =
@@ -63,11 +63,14 @@ std::vector<std::string> JobLedger::NotPrivateBecause(std::string_view private_n
                            run.steps, " steps)");
     if (!(run.noise_multiplier > 0)) {
       why.push_back(where + ": noise_multiplier 0, no noise was added");
-    } else if (run.noise != private_noise) {
+    } else if (!IsPrivateNoise(run.noise)) {
       why.push_back(absl::StrCat(where, ": the noise came from '", run.noise,
                                  "', not from the OS CSPRNG (whoever can reproduce it can "
                                  "remove it)"));
     }
+  }
+  if (why.empty() && !session.is_private && (session.adds_releases || entries().empty())) {
+    why.push_back(session.why_not);
   }
   return why;
 }

@@ -38,6 +38,13 @@ struct JobLedgerOptions {
   bool count_steps = false;
 };
 
+// The noise of this session of a job (this process's run, between resumes), for NotPrivateBecause.
+struct SessionNoise {
+  bool is_private = true;
+  std::string why_not;         // when not private: why, in the words of the job's configuration
+  bool adds_releases = false;  // this session adds (or will add) releases to the ledger
+};
+
 class JobLedger {
  public:
   // Opens (creating) `out_dir`/privacy_ledger.jsonl and replays it (PrivacyLedger::Open), then
@@ -54,12 +61,15 @@ class JobLedger {
   // the job before it returns OK.
   Status Append(const LedgerEntry& entry) { return ledger_.Append(entry); }
 
-  // Why the ledger's releases are not private, one line per run of equal releases (GroupReleases)
-  // whose noise multiplier is 0 or whose noise is not `private_noise` (NoiseSource::Describe() of
-  // the OS-keyed source); `round` names a round in the lines ("epoch": "epochs 3-5 (120 steps)").
-  // Empty when all are private.
-  std::vector<std::string> NotPrivateBecause(std::string_view private_noise,
-                                             std::string_view round = "round") const;
+  // Why the job is not private; empty when it is. The one rule for every kind of job:
+  //   - one line per run of equal recorded releases (GroupReleases) whose noise multiplier is 0 or
+  //     whose noise label is not private (IsPrivateNoise); `round` names a round in the lines
+  //     ("epoch": "epochs 3-5 (120 steps)"). An earlier session's releases count as this one's.
+  //   - then, when no recorded release gave a reason, `session.why_not` if this session's noise is
+  //     not private and the session adds releases or none are recorded yet (its noise is then what
+  //     the job's guarantee rests on).
+  std::vector<std::string> NotPrivateBecause(std::string_view round = "round",
+                                             const SessionNoise& session = {}) const;
 
   // Writes `out_dir`/privacy.json: `report` with its ledger file and the ledger's releases.
   Status WriteReport(PrivacyReport report) const;

@@ -484,6 +484,10 @@ LedgerEntry Release(std::string_view mechanism, std::string_view mode, uint64_t 
 
 }  // namespace
 
+bool IsPrivateNoise(std::string_view noise) {
+  return noise == kNoiseOsCsprng || noise == kNoiseClientSide || noise == kNoiseSecAggShares;
+}
+
 LedgerEntry LedgerEntry::ClientGaussian(std::string_view mode, uint64_t round, double sampling_rate,
                                         double noise_multiplier, double clip_norm,
                                         std::string_view adjacency, std::string noise) {

@@ -89,9 +89,17 @@ inline constexpr char kModeCentral[] = "central";          // the coordinator's 
 inline constexpr char kModeLocal[] = "local";              // each client's noise on its update
 inline constexpr char kModeDistributed[] = "distributed";  // the clients' shares in a secure sum
 inline constexpr char kModeDpSgd[] = "dp_sgd";             // DP-SGD over one party's examples
-// LedgerEntry::noise of a release whose noise the clients added (the coordinator's record).
+// LedgerEntry::noise: the OS-keyed source's NoiseSource::Describe(); a release whose noise the
+// clients added (the coordinator's record); a release with no noise (noise_multiplier 0).
+inline constexpr char kNoiseOsCsprng[] = "os-csprng";
 inline constexpr char kNoiseClientSide[] = "client-side";
 inline constexpr char kNoiseSecAggShares[] = "client-side (secure aggregation shares)";
+inline constexpr char kNoNoise[] = "none (NOT PRIVATE)";
+
+// Whether a release labelled `noise` had private noise: keyed from the OS CSPRNG, or added by the
+// clients (whose own sources the coordinator cannot see; each client's guard refuses to send
+// without its noise). Any other label (a seeded source, kNoNoise) is not private.
+bool IsPrivateNoise(std::string_view noise);
 
 struct LedgerEntry {
   uint64_t round = 0;  // the round (federated) or epoch (datacenter) the release belongs to

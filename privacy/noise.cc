@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/secure_random.h"
+#include "privacy/ledger.h"
 
 namespace huddle::privacy {
 namespace {
@@ -238,7 +239,7 @@ NoiseSource::~NoiseSource() {
 }
 
 std::string NoiseSource::Describe() const {
-  return private_ ? "os-csprng" : "seeded (NOT PRIVATE)";
+  return private_ ? kNoiseOsCsprng : "seeded (NOT PRIVATE)";
 }
 
 // Each refill is one ChaCha20 (IETF) call under a nonce used once: nonce_ counts refills. The

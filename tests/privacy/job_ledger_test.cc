@@ -99,7 +99,7 @@ TEST(JobLedgerTest, NotPrivateReasonsNameEachRun) {
                           Epoch(4, 10, 1.1, "seeded (NOT PRIVATE)")});
   auto job = JobLedger::Open(dir.path(), {.resume = true});
   ASSERT_TRUE(job.ok()) << job.status();
-  const std::vector<std::string> why = job->NotPrivateBecause("os-csprng", "epoch");
+  const std::vector<std::string> why = job->NotPrivateBecause("epoch");
   ASSERT_EQ(why.size(), 2u);
   EXPECT_EQ(why[0], "epochs 2-3 (20 steps): noise_multiplier 0, no noise was added");
   EXPECT_EQ(why[1],
@@ -110,7 +110,39 @@ TEST(JobLedgerTest, NotPrivateReasonsNameEachRun) {
   EarlierRun(clean.path(), {Round(1), Round(2)});
   auto private_job = JobLedger::Open(clean.path(), {.resume = true});
   ASSERT_TRUE(private_job.ok()) << private_job.status();
-  EXPECT_TRUE(private_job->NotPrivateBecause("os-csprng").empty());
+  EXPECT_TRUE(private_job->NotPrivateBecause().empty());
+}
+
+// The session's own noise counts when it adds releases or none are recorded, and only when the
+// recorded releases give no reason of their own; the clients' noise labels count as private.
+TEST(JobLedgerTest, TheSessionsNoiseCountsWhenItAddsReleasesOrNoneAreRecorded) {
+  const SessionNoise seeded{.is_private = false, .why_not = "noise_seed is set"};
+  SessionNoise seeded_adding = seeded;
+  seeded_adding.adds_releases = true;
+
+  ScopedTempDir fresh("job_ledger");
+  auto empty = JobLedger::Open(fresh.path(), {});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->NotPrivateBecause("round", seeded),
+            std::vector<std::string>{"noise_seed is set"});
+  EXPECT_TRUE(empty->NotPrivateBecause("round", {}).empty());
+
+  ScopedTempDir clients("job_ledger");
+  EarlierRun(clients.path(), {Round(1, 1.1, kNoiseClientSide), Round(2, 1.1, kNoiseSecAggShares)});
+  auto resumed = JobLedger::Open(clients.path(), {.resume = true});
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(resumed->NotPrivateBecause().empty());
+  EXPECT_TRUE(resumed->NotPrivateBecause("round", seeded).empty()) << "adds nothing";
+  EXPECT_EQ(resumed->NotPrivateBecause("round", seeded_adding),
+            std::vector<std::string>{"noise_seed is set"});
+
+  ScopedTempDir earlier("job_ledger");
+  EarlierRun(earlier.path(), {Round(1, 1.1, "seeded (NOT PRIVATE)")});
+  auto over = JobLedger::Open(earlier.path(), {.resume = true});
+  ASSERT_TRUE(over.ok()) << over.status();
+  const std::vector<std::string> why = over->NotPrivateBecause("round", seeded_adding);
+  ASSERT_EQ(why.size(), 1u) << "the recorded reason, not the session's again";
+  EXPECT_NE(why[0].find("round 1 (1 steps)"), std::string::npos) << why[0];
 }
 
 TEST(JobLedgerTest, TheReportListsTheLedgersReleases) {
