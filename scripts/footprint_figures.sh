@@ -2,7 +2,8 @@
 # The shipped `huddle` binary's footprint (docs/deployment.md, "Memory"): which shared libraries it
 # names, then build/bench/coordinator_rss in both transport modes (--help peak RSS, idle
 # coordinator RSS, and the coordinator's peak RSS with 100 client processes and a 1M-parameter
-# model against the budget 64 MiB + 4 x model). Extra arguments go to coordinator_rss.
+# model against the budget 64 MiB + (6 + upload slots) x model). Extra arguments go to
+# coordinator_rss (e.g. --clients 8 --hidden 12620: a 10M-parameter model).
 #   BUILD_DIR=build HUDDLE=build/cli/huddle scripts/footprint_figures.sh [--clients 100 ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
