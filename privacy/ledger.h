@@ -96,9 +96,9 @@ inline constexpr char kNoiseClientSide[] = "client-side";
 inline constexpr char kNoiseSecAggShares[] = "client-side (secure aggregation shares)";
 inline constexpr char kNoNoise[] = "none (NOT PRIVATE)";
 
-// Whether a release labelled `noise` had private noise: keyed from the OS CSPRNG, or added by the
-// clients (whose own sources the coordinator cannot see; each client's guard refuses to send
-// without its noise). Any other label (a seeded source, kNoNoise) is not private.
+// Whether a release labelled `noise` counts as having private noise: keyed from the OS CSPRNG, or
+// added by the clients (whose sources the coordinator cannot see; the report states that
+// assumption). Any other label (a seeded source, kNoNoise) is not private.
 bool IsPrivateNoise(std::string_view noise);
 
 struct LedgerEntry {
