@@ -299,8 +299,7 @@ std::string DescribeModel(const ModelSpec& spec) {
     if (l.stride > 0) absl::StrAppend(&s, " s", l.stride);
     if (l.padding > 0) absl::StrAppend(&s, " p", l.padding);
     if (l.groups > 0) absl::StrAppend(&s, " g", l.groups);
-    if (l.kind == LayerKind::kDropout) absl::StrAppend(&s, " ", l.rate);
-    if (l.kind == LayerKind::kScattering2d) absl::StrAppend(&s, " J", l.scales, " L", l.angles);
+    if (const auto describe = layers::TypeOf(l.kind).describe) describe(l, &s);
   }
   if (ValidateModelSpec(spec).ok()) {
     absl::StrAppend(&s, " (", TotalElements(Layout(spec)), " parameters)");

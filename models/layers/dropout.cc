@@ -33,6 +33,8 @@ void Backward(const LayerPass& pass, const LayerState& layer, bool /*params*/) {
                                pass.dropout_offset);
 }
 
+void Describe(const LayerSpec& spec, std::string* line) { absl::StrAppend(line, " ", spec.rate); }
+
 constexpr LayerOption kOptions[] = {
     {.key = "rate", .real = &LayerSpec::rate, .required = true, .min = 0.0, .max = 0.99},
 };
@@ -45,6 +47,7 @@ const LayerType kDropout = {
     .init_gain = InitGain::kLookPast,
     .in_place = InPlace::kIfInputFree,
     .options = kOptions,
+    .describe = Describe,
     .output_shape = OutputShape,
     .forward = Forward,
     .backward = Backward,

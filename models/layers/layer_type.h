@@ -122,6 +122,9 @@ struct LayerType {
 
   // Its options in a job's YAML, in the order they are read.
   std::span<const LayerOption> options;
+  // Appends to DescribeModel's line what it shows of this kind's own options, after the common
+  // out, kernel, stride, padding and groups (nullptr: nothing).
+  void (*describe)(const LayerSpec& spec, std::string* line) = nullptr;
 
   // Shape rule: the output shape for one example, and *params the number of its parameters
   // (state included), or InvalidArgument naming `where` and what does not fit.

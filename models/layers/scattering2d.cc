@@ -27,6 +27,10 @@ StatusOr<Shape> OutputShape(const ShapeQuery& q, int64_t* /*params*/) {
                q.in[2] >> l.scales};
 }
 
+void Describe(const LayerSpec& spec, std::string* line) {
+  absl::StrAppend(line, " J", spec.scales, " L", spec.angles);
+}
+
 // J = 2 and L = 8 unless given.
 constexpr LayerOption kOptions[] = {
     {.key = "scales", .integer = &LayerSpec::scales, .min = 1, .max = 4, .absent = 2},
@@ -40,6 +44,7 @@ const LayerType kScattering2d = {
     .name = "scattering2d",
     .init_gain = InitGain::kLinear,
     .options = kOptions,
+    .describe = Describe,
     .output_shape = OutputShape,
 };
 
