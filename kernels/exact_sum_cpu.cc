@@ -22,7 +22,8 @@ constexpr size_t kLanes = 8;
 // ahead) and of acc. The loop's arithmetic fills the core's window with about 16 instructions per
 // line of x, leaving too few lines in flight for the hardware prefetchers to hide last-level-cache
 // latency. Measured with bench/aggregation_bench on a 2-core AVX-512 VM: the int32 fold went from
-// 0.59 to 0.83-0.90 of memcpy at 1 M parameters from cache; 2 KB and more ahead was slower. A
+// 0.59 to 0.72-0.90 of memcpy at 1 M parameters from cache (median 0.80 over six runs); 0.5 and
+// 2 KB ahead did about as well, 4 KB and more worse. A
 // prefetch past the end of a buffer is a hint and never faults; its address is formed as an
 // integer, since a pointer that far past an array's end would be undefined.
 constexpr size_t kPrefetchAhead = 256;
