@@ -98,8 +98,7 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   }
   if (s.epsilon && s.not_private_because.empty()) {
     std::printf(" | epsilon %.4g at delta %g", *s.epsilon, *s.delta);
-  }
-  if (s.epsilon && !s.not_private_because.empty()) {
+  } else if (s.epsilon) {
     std::printf(" | NOT PRIVATE (%s; nominal epsilon %.4g)",
                 absl::StrJoin(s.not_private_because, "; ").c_str(), *s.epsilon);
   }

@@ -189,7 +189,7 @@ RoundMetrics::Privacy RoundPrivacy::Info(const PrivateRound& round) const {
 Status RoundPrivacy::RecordSpent(RoundMetrics::Privacy info, RoundMetrics* metrics) {
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, plan_->Spent(ledger_->Events()));
   info.epsilon = spent.epsilon;
-  info.is_private = NotPrivateBecause().empty();  // over the ledger, this round's entry included
+  info.is_private = ledger_->IsPrivate(Session());  // this round's entry included
   info.delta = spent.delta;
   info.accountant = privacy::AccountantName(spent.accountant);
   spent_ = spent;
@@ -303,14 +303,17 @@ Status RoundPrivacy::NoRelease(const PrivateRound& round, const SecureRound* sec
   return absl::OkStatus();
 }
 
+privacy::SessionNoise RoundPrivacy::Session() const {
+  return {
+      .is_private = private_noise(),
+      .why_not =
+          "privacy.noise_seed is set: the noise (and the cohorts) can be recomputed from the seed",
+      .adds_releases = true};
+}
+
 std::vector<std::string> RoundPrivacy::NotPrivateBecause() const {
   if (!enabled()) return {};
-  return ledger_->NotPrivateBecause(
-      "round",
-      {.is_private = private_noise(),
-       .why_not =
-           "privacy.noise_seed is set: the noise (and the cohorts) can be recomputed from the seed",
-       .adds_releases = true});
+  return ledger_->NotPrivateBecause("round", Session());
 }
 
 Status RoundPrivacy::WriteDpSgdReport(const std::string& stop_reason) const {

@@ -115,6 +115,8 @@ class RoundPrivacy {
   Status WriteReport(const std::string& stop_reason) const;
 
  private:
+  // This run's noise, for the ledger's rule (privacy::JobLedger::NotPrivateBecause).
+  privacy::SessionNoise Session() const;
   explicit RoundPrivacy(const CoordinatorOptions* options) : options_(options) {}
   RoundMetrics::Privacy Info(const PrivateRound& round) const;
   // The ledger's total into `info`, then into metrics->privacy and spent_.

@@ -22,7 +22,17 @@ StatusOr<JobLedger> JobLedger::Open(const std::string& out_dir, const JobLedgerO
 }
 
 JobLedger::JobLedger(std::string out_dir, PrivacyLedger ledger)
-    : out_dir_(std::move(out_dir)), ledger_(std::move(ledger)) {}
+    : out_dir_(std::move(out_dir)), ledger_(std::move(ledger)) {
+  for (const LedgerEntry& e : entries()) {
+    not_private_entries_ += IsPrivateRelease(e.noise_multiplier, e.noise) ? 0 : 1;
+  }
+}
+
+Status JobLedger::Append(const LedgerEntry& entry) {
+  HUDDLE_RETURN_IF_ERROR(ledger_.Append(entry));
+  not_private_entries_ += IsPrivateRelease(entry.noise_multiplier, entry.noise) ? 0 : 1;
+  return absl::OkStatus();
+}
 
 Status JobLedger::CheckRoundsCovered(uint64_t completed_rounds) const {
   if (completed_rounds == 0) return absl::OkStatus();
@@ -56,6 +66,7 @@ std::vector<std::string> JobLedger::NotPrivateBecause(std::string_view round,
                                                       const SessionNoise& session) const {
   std::vector<std::string> why;
   for (const ReportReleases& run : GroupReleases(entries())) {
+    if (IsPrivateRelease(run.noise_multiplier, run.noise)) continue;
     const std::string where =
         run.first_round == run.last_round
             ? absl::StrCat(std::string(round), " ", run.first_round, " (", run.steps, " steps)")
@@ -63,16 +74,22 @@ std::vector<std::string> JobLedger::NotPrivateBecause(std::string_view round,
                            run.steps, " steps)");
     if (!(run.noise_multiplier > 0)) {
       why.push_back(where + ": noise_multiplier 0, no noise was added");
-    } else if (!IsPrivateNoise(run.noise)) {
+    } else {
       why.push_back(absl::StrCat(where, ": the noise came from '", run.noise,
                                  "', not from the OS CSPRNG (whoever can reproduce it can "
                                  "remove it)"));
     }
   }
-  if (why.empty() && !session.is_private && (session.adds_releases || entries().empty())) {
-    why.push_back(session.why_not);
-  }
+  if (why.empty() && SessionMakesItNotPrivate(session)) why.push_back(session.why_not);
   return why;
+}
+
+bool JobLedger::IsPrivate(const SessionNoise& session) const {
+  return not_private_entries_ == 0 && !SessionMakesItNotPrivate(session);
+}
+
+bool JobLedger::SessionMakesItNotPrivate(const SessionNoise& session) const {
+  return !session.is_private && (session.adds_releases || entries().empty());
 }
 
 Status JobLedger::WriteReport(PrivacyReport report) const {

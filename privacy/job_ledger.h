@@ -59,7 +59,7 @@ class JobLedger {
 
   // Durably appends `entry` (PrivacyLedger::Append): nothing computed from the release may leave
   // the job before it returns OK.
-  Status Append(const LedgerEntry& entry) { return ledger_.Append(entry); }
+  Status Append(const LedgerEntry& entry);
 
   // Why the job is not private; empty when it is. The one rule for every kind of job:
   //   - one line per run of equal recorded releases (GroupReleases) whose noise multiplier is 0 or
@@ -70,6 +70,8 @@ class JobLedger {
   //     the job's guarantee rests on).
   std::vector<std::string> NotPrivateBecause(std::string_view round = "round",
                                              const SessionNoise& session = {}) const;
+  // NotPrivateBecause(round, session).empty(), in constant time (for every round's metrics).
+  bool IsPrivate(const SessionNoise& session = {}) const;
 
   // Writes `out_dir`/privacy.json: `report` with its ledger file and the ledger's releases.
   Status WriteReport(PrivacyReport report) const;
@@ -83,9 +85,12 @@ class JobLedger {
 
  private:
   JobLedger(std::string out_dir, PrivacyLedger ledger);
+  // NotPrivateBecause's second rule: the session's noise decides, and is not private.
+  bool SessionMakesItNotPrivate(const SessionNoise& session) const;
 
   std::string out_dir_;
   PrivacyLedger ledger_;
+  int64_t not_private_entries_ = 0;  // entries that fail IsPrivateRelease
 };
 
 }  // namespace huddle::privacy

@@ -488,6 +488,10 @@ bool IsPrivateNoise(std::string_view noise) {
   return noise == kNoiseOsCsprng || noise == kNoiseClientSide || noise == kNoiseSecAggShares;
 }
 
+bool IsPrivateRelease(double noise_multiplier, std::string_view noise) {
+  return noise_multiplier > 0 && IsPrivateNoise(noise);
+}
+
 LedgerEntry LedgerEntry::ClientGaussian(std::string_view mode, uint64_t round, double sampling_rate,
                                         double noise_multiplier, double clip_norm,
                                         std::string_view adjacency, std::string noise) {

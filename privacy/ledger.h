@@ -100,6 +100,8 @@ inline constexpr char kNoNoise[] = "none (NOT PRIVATE)";
 // added by the clients (whose sources the coordinator cannot see; the report states that
 // assumption). Any other label (a seeded source, kNoNoise) is not private.
 bool IsPrivateNoise(std::string_view noise);
+// Whether a release had private noise: noise_multiplier > 0 and IsPrivateNoise(noise).
+bool IsPrivateRelease(double noise_multiplier, std::string_view noise);
 
 struct LedgerEntry {
   uint64_t round = 0;  // the round (federated) or epoch (datacenter) the release belongs to

@@ -143,6 +143,15 @@ TEST(JobLedgerTest, TheSessionsNoiseCountsWhenItAddsReleasesOrNoneAreRecorded) {
   const std::vector<std::string> why = over->NotPrivateBecause("round", seeded_adding);
   ASSERT_EQ(why.size(), 1u) << "the recorded reason, not the session's again";
   EXPECT_NE(why[0].find("round 1 (1 steps)"), std::string::npos) << why[0];
+
+  // IsPrivate agrees with the reasons, without listing them.
+  EXPECT_FALSE(empty->IsPrivate(seeded));
+  EXPECT_TRUE(empty->IsPrivate());
+  EXPECT_TRUE(resumed->IsPrivate(seeded));
+  EXPECT_FALSE(resumed->IsPrivate(seeded_adding));
+  EXPECT_FALSE(over->IsPrivate());
+  ASSERT_TRUE(resumed->Append(Round(3, 0.0, kNoiseClientSide)).ok());
+  EXPECT_FALSE(resumed->IsPrivate()) << "an appended release with noise multiplier 0";
 }
 
 TEST(JobLedgerTest, TheReportListsTheLedgersReleases) {
