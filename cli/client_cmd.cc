@@ -141,7 +141,7 @@ int RunClientCommand(const ClientFlags& flags) {
     return 1;
   }
   spdlog::info("finished after training {} rounds", agent.rounds_trained());
-  return 0;
+  return StopFlag().load() ? StopExitCode() : kExitOk;
 }
 
 }  // namespace huddle::cli

@@ -11,12 +11,27 @@
 
 #include "cli/job_config.h"
 #include "common/member_certificate.h"
+#include "coordinator/coordinator.h"
+#include "service/operator_api.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
 
-// Set by SIGINT/SIGTERM; long-running commands stop cleanly when it turns true.
+// The exit-code contract of every command (README, docs/deployment.md): 0 success; 1 the job (or
+// the command's work) failed; 2 a configuration, flag or usage error (CLI11's own errors too);
+// 128 + the signal after a clean stop by SIGINT (130) or SIGTERM (143).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+
+// Set by SIGINT/SIGTERM (cli/signals.cc); long-running commands stop cleanly when it turns true.
 std::atomic<bool>& StopFlag();
+// The signal that first set StopFlag() (0: none yet).
+std::atomic<int>& StopSignal();
+// 128 + that signal (SIGTERM's 143 when none was recorded), and its name.
+int StopExitCode();
+const char* StopSignalName();
+bool IsStopExitCode(int code);
 // Bumped by SIGHUP: the coordinator reloads its client allow-list.
 std::atomic<uint64_t>& ReloadRequests();
 void InstallStopHandlers();
@@ -88,6 +103,45 @@ int RunCertifyCommand(const CertifyFlags& flags);
 // second), for the coordinator's secure-aggregation sessions.
 std::function<std::optional<MemberCertificate>(const std::string&)> AllowListCertificates(
     std::string path);
+// `huddle serve --config server.yaml` (cli/serve_cmd.cc): the long-running service.
+struct ServeFlags {
+  std::string config;
+  std::string state_dir;      // overrides service.state_dir
+  std::string bind;           // overrides service.bind
+  std::string operator_bind;  // overrides service.operator_bind
+  bool insecure = false;
+};
+int RunServeCommand(const ServeFlags& flags);
+// A job submitted to the service, checked: its name, the sections only the service sets refused,
+// its file paths resolved inside STATE/files, then validated as `huddle coordinator` validates a
+// job file (same errors).
+StatusOr<service::CheckedJob> CheckSubmission(const std::string& submitted,
+                                              const std::string& state_dir);
+
+// `huddle agent --config agent.yaml` (cli/agent_cmd.cc): a client agent that stays.
+struct AgentFlags {
+  std::string config;
+  std::string service;  // overrides `coordinator:`, the service's endpoint
+  std::string log_level;
+  bool insecure = false;
+};
+int RunAgentCommand(const AgentFlags& flags);
+
+// The operator commands (cli/operator_cmd.cc): submit FILE, jobs, status JOB, stop JOB,
+// logs JOB [--follow], clients.
+struct OperatorFlags {
+  std::string command;
+  std::string argument;  // the job file (submit) or the job's name
+  std::string service = "tcp://127.0.0.1:5556";
+  std::string server_key;  // the service's .pub
+  std::string key;         // this operator's .key
+  bool insecure = false;
+  bool json = false;
+  bool follow = false;
+  double timeout_s = 10;
+};
+int RunOperatorCommand(const OperatorFlags& flags);
+
 // `huddle run`: the whole federation on this machine (processes, or in-process simulation).
 int RunLocalCommand(const RunFlags& flags, const std::string& self_exe);
 
@@ -134,6 +188,9 @@ StatusOr<transport::ZmqOptions> CoordinatorTransportOptions(const JobConfig& job
 // DIR/clients/<id>.key.
 Status GenerateLocalKeys(const std::string& dir, const std::vector<std::string>& client_ids);
 
+// The job's server-side evaluator on its test set (empty when the job has none: federated
+// evaluation, an external model, evaluation.every 0). Shared by every path that runs a job.
+StatusOr<coordinator::Evaluator> MakeEvaluator(const JobConfig& job);
 // Shared by the coordinator and simulation paths: loads the evaluation set and runs the job.
 int RunCoordinatorWith(JobConfig job, class transport::ServerTransport* transport);
 

@@ -15,59 +15,47 @@
 
 namespace huddle::cli {
 
-std::atomic<bool>& StopFlag() {
-  static std::atomic<bool> stop{false};
-  return stop;
-}
-
-std::atomic<uint64_t>& ReloadRequests() {
-  static std::atomic<uint64_t> requests{0};
-  return requests;
-}
-
-void InstallStopHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = [](int) { StopFlag().store(true); };
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  struct sigaction hup {};
-  hup.sa_handler = [](int) { ReloadRequests().fetch_add(1); };
-  sigemptyset(&hup.sa_mask);
-  ::sigaction(SIGHUP, &hup, nullptr);
+StatusOr<coordinator::Evaluator> MakeEvaluator(const JobConfig& job) {
+  const coordinator::CoordinatorOptions& o = job.coordinator;
+  // Server-side evaluation only: federated evaluation is the clients', and an external model
+  // cannot run here (job_config.cc then sets no server evaluation).
+  if (o.eval_every <= 0 || o.eval_mode != coordinator::CoordinatorOptions::EvalMode::kServer ||
+      o.model.external()) {
+    return coordinator::Evaluator();
+  }
+  auto loaded = data::LoadFashionMnist(job.eval_data, data::Split::kTest, nullptr);
+  if (!loaded.ok()) {
+    return Status(loaded.status().code(),
+                  absl::StrCat("evaluation data: ", loaded.status().message()));
+  }
+  auto test = std::make_shared<data::Dataset>(std::move(loaded).value());
+  // Loaded (and a scattering2d model's test set transformed) once, on the first evaluation.
+  auto shared = std::make_shared<std::unique_ptr<models::Evaluator>>();
+  const models::ModelSpec spec = o.model;
+  return coordinator::Evaluator(
+      [test, spec, shared](const TensorList& model) -> StatusOr<models::EvalStats> {
+        if (!*shared) {
+          HUDDLE_ASSIGN_OR_RETURN(
+              *shared, models::Evaluator::Create(spec, data::DatasetView{test.get(), {}}));
+        }
+        return (*shared)->Evaluate(model);
+      });
 }
 
 int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   const coordinator::CoordinatorOptions& o = job.coordinator;
-  coordinator::Evaluator evaluator;
-  std::shared_ptr<data::Dataset> test;
-  // Server-side evaluation only: federated evaluation is the clients', and an external model
-  // cannot run here (job_config.cc then sets no server evaluation).
-  if (o.eval_every > 0 && o.eval_mode == coordinator::CoordinatorOptions::EvalMode::kServer &&
-      !o.model.external()) {
-    auto loaded = data::LoadFashionMnist(job.eval_data, data::Split::kTest, nullptr);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "huddle coordinator: evaluation data: %s\n",
-                   std::string(loaded.status().message()).c_str());
-      return 1;
-    }
-    test = std::make_shared<data::Dataset>(std::move(loaded).value());
-    // Loaded (and a scattering2d model's test set transformed) once, on the first evaluation.
-    auto shared = std::make_shared<std::unique_ptr<models::Evaluator>>();
-    const models::ModelSpec spec = o.model;
-    evaluator = [test, spec, shared](const TensorList& model) -> StatusOr<models::EvalStats> {
-      if (!*shared) {
-        HUDDLE_ASSIGN_OR_RETURN(*shared,
-                                models::Evaluator::Create(spec, data::DatasetView{test.get(), {}}));
-      }
-      return (*shared)->Evaluate(model);
-    };
+  StatusOr<coordinator::Evaluator> evaluator = MakeEvaluator(job);
+  if (!evaluator.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s\n",
+                 std::string(evaluator.status().message()).c_str());
+    return kExitFailed;
   }
   auto on_round = [](const coordinator::RoundMetrics& m) {
     std::printf("%s\n", m.ProgressLine().c_str());
     std::fflush(stdout);
   };
-  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), evaluator, on_round);
+  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), *std::move(evaluator),
+                                 on_round);
   std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
               static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
   std::fflush(stdout);
@@ -75,7 +63,7 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   if (!st.ok()) {
     std::fprintf(stderr, "huddle coordinator: %s%s\n", absl::IsAborted(st) ? "job failed: " : "",
                  std::string(st.message()).c_str());
-    return absl::IsCancelled(st) ? 130 : 1;
+    return absl::IsCancelled(st) ? StopExitCode() : kExitFailed;
   }
   const coordinator::JobSummary& s = coord.summary();
   std::printf("done: %llu rounds in %.1f s", static_cast<unsigned long long>(s.rounds_completed),
@@ -129,6 +117,12 @@ int RunCoordinatorCommand(const CoordinatorFlags& flags) {
     job->coordinator.out_dir = "runs/" + job->coordinator.job_name;
   if (!flags.server_key.empty()) job->security.server_secret_key = flags.server_key;
   if (!flags.allow.empty()) job->security.allowed_clients = flags.allow;
+  // Before binding: an earlier job's outputs are never replaced by accident (a usage error, as in
+  // `huddle run`).
+  if (Status st = coordinator::CheckOutputDir(job->coordinator); !st.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s\n", std::string(st.message()).c_str());
+    return kExitUsage;
+  }
   if (Status st = SetupLogging(job->log_level, "coordinator"); !st.ok()) return 2;
   if (job->coordinator.secure_aggregation.enabled) {
     if (job->security.allowed_clients.empty()) {

@@ -51,31 +51,6 @@ constexpr char kKeyEnv[] = "HUDDLE_RENDEZVOUS_KEY";
 constexpr char kInsecureEnv[] = "HUDDLE_RENDEZVOUS_INSECURE";
 using datacenter::kDefaultRunId;  // DatacenterFlags::run_id when --run-id is absent
 
-// The signal that set StopFlag() (0: none yet). Recorded by this command's own handlers so that
-// exit codes and messages can name it.
-std::atomic<int>& StopSignal() {
-  static std::atomic<int> signal{0};
-  return signal;
-}
-
-void InstallDatacenterStopHandlers() {
-  StopFlag();  // initialised here, not first in a signal handler
-  StopSignal();
-  struct sigaction sa {};
-  sa.sa_handler = [](int sig) {
-    int none = 0;
-    StopSignal().compare_exchange_strong(none, sig);
-    StopFlag().store(true);
-  };
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-}
-
-// The shell's convention for a stop by signal: 130 (SIGINT), 143 (SIGTERM).
-int StopExitCode() { return 128 + (StopSignal().load() != 0 ? StopSignal().load() : SIGTERM); }
-const char* StopSignalName() { return StopSignal().load() == SIGINT ? "SIGINT" : "SIGTERM"; }
-bool IsStopExitCode(int code) { return code == 128 + SIGINT || code == 128 + SIGTERM; }
 
 // A stop requested before training (loading the data, waiting at the rendezvous) ends the rank at
 // once: nothing is trained yet, so nothing needs saving. Once training runs, the trainer stops
@@ -367,7 +342,6 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
 }  // namespace
 
 int RunDatacenterCommand(const DatacenterFlags& flags, const std::string& self_exe) {
-  InstallDatacenterStopHandlers();
   auto config = LoadDatacenterConfig(flags.config);
   if (!config.ok()) return Fail(2, "", config.status());
   DatacenterConfig c = std::move(config).value();

@@ -11,6 +11,7 @@
 #include "common/config_reader.h"
 #include "common/tensor_io.h"
 #include "kernels/backend.h"
+#include "proto/messages.h"
 
 namespace huddle::cli {
 namespace {
@@ -489,6 +490,13 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(coord.Finish());
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
+  // A service job names the data set its agents declare (`huddle serve`; `huddle run` ignores it).
+  HUDDLE_RETURN_IF_ERROR(data.Optional("name", &job.data_name));
+  if (!job.data_name.empty() && !wire::IsValidClientId(job.data_name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        data.Where("name"), " '", job.data_name.substr(0, 64),
+        "' is not a data set name: 1-128 characters of [A-Za-z0-9._-]"));
+  }
   job.client_data.partitioned = true;
   job.client_data.partition.seed = o.seed;
   HUDDLE_RETURN_IF_ERROR(data::ReadDataSpec(data, &job.client_data, /*shard_keys=*/false));

@@ -39,6 +39,9 @@ struct JobConfig {
   std::string eval_data = data::kDefaultFashionMnistDir;  // test split for server-side evaluation
   // How `huddle run` feeds its local clients: one shard each of this data set.
   data::DataSpec client_data;
+  // `data.name`: the data set a service job trains on, by the name agents declare it under
+  // (`huddle serve`, `huddle agent`); "" when not given.
+  std::string data_name;
   int64_t local_clients = 10;
   std::string client_device = "auto";  // `client: {device: ...}`, passed to each local client
   int64_t client_silo_nproc = 1;       // `client: {silo: {nproc: N}}`, passed to each local client

@@ -4,15 +4,19 @@
 #include <CLI/CLI.hpp>
 #include <climits>
 #include <iostream>
+#include <tuple>
+#include <vector>
 
 #include "cli/commands.h"
 #include "client/silo.h"
 #include "common/memory.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   huddle::ConfigureMalloc();  // first, before any thread allocates
   CLI::App app{"Huddle: federated and privacy-preserving training"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "huddle " + huddle::VersionLine());
 
   huddle::cli::CoordinatorFlags cf;
   CLI::App* coord = app.add_subcommand("coordinator", "Run a coordinator server for a job");
@@ -77,6 +81,57 @@ int main(int argc, char** argv) {
   run->add_flag("--insecure", rf.insecure,
                 "Plaintext transport between the local processes (default: ephemeral CurveZMQ "
                 "keys in OUT/keys)");
+
+  huddle::cli::ServeFlags sf;
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Run the long-running service: it hosts the jobs operators submit, for agents");
+  serve->add_option("--config", sf.config, "Service YAML (server.yaml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  serve->add_option("--state-dir", sf.state_dir, "State directory (overrides service.state_dir)");
+  serve->add_option("--bind", sf.bind, "The agents' endpoint (overrides service.bind)");
+  serve->add_option("--operator-bind", sf.operator_bind,
+                    "The operators' endpoint (overrides service.operator_bind)");
+  serve->add_flag("--insecure", sf.insecure,
+                  "Plaintext, unauthenticated agents and operators (debug only; the operators' "
+                  "endpoint must then be loopback)");
+
+  huddle::cli::AgentFlags af;
+  CLI::App* agent = app.add_subcommand(
+      "agent", "Run a client agent that stays, taking part in the service's jobs");
+  agent->add_option("--config", af.config, "Agent YAML (its data sets, keys, privacy policy)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  agent->add_option("--service", af.service, "The service's endpoint tcp://HOST:PORT");
+  agent->add_option("--log-level", af.log_level, "trace, debug, info, warn, error, off");
+  agent->add_flag("--insecure", af.insecure, "Plaintext, unauthenticated transport (debug only)");
+
+  huddle::cli::OperatorFlags of;
+  std::vector<CLI::App*> operator_commands;
+  for (const auto& [name, help, arg, arg_help] :
+       std::vector<std::tuple<const char*, const char*, const char*, const char*>>{
+           {"submit", "Submit a job to the service", "job", "Job YAML"},
+           {"jobs", "List the service's jobs", nullptr, nullptr},
+           {"status", "A job's state, round, epsilon and agents", "job", "The job's name"},
+           {"stop", "Stop a job for good", "job", "The job's name"},
+           {"logs", "A job's log", "job", "The job's name"},
+           {"clients", "The service's agents: live, last seen, job", nullptr, nullptr}}) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    if (arg != nullptr) sub->add_option(arg, of.argument, arg_help)->required();
+    sub->add_option("--service", of.service, "The service's operators' endpoint")
+        ->capture_default_str();
+    sub->add_option("--server-key", of.server_key, "The service's public key file (server.pub)");
+    sub->add_option("--key", of.key, "This operator's key file (enrolled in security.operators)");
+    sub->add_option("--timeout", of.timeout_s, "Seconds to wait for the answer")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+    sub->add_flag("--insecure", of.insecure, "Plaintext (a service started with --insecure)");
+    sub->add_flag("--json", of.json, "Print the service's answer as JSON");
+    if (std::string(name) == "logs") {
+      sub->add_flag("--follow,-f", of.follow, "Keep printing new lines until the job ends");
+    }
+    operator_commands.push_back(sub);
+  }
 
   huddle::cli::DatacenterFlags df;
   CLI::App* dc = app.add_subcommand(
@@ -159,10 +214,24 @@ int main(int argc, char** argv) {
   privacy_rdp->add_option("--order", pf.order, "Renyi order > 1");
   privacy_noise->add_option("--target-epsilon", pf.target_epsilon, "Epsilon budget (nats)");
 
-  CLI11_PARSE(app, argc, argv);
+  // CLI11's own exit codes (105, 106, 109, ...) are mapped onto the contract of cli/commands.h:
+  // --help and --version print and exit 0, every parse error exits 2.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? huddle::cli::kExitOk : huddle::cli::kExitUsage;
+  }
   huddle::cli::InstallStopHandlers();
 
   if (*coord) return huddle::cli::RunCoordinatorCommand(cf);
+  if (*serve) return huddle::cli::RunServeCommand(sf);
+  if (*agent) return huddle::cli::RunAgentCommand(af);
+  for (CLI::App* sub : operator_commands) {
+    if (*sub) {
+      of.command = sub->get_name();
+      return huddle::cli::RunOperatorCommand(of);
+    }
+  }
   if (*client) return huddle::cli::RunClientCommand(kf);
   if (*keygen) return huddle::cli::RunKeygenCommand(gf);
   if (*certify) return huddle::cli::RunCertifyCommand(tf);
@@ -177,5 +246,5 @@ int main(int argc, char** argv) {
     if (*dc) return huddle::cli::RunDatacenterCommand(df, exe);
     return huddle::cli::RunLocalCommand(rf, exe);
   }
-  return 2;
+  return huddle::cli::kExitUsage;
 }

@@ -147,8 +147,9 @@ int RunPrivacyCommand(const PrivacyFlags& flags) {
   if (flags.command == "noise") status = Noise(flags);
   if (status.ok()) return 0;
   if (absl::IsCancelled(status)) {
-    std::fprintf(stderr, "huddle privacy %s: stopped by a signal\n", flags.command.c_str());
-    return 130;
+    std::fprintf(stderr, "huddle privacy %s: stopped by %s\n", flags.command.c_str(),
+                 StopSignalName());
+    return StopExitCode();
   }
   std::fprintf(stderr, "huddle privacy %s: %s\n", flags.command.c_str(),
                std::string(status.message()).c_str());

@@ -262,6 +262,7 @@ int RunProcesses(const JobConfig& job, const std::string& config, const std::str
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  if (StopFlag().load()) return StopExitCode();
   if (client_failed) return 1;
   const int code = ExitCode(status);
   if (code != 0) {

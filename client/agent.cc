@@ -37,6 +37,7 @@ wire::Message ClientAgent::MakeJoin() const {
   join.num_examples =
       guard_.reports_nothing() ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, num_examples()));
   join.agent_version = kAgentVersion;
+  join.job = job_;
   return wire::MakeMessage(std::move(join), 0, client_id_);
 }
 

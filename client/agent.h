@@ -93,6 +93,16 @@ class ClientAgent {
   // coordinator's settings are trusted, the ledger is in memory).
   void set_privacy_guard(PrivacyGuard guard) { guard_ = std::move(guard); }
   const PrivacyGuard& privacy_guard() const { return guard_; }
+  // The guard back, when the agent's job is over (a service agent keeps one guard, its policy and
+  // ledger, across the jobs it takes part in); the agent is then trusting, as a fresh one.
+  PrivacyGuard TakePrivacyGuard() {
+    PrivacyGuard out = std::move(guard_);
+    guard_ = PrivacyGuard::Trusting();
+    return out;
+  }
+  // A service's job this agent joins (its Join names it: service/service.h); "" for a
+  // coordinator's one job.
+  void set_job(std::string job) { job_ = std::move(job); }
 
   // Replaces the OS-keyed noise source (local DP noise, DP-SGD) with `source`, e.g. a seeded one
   // in tests. A seeded source is NOT PRIVATE.
@@ -151,6 +161,7 @@ class ClientAgent {
   spdlog::level::level_enum routine_level_;
   std::optional<models::ModelSpec> model_;  // the job's (its Layout: the tensors)
   std::string job_name_;                    // from the Welcome
+  std::string job_;                         // the service's job it joins ("": none)
   PrivacyGuard guard_ = PrivacyGuard::Trusting();
   bool done_ = false;
   int64_t rounds_trained_ = 0;

@@ -2,6 +2,7 @@
 
 #include "client/silo.h"
 #include "kernels/backend.h"
+#include "proto/messages.h"
 #include "transport/curve_keys.h"
 
 namespace huddle::client {
@@ -113,6 +114,30 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
                                             {"trace", "debug", "info", "warn", "error", "off"}));
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));
   HUDDLE_RETURN_IF_ERROR(data::ReadDataSpec(data, &c.data, /*shard_keys=*/true));
+  // `datasets: {NAME: {path, format, ...}}`: a service agent's data sets by name (huddle agent).
+  if (top.Has("datasets")) {
+    if (top.Has("data")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          top.Where("data"), " and ", top.Where("datasets"),
+          ": give one: `data` for `huddle client` (one job), `datasets` for `huddle agent` (data "
+          "sets by name, for the service's jobs)"));
+    }
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap sets, top.Child("datasets"));
+    for (const std::string& name : sets.Keys()) {
+      if (!wire::IsValidClientId(name) || c.datasets.size() >= wire::kMaxDatasetNames) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            sets.Where(name),
+            !wire::IsValidClientId(name)
+                ? ": a data set name is 1-128 characters of [A-Za-z0-9._-]"
+                : absl::StrCat(": at most ", wire::kMaxDatasetNames, " data sets")));
+      }
+      HUDDLE_ASSIGN_OR_RETURN(ConfigMap one, sets.Child(name));
+      data::DataSpec spec;
+      HUDDLE_RETURN_IF_ERROR(data::ReadDataSpec(one, &spec, /*shard_keys=*/true));
+      c.datasets[name] = spec;
+    }
+    HUDDLE_RETURN_IF_ERROR(sets.Finish());
+  }
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap sec, top.Child("security"));
   HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("server_public_key", &c.security.server_public_key));
   HUDDLE_RETURN_IF_ERROR(sec.OptionalPath("secret_key", &c.security.secret_key));
@@ -207,6 +232,9 @@ StatusOr<transport::ZmqOptions> ClientTransportOptions(ClientConfig* config, boo
         s.secret_key, ": the coordinator knows this key as '", mine.id, "'"));
   }
   zopts.curve_client = transport::CurveClientOptions{server.public_z85, std::move(mine)};
+  // A key not enrolled (yet) is retried, backing off up to the runner's own backoff: enrolment
+  // may be on its way, and give_up_after bounds the wait.
+  zopts.refused_retry_max_ms = config->runner.backoff_max_ms;
   return zopts;
 }
 

@@ -3,6 +3,7 @@
 // (huddle/client/client.h).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "client/privacy_guard.h"
@@ -45,6 +46,9 @@ struct ClientConfig {
   std::string client_id;    // defaults to the id in the client's key file
   ClientSecurity security;
   data::DataSpec data;
+  // `datasets:` a service agent's data sets by name (`huddle agent`); a job names the one it
+  // trains on. Empty for `huddle client`, which has the one `data`.
+  std::map<std::string, data::DataSpec> datasets;
   RunnerOptions runner;
   std::string log_level = "info";
   std::string device = "auto";  // auto | cpu | cuda[:N] (kernels::ParseDeviceRequest)

@@ -96,6 +96,8 @@ Status RunClient(ClientAgent& agent, transport::ClientTransport& transport,
   int64_t next_heartbeat = started;
   bool joined = false;
   bool warned_unreachable = false;
+  int64_t unreachable_since = started;  // the start of this attempt to (re)connect
+  constexpr int64_t kUnreachableGraceMs = 5000;
 
   auto next_backoff = [&] {
     const int64_t wait =
@@ -127,8 +129,12 @@ Status RunClient(ClientAgent& agent, transport::ClientTransport& transport,
 
     if (!joined && now >= next_join) {
       Status sent = transport.Send(agent.MakeJoin());
-      if (!sent.ok() && !warned_unreachable) {
-        spdlog::info("coordinator not reachable yet; retrying with backoff");
+      // A connection takes a moment (TCP, then the CurveZMQ handshake): only a coordinator that
+      // stays out of reach past the grace period is reported, once.
+      if (!sent.ok() && !warned_unreachable && now - unreachable_since >= kUnreachableGraceMs) {
+        const std::string problem = transport.ConnectionProblem();
+        spdlog::info("coordinator not reachable for {} s{}; retrying with backoff",
+                     (now - unreachable_since) / 1000, problem.empty() ? "" : ": " + problem);
         warned_unreachable = true;
       }
       next_join = now + next_backoff();
@@ -145,10 +151,15 @@ Status RunClient(ClientAgent& agent, transport::ClientTransport& transport,
       backoff_ms = options.backoff_initial_ms;
       next_join = now;
       last_heard = now;
+      unreachable_since = now;
+      warned_unreachable = false;
     }
     if (!joined && options.give_up_after_ms > 0 && now - last_contact > options.give_up_after_ms) {
+      const std::string problem = transport.ConnectionProblem();
       return absl::UnavailableError(absl::StrCat("no coordinator answered for ",
-                                                 options.give_up_after_ms / 1000, " s; giving up"));
+                                                 options.give_up_after_ms / 1000, " s",
+                                                 problem.empty() ? "" : ": " + problem,
+                                                 "; giving up"));
     }
 
     HUDDLE_ASSIGN_OR_RETURN(auto received, transport.Receive(20));

@@ -173,8 +173,13 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
     });
   }
   // Each first join at info while the population is small (a simulation of thousands logs a
-  // summary); rejoins as one flood-proof summary, so that a rejoin flood cannot flood the log.
-  if (!rejoin) {
+  // summary); rejoins as one flood-proof summary, so that a rejoin flood cannot flood the log. A
+  // second Join on the same connection is no rejoin: the agent sent it again before our Welcome
+  // reached it (its backoff is shorter than a busy handshake); it is welcomed again, quietly.
+  if (rejoin && old_peer == peer) {
+    spdlog::debug("client {} sent Join again on its connection; welcoming it again",
+                  join.client_id);
+  } else if (!rejoin) {
     spdlog::log(population_.size() <= 32 ? spdlog::level::info : spdlog::level::debug,
                 "client {} joined ({} examples, {} live)", join.client_id, join.num_examples,
                 population_.LiveCount());

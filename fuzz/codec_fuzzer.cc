@@ -72,7 +72,7 @@ bool SameDouble(double a, double b) {
 struct SameFields {
   bool operator()(const wire::Join& a, const wire::Join& b) const {
     return a.client_id == b.client_id && a.num_examples == b.num_examples &&
-           a.agent_version == b.agent_version;
+           a.agent_version == b.agent_version && a.job == b.job && a.datasets == b.datasets;
   }
   bool operator()(const wire::Welcome& a, const wire::Welcome& b) const {
     return a.job_name == b.job_name && a.model == b.model &&
@@ -103,6 +103,9 @@ struct SameFields {
   }
   bool operator()(const wire::Shutdown& a, const wire::Shutdown& b) const {
     return a.reason == b.reason;
+  }
+  bool operator()(const wire::JobOffer& a, const wire::JobOffer& b) const {
+    return a.job == b.job && a.data == b.data;
   }
   bool operator()(const wire::EvaluateInstruction& a, const wire::EvaluateInstruction& b) const {
     return a.model_version == b.model_version && a.nonce == b.nonce &&
@@ -214,6 +217,15 @@ void CheckDecoded(const wire::Message& m, std::span<const wire::Frame> frames) {
       Require(b.client_id.size() <= limits.max_string_bytes, "join.client_id over the limit");
       Require(b.agent_version.size() <= limits.max_string_bytes,
               "join.agent_version over the limit");
+      Require(b.job.size() <= limits.max_string_bytes, "join.job over the limit");
+      Require(b.datasets.size() <= wire::kMaxDatasetNames, "join.datasets over the limit");
+      for (const std::string& d : b.datasets) {
+        Require(d.size() <= limits.max_string_bytes, "join.datasets name over the limit");
+      }
+    }
+    void operator()(const wire::JobOffer& b) const {
+      Require(b.job.size() <= limits.max_string_bytes, "job_offer.job over the limit");
+      Require(b.data.size() <= limits.max_string_bytes, "job_offer.data over the limit");
     }
     void operator()(const wire::Welcome& b) const {
       Require(b.job_name.size() <= limits.max_string_bytes, "welcome.job_name over the limit");

@@ -101,6 +101,8 @@ struct BodyVisitor {
     p->set_client_id(b.client_id);
     p->set_num_examples(b.num_examples);
     p->set_agent_version(b.agent_version);
+    p->set_job(b.job);
+    for (const std::string& d : b.datasets) p->add_datasets(d);
   }
   void operator()(const Welcome& b) {
     auto* p = h->mutable_welcome();
@@ -159,6 +161,11 @@ struct BodyVisitor {
     p->set_message(b.message);
   }
   void operator()(const Shutdown& b) { h->mutable_shutdown()->set_reason(b.reason); }
+  void operator()(const JobOffer& b) {
+    auto* p = h->mutable_job_offer();
+    p->set_job(b.job);
+    p->set_data(b.data);
+  }
   void operator()(const EvaluateInstruction& b) {
     auto* p = h->mutable_evaluate_instruction();
     p->set_model_version(b.model_version);
@@ -335,7 +342,18 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
       HUDDLE_RETURN_IF_ERROR(CheckString(p.client_id(), limits.max_string_bytes, "join.client_id"));
       HUDDLE_RETURN_IF_ERROR(
           CheckString(p.agent_version(), limits.max_string_bytes, "join.agent_version"));
-      return Body(Join{p.client_id(), p.num_examples(), p.agent_version()});
+      HUDDLE_RETURN_IF_ERROR(CheckString(p.job(), limits.max_string_bytes, "join.job"));
+      if (static_cast<size_t>(p.datasets_size()) > kMaxDatasetNames) {
+        return Malformed(absl::StrCat("join.datasets has ", p.datasets_size(),
+                                      " names, limit ", kMaxDatasetNames));
+      }
+      std::vector<std::string> datasets;
+      for (const std::string& d : p.datasets()) {
+        HUDDLE_RETURN_IF_ERROR(CheckString(d, limits.max_string_bytes, "join.datasets"));
+        datasets.push_back(d);
+      }
+      return Body(Join{p.client_id(), p.num_examples(), p.agent_version(), p.job(),
+                       std::move(datasets)});
     }
     case pb::Header::kWelcome: {
       const auto& p = h.welcome();
@@ -387,6 +405,12 @@ StatusOr<Body> BodyFromProto(const pb::Header& h, const CodecLimits& limits) {
         return Malformed(absl::StrCat("error.code ", code, " is unknown"));
       }
       return Body(Error{static_cast<ErrorCode>(code), p.message()});
+    }
+    case pb::Header::kJobOffer: {
+      const auto& p = h.job_offer();
+      HUDDLE_RETURN_IF_ERROR(CheckString(p.job(), limits.max_string_bytes, "job_offer.job"));
+      HUDDLE_RETURN_IF_ERROR(CheckString(p.data(), limits.max_string_bytes, "job_offer.data"));
+      return Body(JobOffer{p.job(), p.data()});
     }
     case pb::Header::kShutdown:
       HUDDLE_RETURN_IF_ERROR(

@@ -105,6 +105,8 @@ const char* MessageTypeName(MessageType type) {
       return "SecAggMaskedInput";
     case MessageType::kSecAggData:
       return "SecAggData";
+    case MessageType::kJobOffer:
+      return "JobOffer";
   }
   return "Unknown";
 }

@@ -116,10 +116,16 @@ enum class ErrorCode {
 const char* ErrorCodeName(ErrorCode code);
 
 // Client -> coordinator: first message of a session (and again after losing the coordinator).
+// With a service (`huddle serve`), an agent holds one session with the service itself (`job`
+// empty, its data sets named in `datasets`) and one per job it takes part in (`job` set: the
+// JobOffer's job; the example count is the offered data set's).
+inline constexpr size_t kMaxDatasetNames = 64;
 struct Join {
   std::string client_id;
   uint64_t num_examples = 0;
   std::string agent_version;
+  std::string job;
+  std::vector<std::string> datasets;  // at most kMaxDatasetNames
 };
 // Coordinator -> client: admitted; here is the job's model.
 struct Welcome {
@@ -212,10 +218,16 @@ struct Error {
 struct Shutdown {
   std::string reason;
 };
+// Service -> agent, on the agent's own session: join `job` (on a new connection), training on the
+// data set the agent declared as `data`.
+struct JobOffer {
+  std::string job;
+  std::string data;
+};
 
 using Body = std::variant<Join, Welcome, FitInstruction, UploadRequest, UploadGrant, FitResult,
                           Heartbeat, Error, Shutdown, EvaluateInstruction, EvaluateResult,
-                          SecAggMaskedInput, SecAggData>;
+                          SecAggMaskedInput, SecAggData, JobOffer>;
 
 // The order of Body's alternatives.
 enum class MessageType {
@@ -232,6 +244,7 @@ enum class MessageType {
   kEvaluateResult,
   kSecAggMaskedInput,
   kSecAggData,
+  kJobOffer,
 };
 const char* MessageTypeName(MessageType type);
 

@@ -56,6 +56,10 @@ class ServerTransport {
   // carrying a model); 0 withdraws it. Without one, a connection may hold only the transport's
   // small fixed window of undelivered bytes before it is cut (ZmqOptions).
   virtual void SetUploadAllowance(const PeerId& /*peer*/, size_t /*bytes*/) {}
+  // Thread-safe, unlike the rest: a Receive() blocked on the owning thread returns (nullopt)
+  // promptly, so that the owner can act on work another thread queued for it (a service's jobs
+  // queue their sends for the thread that owns the transport).
+  virtual void Wake() {}
 };
 
 // A client's side. Not thread-safe: one thread owns it.
@@ -68,6 +72,9 @@ class ClientTransport {
   virtual StatusOr<std::optional<StatusOr<wire::Message>>> Receive(int64_t timeout_ms) = 0;
   // Drops the connection and everything queued on it and connects afresh.
   virtual Status Reconnect() = 0;
+  // Why the coordinator has not been reached, when the transport knows (e.g. its handshakes are
+  // being refused); empty otherwise.
+  virtual std::string ConnectionProblem() const { return {}; }
 };
 
 }  // namespace huddle::transport

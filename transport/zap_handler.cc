@@ -110,6 +110,19 @@ void ZapHandler::MaybeReload(int64_t now_ms) {
   (void)Reload();  // logs its own outcome
 }
 
+std::optional<std::string> ZapHandler::RecheckUnknown(const CurveKey& key, int64_t now_ms) {
+  if (now_ms - last_recheck_ms_ < options_.unknown_key_recheck_ms) return std::nullopt;
+  last_recheck_ms_ = now_ms;
+  const std::string signature = AllowList::Signature(options_.allow_list_path);
+  {
+    absl::MutexLock lock(&mu_);
+    if (signature == signature_) return std::nullopt;
+  }
+  (void)Reload();  // logs its own outcome
+  absl::MutexLock lock(&mu_);
+  return list_.Lookup(key);
+}
+
 ZapRequest ReadZapRequest(zmq::socket_t& socket) {
   std::vector<zmq::message_t> frames;
   do {
@@ -185,6 +198,7 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
         absl::MutexLock lock(&mu_);
         id = list_.Lookup(*request.curve_key);
       }
+      if (!id) id = RecheckUnknown(*request.curve_key, NowMs());
       if (!id) {
         rejections_++;
         const std::string fp = Fingerprint(*request.curve_key);

@@ -12,7 +12,8 @@
 // the client retries without giving up), so one key cannot open connections faster than that.
 //
 // The allow-list is reloaded, without a restart, when its files change (checked every
-// reload_interval_ms) or when *reload_requests changes (the CLI bumps it on SIGHUP). A reload fails
+// reload_interval_ms, and before refusing a key that is not enrolled: unknown_key_recheck_ms) or
+// when *reload_requests changes (the CLI bumps it on SIGHUP). A reload fails
 // safe: removals always apply; a bad entry (a malformed .pub, a .key file, an id or key claimed
 // twice) is skipped, not enrolled, with an error naming its file; an allow-list that cannot be read
 // at all (missing, unlistable, YAML that does not parse) admits nobody until it loads again.
@@ -48,6 +49,11 @@ struct ZapOptions {
   // (kZapRetryLater; the client retries), so one key cannot churn connections (0: unlimited).
   double handshakes_per_s = 2;
   double handshake_burst = 16;
+  // A handshake from a key that is not enrolled first checks whether the allow-list's files
+  // changed (at most once per this interval, so a flood of strange keys costs one directory scan
+  // per interval) and reloads them if so: a client enrolled a moment ago is admitted at once, not
+  // refused until the next periodic check.
+  int64_t unknown_key_recheck_ms = 100;
 };
 
 // One ZAP request (RFC 27: version, request id, domain, address, identity, mechanism,
@@ -99,6 +105,10 @@ class ZapHandler {
   explicit ZapHandler(ZapOptions options) : options_(std::move(options)) {}
   void Serve(zmq::socket_t& socket);
   void MaybeReload(int64_t now_ms) ABSL_LOCKS_EXCLUDED(mu_);
+  // `key` is not enrolled in the list as loaded: reloads it if its files changed since (at most
+  // once per unknown_key_recheck_ms) and looks the key up again.
+  std::optional<std::string> RecheckUnknown(const CurveKey& key, int64_t now_ms)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   ZapOptions options_;
   mutable absl::Mutex mu_;
@@ -106,6 +116,7 @@ class ZapHandler {
   std::string signature_ ABSL_GUARDED_BY(mu_);
   uint64_t seen_requests_ = 0;
   int64_t next_check_ms_ = 0;
+  int64_t last_recheck_ms_ = INT64_MIN / 2;
   std::atomic<uint64_t> rejections_{0};
   std::atomic<uint64_t> throttled_{0};
   std::atomic<bool> stopping_{false};

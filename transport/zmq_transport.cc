@@ -2,6 +2,8 @@
 
 #include <malloc.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -174,7 +176,8 @@ class ZmqServer final : public ServerTransport {
         limiter_(options.max_messages_per_s, options.burst_messages),
         guard_(options_),
         handshake_log_("failed handshakes", options.log_period_ms),
-        rate_log_("messages dropped by the rate limit", options.log_period_ms) {}
+        rate_log_("messages dropped by the rate limit", options.log_period_ms),
+        wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
   Status Bind(const std::string& endpoint) {
     // Buffers of 128 KiB and more (every tensor frame) are mmap'ed, so freeing one returns it to
@@ -232,7 +235,9 @@ class ZmqServer final : public ServerTransport {
   StatusOr<std::optional<Inbound>> Receive(int64_t timeout_ms) override {
     const int64_t deadline = SteadyNowMs() + std::max<int64_t>(0, timeout_ms);
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+    const int num_items = wake_fd_ >= 0 ? 3 : 2;
     try {
       while (true) {
         MaybeCheckConnections();
@@ -243,8 +248,13 @@ class ZmqServer final : public ServerTransport {
         }
         const int64_t now = SteadyNowMs();
         const int64_t wait = std::max<int64_t>(0, std::min(deadline, next_check_ms_) - now);
-        zmq::poll(items, 2, std::chrono::milliseconds(wait));
+        zmq::poll(items, num_items, std::chrono::milliseconds(wait));
         if (items[1].revents & ZMQ_POLLIN) DrainMonitor();
+        if (num_items == 3 && (items[2].revents & ZMQ_POLLIN)) {
+          uint64_t wakes = 0;
+          (void)::read(wake_fd_, &wakes, sizeof(wakes));  // resets the eventfd
+          if (!(items[0].revents & ZMQ_POLLIN)) return std::optional<Inbound>();
+        }
         if (!(items[0].revents & ZMQ_POLLIN)) {
           if (SteadyNowMs() >= deadline) return std::optional<Inbound>();
           continue;
@@ -278,8 +288,14 @@ class ZmqServer final : public ServerTransport {
     guard_.SetAllowance(peer, bytes);
   }
 
+  void Wake() override {
+    const uint64_t one = 1;
+    if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+
   ~ZmqServer() override {
     if (socket_.handle() != nullptr) zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
  private:
@@ -391,6 +407,7 @@ class ZmqServer final : public ServerTransport {
   std::deque<Inbound> revoked_;  // connections cut for revocation, not yet reported
   LogSummary handshake_log_;
   LogSummary rate_log_;
+  int wake_fd_ = -1;  // an eventfd that Wake() signals; Receive polls it (-1: none)
   int64_t next_check_ms_ = 0;
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;
@@ -461,6 +478,8 @@ class ZmqClient final : public ClientTransport {
     }
   }
 
+  std::string ConnectionProblem() const override { return problem_; }
+
   Status Reconnect() override {
     try {
       zmq_socket_monitor(socket_.handle(), nullptr, 0);
@@ -497,6 +516,9 @@ class ZmqClient final : public ClientTransport {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         handshake_failures_ = 0;
         retry_delay_ms_ = options_.reconnect_ivl_ms;
+        if (!problem_.empty()) spdlog::info("the coordinator at {} accepted this client's key", endpoint_);
+        problem_.clear();
+        warned_refused_ = false;
         return absl::OkStatus();
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
         if (value == kZapRetryLater) {
@@ -511,6 +533,23 @@ class ZmqClient final : public ClientTransport {
           }
           retry_at_ms_ = SteadyNowMs() + retry_delay_ms_;
           retry_delay_ms_ = std::min(2 * retry_delay_ms_, options_.reconnect_ivl_max_ms);
+          return absl::OkStatus();
+        }
+        if (options_.refused_retry_max_ms > 0) {
+          // Not enrolled (yet): the operator may be adding the key right now, and the coordinator
+          // picks an enrolment up at once. Retry, backing off, and say so once.
+          problem_ = absl::StrCat("the coordinator at ", endpoint_, " refused this client's key ",
+                                  mine, " (not enrolled, or revoked)");
+          if (!warned_refused_) {
+            warned_refused_ = true;
+            spdlog::warn(
+                "{}; retrying with backoff (up to every {} s) until its operator enrols it: the "
+                "client's .pub file in the coordinator's allow-list",
+                problem_, options_.refused_retry_max_ms / 1000.0);
+          }
+          retry_at_ms_ = SteadyNowMs() + retry_delay_ms_;
+          retry_delay_ms_ = static_cast<int>(
+              std::min<int64_t>(2 * int64_t{retry_delay_ms_}, options_.refused_retry_max_ms));
           return absl::OkStatus();
         }
         return absl::PermissionDeniedError(absl::StrCat(
@@ -555,6 +594,8 @@ class ZmqClient final : public ClientTransport {
   zmq::socket_t monitor_;
   int handshake_failures_ = 0;
   bool warned_throttled_ = false;
+  bool warned_refused_ = false;
+  std::string problem_;  // why handshakes are refused, until one succeeds
   int64_t retry_at_ms_ = -1;  // when to reconnect after a handshake refused for now; -1: none
   int retry_delay_ms_ = options_.reconnect_ivl_ms;
 };

@@ -97,6 +97,12 @@ struct ZmqOptions {
   int64_t connection_check_ms = 25;
   int64_t log_period_ms = 10'000;           // refusals, drops and cuts: at most one line per kind
   int handshake_failures_before_error = 3;  // client side, consecutive, without a success
+  // Client side: > 0: a handshake refused because this client's key is not enrolled (or was
+  // revoked) is retried, backing off from reconnect_ivl_ms up to this, and logged once (an
+  // enrolment may be on its way: the coordinator picks it up within a second); the caller bounds
+  // the wait (client::RunnerOptions::give_up_after_ms) and ClientTransport::ConnectionProblem()
+  // says why it could not get in. 0: the refusal is a PermissionDenied error from Receive().
+  int64_t refused_retry_max_ms = 0;
 };
 
 // Binds `endpoint` (e.g. "tcp://0.0.0.0:5555"). InvalidArgument / Unavailable with the endpoint

@@ -91,14 +91,15 @@ class FederationTest : public ::testing::Test {
   }
 
   std::unique_ptr<Process> StartClient(const std::string& dir, const std::string& endpoint, int i,
-                                       int num_shards, const std::string& key_dir = "") {
+                                       int num_shards, const std::string& key_dir = "",
+                                       int give_up_after_s = 60) {
     const std::string id = "c" + std::to_string(i);
     std::vector<std::string> argv = {HuddleBin(), "client",          "--coordinator",
                                      endpoint,    "--client-id",     id,
                                      "--data",    kFashionMnist,     "--partition",
                                      "iid",       "--num-shards",    std::to_string(num_shards),
                                      "--shard",   std::to_string(i), "--partition-seed",
-                                     "1",         "--give-up-after", "60"};
+                                     "1",         "--give-up-after", std::to_string(give_up_after_s)};
     for (const std::string& f : ClientKeyFlags(key_dir.empty() ? dir : key_dir, id)) {
       argv.push_back(f);
     }
@@ -486,14 +487,17 @@ TEST_F(FederationTest, WrongServerKeyAndUnknownClientKeyAreClearClientErrors) {
   EXPECT_NE(ReadAll(dir + "/wrong-server.log").find("is most likely not this coordinator's key"),
             std::string::npos)
       << ReadAll(dir + "/wrong-server.log");
-  // A key the coordinator never enrolled (same id, different key).
-  const Finished unknown =
-      RunToEnd({HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist,
-                "--server-key", dir + "/keys/server.pub", "--key", other + "/keys/clients/c0.key"},
-               dir + "/unknown.log", seconds(60));
+  // A key the coordinator never enrolled (same id, different key): refused, it retries (its
+  // enrolment may be on its way) until --give-up-after, then exits naming the refusal.
+  const Finished unknown = RunToEnd(
+      {HuddleBin(), "client", "--coordinator", endpoint, "--data", kFashionMnist, "--server-key",
+       dir + "/keys/server.pub", "--key", other + "/keys/clients/c0.key", "--give-up-after", "3"},
+      dir + "/unknown.log", seconds(60));
   EXPECT_EQ(unknown.exit_code, 1) << unknown.log;
-  EXPECT_NE(ReadAll(dir + "/unknown.log").find("refused this client's key"), std::string::npos)
-      << ReadAll(dir + "/unknown.log");
+  const std::string unknown_log = ReadAll(dir + "/unknown.log");
+  EXPECT_NE(unknown_log.find("refused this client's key"), std::string::npos) << unknown_log;
+  EXPECT_NE(unknown_log.find("retrying with backoff"), std::string::npos) << unknown_log;
+  EXPECT_NE(unknown_log.find("giving up"), std::string::npos) << unknown_log;
   // Neither reached the federation: the job still waits for its one client, then completes.
   auto client = StartClient(dir, endpoint, 0, 20);
   ASSERT_EQ(coordinator->Wait(seconds(120)), 0) << ReadAll(dir + "/coordinator.log");
@@ -523,7 +527,11 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
   const std::string endpoint = Endpoint(FreeLoopbackPort());
   auto coordinator = StartCoordinator(dir, endpoint);
   std::vector<std::unique_ptr<Process>> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(StartClient(dir, endpoint, i, 20));
+  // c2 gives up 5 s after it was last in the job: a refused client retries (its enrolment may be
+  // on its way) until then.
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(StartClient(dir, endpoint, i, 20, "", i == 2 ? 5 : 60));
+  }
   ASSERT_TRUE(WaitFor([&] { return Metrics(dir).size() >= 2; }, seconds(120)));
   // Hold the job open until the restarted c2 has been refused: with c0 and c1 stopped, no round
   // can close (its deadline is a minute away), so the coordinator is still there to refuse it.
@@ -532,12 +540,12 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
   clients[1]->Kill(SIGSTOP);
   std::filesystem::remove(dir + "/keys/allowed/c2.pub");
   coordinator->Kill(SIGHUP);
-  // c2 is told its key was revoked and exits with that error.
+  // c2 is told its key was revoked, is refused from then on, and gives up.
   EXPECT_EQ(clients[2]->Wait(seconds(30)), 1) << ReadAll(dir + "/client-2.log");
   EXPECT_NE(ReadAll(dir + "/client-2.log").find("revoked"), std::string::npos)
       << ReadAll(dir + "/client-2.log");
-  // Restarted, it is refused at the handshake.
-  auto again = StartClient(dir, endpoint, 2, 20);
+  // Restarted, it is refused at the handshake (and gives up after --give-up-after).
+  auto again = StartClient(dir, endpoint, 2, 20, "", /*give_up_after_s=*/3);
   EXPECT_EQ(again->Wait(seconds(60)), 1);
   EXPECT_NE(ReadAll(dir + "/client-2.log").find("refused this client's key"), std::string::npos)
       << ReadAll(dir + "/client-2.log");
@@ -553,6 +561,36 @@ TEST_F(FederationTest, RevokedKeyIsDroppedOnSighupAndRefusedAfterwards) {
   EXPECT_EQ(metrics.back()["results"], 2);
 }
 
+
+// Enrolment mid-job: a client started before its .pub reaches the allow-list is refused, retries,
+// and is admitted as soon as the file is there, without SIGHUP and long before the periodic
+// reload (an hour here): the coordinator rechecks the allow-list before refusing a key.
+TEST_F(FederationTest, EnrolmentMidJobAdmitsAWaitingClientWithoutARace) {
+  const std::string dir = MakeTempDir("enrol");
+  JobSettings s;
+  s.clients = 2;
+  s.rounds = 3;
+  Job(dir, s).Set("security.reload_interval_s", 3600).Write(dir + "/job.yaml");
+  const std::string pub = dir + "/keys/allowed/c1.pub";
+  std::filesystem::rename(pub, dir + "/c1.pub.pending");
+  const std::string endpoint = Endpoint(FreeLoopbackPort());
+  auto coordinator = StartCoordinator(dir, endpoint);
+  auto c0 = StartClient(dir, endpoint, 0, 2);
+  auto c1 = StartClient(dir, endpoint, 1, 2);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadAll(dir + "/client-1.log").find("retrying with backoff") != std::string::npos; },
+      seconds(30)))
+      << ReadAll(dir + "/client-1.log");
+  std::filesystem::copy_file(dir + "/c1.pub.pending", pub);
+  ASSERT_EQ(coordinator->Wait(seconds(120)), 0) << ReadAll(dir + "/coordinator.log");
+  EXPECT_EQ(c1->Wait(seconds(30)), 0) << ReadAll(dir + "/client-1.log");
+  const auto metrics = Metrics(dir);
+  ASSERT_EQ(metrics.size(), 3u);
+  EXPECT_EQ(metrics[0]["clients_enrolled"], 2);
+  const std::string log = ReadAll(dir + "/coordinator.log");
+  EXPECT_NE(log.find("client c1 joined"), std::string::npos) << log;
+  EXPECT_EQ(log.find("client c1 rejoined"), std::string::npos) << "one join, said once: " << log;
+}
 TEST_F(FederationTest, ConfigTypoIsAClearError) {
   const std::string dir = MakeTempDir("typo");
   WriteText(dir + "/job.yaml", "rounds: 2\ntrian: {epochs: 1}\n");

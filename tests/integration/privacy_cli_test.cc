@@ -209,8 +209,10 @@ void ExpectSignalStopsCalibration(int signal) {
   ASSERT_TRUE(WaitFor([&] { return !p.running() || CatchesSignal(p.pid(), signal); }, seconds(30)));
   ASSERT_TRUE(p.running()) << "the calibration ended before the signal:\n" << ReadAll(log);
   p.Kill(signal);
-  EXPECT_EQ(p.Wait(seconds(10)), 130) << ReadAll(log);
-  EXPECT_NE(ReadAll(log).find("huddle privacy noise: stopped by a signal"), std::string::npos)
+  EXPECT_EQ(p.Wait(seconds(10)), 128 + signal) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find(std::string("huddle privacy noise: stopped by ") +
+                              (signal == SIGINT ? "SIGINT" : "SIGTERM")),
+            std::string::npos)
       << ReadAll(log);
 }
 

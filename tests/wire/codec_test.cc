@@ -504,6 +504,14 @@ TEST_F(CodecTest, RejectsEveryStringOverItsLimitNamingTheField) {
        [](pb::Header& h, const std::string& s) { h.mutable_join()->set_client_id(s); }},
       {"join.agent_version", 256, testutil::SampleJoin(),
        [](pb::Header& h, const std::string& s) { h.mutable_join()->set_agent_version(s); }},
+      {"join.job", 256, testutil::SampleJoin(),
+       [](pb::Header& h, const std::string& s) { h.mutable_join()->set_job(s); }},
+      {"join.datasets", 256, testutil::SampleJoin(),
+       [](pb::Header& h, const std::string& s) { h.mutable_join()->set_datasets(1, s); }},
+      {"job_offer.job", 256, testutil::SampleJobOffer(),
+       [](pb::Header& h, const std::string& s) { h.mutable_job_offer()->set_job(s); }},
+      {"job_offer.data", 256, testutil::SampleJobOffer(),
+       [](pb::Header& h, const std::string& s) { h.mutable_job_offer()->set_data(s); }},
       {"welcome.job_name", 256, testutil::SampleWelcome(),
        [](pb::Header& h, const std::string& s) { h.mutable_welcome()->set_job_name(s); }},
       {"welcome.model.kind", 256, testutil::SampleWelcome(),
@@ -523,6 +531,18 @@ TEST_F(CodecTest, RejectsEveryStringOverItsLimitNamingTheField) {
                         std::string(f.name) + " is " + std::to_string(f.limit + 1) +
                             " bytes, limit " + std::to_string(f.limit)));
   }
+}
+
+TEST_F(CodecTest, RejectsAJoinListingTooManyDataSets) {
+  auto names = [](size_t n) {
+    return [n](pb::Header& h) {
+      h.mutable_join()->clear_datasets();
+      for (size_t i = 0; i < n; ++i) h.mutable_join()->add_datasets("d" + std::to_string(i));
+    };
+  };
+  EXPECT_TRUE(DecodeCorrupted(testutil::SampleJoin(), names(kMaxDatasetNames)).ok());
+  EXPECT_TRUE(IsError(DecodeCorrupted(testutil::SampleJoin(), names(kMaxDatasetNames + 1)),
+                      kInvalid, "join.datasets has 65 names, limit 64"));
 }
 
 }  // namespace

@@ -47,7 +47,11 @@ inline const std::string& SampleNonce() {
 }
 
 inline Message SampleJoin() {
-  return MakeMessage(Join{"client-17", 1234, "huddle-0.1"}, 0, "client-17");
+  return MakeMessage(Join{"client-17", 1234, "huddle-0.1", "job-a", {"fmnist", "clinic.csv"}}, 0,
+                     "client-17");
+}
+inline Message SampleJobOffer() {
+  return MakeMessage(JobOffer{"job-a", "fmnist"}, 0, "service");
 }
 inline Message SampleWelcome() {
   return MakeMessage(
@@ -169,6 +173,7 @@ inline std::vector<Message> SampleMessages() {
                               SampleEvaluateResult(),
                               SampleSecAggMaskedInput()};
   for (Message& m : SampleSecAggStages()) out.push_back(std::move(m));
+  out.push_back(SampleJobOffer());
   return out;
 }
 
@@ -183,8 +188,12 @@ inline std::string Hex(const std::string& bytes) {
 inline std::string Describe(const Message& m) {
   struct BodyText {
     std::string operator()(const Join& b) const {
-      return fmt::format("Join{{client_id={} num_examples={} agent_version={}}}", b.client_id,
-                         b.num_examples, b.agent_version);
+      return fmt::format("Join{{client_id={} num_examples={} agent_version={} job={} datasets=[{}]}}",
+                         b.client_id, b.num_examples, b.agent_version, b.job,
+                         fmt::join(b.datasets, ","));
+    }
+    std::string operator()(const JobOffer& b) const {
+      return fmt::format("JobOffer{{job={} data={}}}", b.job, b.data);
     }
     std::string operator()(const Welcome& b) const {
       std::string tensors;

@@ -1,0 +1,107 @@
+// `huddle agent --config agent.yaml`: a client agent that stays, for a service's jobs
+// (client/service_agent.h).
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "client/agent.h"
+#include "client/runner.h"
+#include "client/service_agent.h"
+#include "common/logging.h"
+#include "kernels/backend.h"
+#include "kernels/cpu_isa.h"
+
+namespace huddle::cli {
+
+int RunAgentCommand(const AgentFlags& flags) {
+  constexpr const char* kCommand = "huddle agent";
+  auto loaded = LoadClientConfig(flags.config);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kCommand, std::string(loaded.status().message()).c_str());
+    return kExitUsage;
+  }
+  ClientConfig config = *std::move(loaded);
+  if (!flags.service.empty()) config.coordinator = flags.service;
+  if (!flags.log_level.empty()) config.log_level = flags.log_level;
+  auto usage = [&](const std::string& why) {
+    std::fprintf(stderr, "%s: %s\n", kCommand, why.c_str());
+    return kExitUsage;
+  };
+  if (config.datasets.empty()) {
+    return usage(
+        "datasets: an agent declares its data sets by name (datasets: {NAME: {path: ..., format: "
+        "idx|csv}}); a job submitted to the service names the one it trains on");
+  }
+  if (config.silo_nproc > 1) {
+    return usage("silo: a service agent trains on one device for now; use `huddle client` for a "
+                 "silo");
+  }
+  if (flags.insecure) WarnInsecure("agent");
+  auto zopts = client::ClientTransportOptions(&config, flags.insecure);
+  if (!zopts.ok()) return usage(std::string(zopts.status().message()));
+  if (config.coordinator.empty()) return usage("no service given (coordinator: tcp://HOST:PORT)");
+  if (config.client_id.empty()) return usage("no client id given (client_id, or a key file)");
+  if (Status st = SetupLogging(config.log_level, "agent " + config.client_id); !st.ok()) {
+    return usage(std::string(st.message()));
+  }
+  // Every data set is loaded (and checked) now: a bad path is the operator's error at start,
+  // not a job's later.
+  std::map<std::string, data::Dataset> datasets;
+  std::map<std::string, data::DatasetView> views;
+  for (const auto& [name, spec] : config.datasets) {
+    auto d = data::LoadClientData(spec);
+    if (!d.ok()) {
+      std::fprintf(stderr, "%s: datasets.%s: %s\n", kCommand, name.c_str(),
+                   std::string(d.status().message()).c_str());
+      return kExitFailed;
+    }
+    datasets.emplace(name, *std::move(d));
+    data::DatasetView view;
+    view.base = &datasets.at(name);
+    views.emplace(name, view);
+    spdlog::info("data set '{}': {} examples from {}", name, views.at(name).size(), spec.path);
+  }
+  auto device = kernels::ParseDeviceRequest(config.device);
+  if (!device.ok()) return usage(std::string(device.status().message()));
+  auto backend = kernels::OpenBackend(*device);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kCommand, std::string(backend.status().message()).c_str());
+    return kExitUsage;
+  }
+  spdlog::info("training on {} (device: {}; cpu kernels: {})", (*backend)->name(), config.device,
+               kernels::CpuIsaDescription());
+  auto guard = client::OpenPrivacyGuard(config);
+  if (!guard.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kCommand, std::string(guard.status().message()).c_str());
+    return kExitUsage;
+  }
+  auto identity = client::SecAggIdentityOf(config);
+  if (!identity.ok()) return usage(std::string(identity.status().message()));
+  kernels::Backend* b = backend->get();
+  client::JobAgentFactory factory =
+      [&](const std::string& job, const std::string& data)
+      -> StatusOr<std::unique_ptr<client::ClientAgent>> {
+    auto view = views.find(data);
+    if (view == views.end()) {
+      return absl::NotFoundError(absl::StrCat("no data set '", data, "'"));
+    }
+    auto agent = std::make_unique<client::ClientAgent>(config.client_id, &view->second);
+    agent->builtin()->set_backend(b);
+    if (*identity) agent->set_secagg_identity(**identity);
+    agent->set_max_sessions_per_round(config.secure_aggregation.max_sessions_per_round);
+    spdlog::debug("job '{}': agent ready on '{}'", job, data);
+    return agent;
+  };
+  Status st =
+      client::RunServiceAgent(config, *zopts, factory, *std::move(guard), &StopFlag());
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s %s: %s\n", kCommand, config.client_id.c_str(),
+                 std::string(st.message()).c_str());
+    return kExitFailed;
+  }
+  return StopFlag().load() ? StopExitCode() : kExitOk;
+}
+
+}  // namespace huddle::cli

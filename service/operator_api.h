@@ -1,0 +1,47 @@
+// The operators' requests to `huddle serve`, as JSON documents (docs/protocol.md, "Operators"):
+//   {"command": "submit", "job_yaml": TEXT}         -> {"ok": true, "job": RECORD}
+//   {"command": "jobs"}                             -> {"ok": true, "jobs": [JOB...]}
+//   {"command": "status", "job": NAME}              -> {"ok": true, "job": JOB}
+//   {"command": "stop", "job": NAME}                -> {"ok": true, "job": RECORD}
+//   {"command": "logs", "job": NAME, "offset": N}   -> {"ok": true, "text": ..., "next_offset": M}
+//   {"command": "clients"}                          -> {"ok": true, "clients": [AGENT...]}
+// and {"ok": false, "error": TEXT} for anything refused. Every request, answered or refused, is
+// one line of the audit log (STATE/audit.jsonl: time, operator, command, job, ok, error), written
+// before the reply leaves.
+//
+// Thread-safety: Handle() from the operator server's one thread.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+#include "service/service.h"
+
+namespace huddle::service {
+
+// A submitted job made ready to store: its name and its YAML as it will run (service_job.h).
+struct CheckedJob {
+  std::string name;
+  std::string resolved_yaml;
+};
+using SubmissionChecker = std::function<StatusOr<CheckedJob>(const std::string& submitted_yaml)>;
+
+class OperatorApi {
+ public:
+  // `service` must outlive the API; `now_iso` stamps the audit rows.
+  OperatorApi(Service* service, SubmissionChecker checker, std::function<std::string()> now_iso);
+
+  // The reply to one request of `operator_id` (never throws; malformed requests get an error).
+  std::string Handle(const std::string& operator_id, const std::string& request);
+
+  std::string audit_path() const { return audit_path_; }
+
+ private:
+  Service* service_;
+  SubmissionChecker checker_;
+  std::function<std::string()> now_iso_;
+  std::string audit_path_;
+};
+
+}  // namespace huddle::service
