@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
+#include "data/csv.h"
 #include "data/fashion_mnist.h"
 #include "models/model.h"
 #include "transport/zmq_transport.h"
@@ -23,27 +24,50 @@ StatusOr<coordinator::Evaluator> MakeEvaluator(const JobConfig& job) {
       o.model.external()) {
     return coordinator::Evaluator();
   }
-  auto loaded = data::LoadFashionMnist(job.eval_data, data::Split::kTest, nullptr);
-  if (!loaded.ok()) {
-    return Status(loaded.status().code(),
-                  absl::StrCat("evaluation data: ", loaded.status().message()));
+  // The test set is loaded and checked against the model (its features, its labels within the
+  // model's classes) now, before round 1, and a scattering2d model's test set transformed once;
+  // every error names evaluation.data.
+  const models::ModelSpec& spec = o.model;
+  auto error = [](const Status& st) {
+    return Status(st.code(), absl::StrCat("evaluation.data: ", st.message()));
+  };
+  // Any label the format can hold is read: the width is checked first, then the labels against
+  // the model's classes (Evaluator::Create).
+  constexpr int64_t kAnyLabel = int64_t{1} << 16;
+  const data::IdxFilePair files = data::FashionMnistFiles(job.eval_data, data::Split::kTest);
+  StatusOr<data::Dataset> loaded =
+      job.eval_format == "csv"
+          ? data::LoadCsvDataset(job.eval_data, {kAnyLabel, job.eval_scale_255})
+          : data::LoadIdxDataset(files.images, files.labels, nullptr, kAnyLabel);
+  if (!loaded.ok()) return error(loaded.status());
+  if (loaded->feature_dim != spec.input_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evaluation.data: ", job.eval_data, " has ", loaded->feature_dim,
+                     " features per example; the model (", models::DescribeModel(spec),
+                     ") expects ", spec.input_dim()));
   }
-  auto test = std::make_shared<data::Dataset>(std::move(loaded).value());
-  // Loaded (and a scattering2d model's test set transformed) once, on the first evaluation.
-  auto shared = std::make_shared<std::unique_ptr<models::Evaluator>>();
-  const models::ModelSpec spec = o.model;
-  return coordinator::Evaluator(
-      [test, spec, shared](const TensorList& model) -> StatusOr<models::EvalStats> {
-        if (!*shared) {
-          HUDDLE_ASSIGN_OR_RETURN(
-              *shared, models::Evaluator::Create(spec, data::DatasetView{test.get(), {}}));
-        }
-        return (*shared)->Evaluate(model);
-      });
+  // The evaluator reads the data it was made from: the data must outlive it (members are
+  // destroyed in reverse order).
+  struct TestSet {
+    data::Dataset data;
+    std::unique_ptr<models::Evaluator> evaluator;
+  };
+  auto test = std::make_shared<TestSet>();
+  test->data = *std::move(loaded);
+  auto evaluator = models::Evaluator::Create(spec, data::DatasetView{&test->data, {}});
+  if (!evaluator.ok()) {
+    return error(Status(evaluator.status().code(),
+                        absl::StrCat(job.eval_data, ": ", evaluator.status().message())));
+  }
+  test->evaluator = *std::move(evaluator);
+  return coordinator::Evaluator([test](const TensorList& model) -> StatusOr<models::EvalStats> {
+    return test->evaluator->Evaluate(model);
+  });
 }
 
 int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
   const coordinator::CoordinatorOptions& o = job.coordinator;
+  LogStartNotes(job);
   StatusOr<coordinator::Evaluator> evaluator = MakeEvaluator(job);
   if (!evaluator.ok()) {
     std::fprintf(stderr, "huddle coordinator: %s\n",

@@ -1,5 +1,7 @@
 #include "cli/job_config.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -7,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "cli/config_sections.h"
+#include "cli/job_checks.h"
 #include "client/silo.h"
 #include "common/config_reader.h"
 #include "common/tensor_io.h"
@@ -45,6 +48,7 @@ Status ReadPrivacy(ConfigMap& m, privacy::PrivacyOptions* p) {
     HUDDLE_RETURN_IF_ERROR(m.Optional("expected_cohort_size", &size, 1, 1e9));
     p->expected_cohort_size = size;
   }
+  HUDDLE_RETURN_IF_ERROR(m.Optional("stop_at_budget", &p->stop_at_budget));
   if (m.Has("adaptive_clipping")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap a, m.Child("adaptive_clipping"));
     p->adaptive.enabled = true;
@@ -321,7 +325,8 @@ Status DpSgdFitsModel(ConfigMap& train, const models::ModelSpec& model) {
 namespace {
 
 // The `evaluation` section: every `every` rounds and after the last, by the coordinator on its
-// test set (`mode: server`, the default: `data`) or by the clients on their own data
+// test set (`mode: server`, the default: `data`, `format`, `scale_255`; ResolveEvaluationData
+// settles them once the data section is read) or by the clients on their own data
 // (`mode: federated`: `clients`, `deadline_s`, `max_weight_ratio`). An external model cannot be
 // evaluated by the coordinator: server mode then evaluates nothing.
 Status ReadEvaluation(ConfigMap& eval, JobConfig* job) {
@@ -344,13 +349,17 @@ Status ReadEvaluation(ConfigMap& eval, JobConfig* job) {
           "their own trainers"));
     }
     HUDDLE_RETURN_IF_ERROR(eval.OptionalPath("data", &job->eval_data));
+    HUDDLE_RETURN_IF_ERROR(eval.OptionalChoice("format", &job->eval_format, {"idx", "csv"}));
+    HUDDLE_RETURN_IF_ERROR(eval.Optional("scale_255", &job->eval_scale_255));
     if (o.model.external()) o.eval_every = 0;  // nothing on the server can run it
     return eval.Finish();
   }
-  if (eval.Has("data")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(eval.Where("data"),
-                     " is for mode: server; federated evaluation uses the clients' own data"));
+  for (std::string_view key : {"data", "format", "scale_255"}) {
+    if (eval.Has(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(eval.Where(key),
+                       " is for mode: server; federated evaluation uses the clients' own data"));
+    }
   }
   o.eval_mode = coordinator::CoordinatorOptions::EvalMode::kFederated;
   coordinator::FederatedEvalOptions& f = o.federated_eval;
@@ -500,6 +509,8 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   job.client_data.partitioned = true;
   job.client_data.partition.seed = o.seed;
   HUDDLE_RETURN_IF_ERROR(data::ReadDataSpec(data, &job.client_data, /*shard_keys=*/false));
+  HUDDLE_RETURN_IF_ERROR(CheckClientData(data, job));
+  HUDDLE_RETURN_IF_ERROR(ResolveEvaluationData(eval, job.client_data, &job));
 
   HUDDLE_RETURN_IF_ERROR(top.Optional("clients", &job.local_clients, 1, 4096));
   {
@@ -550,24 +561,20 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   if (Status st = coordinator::ValidateOptions(o); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));
   }
-  const bool derive_denominator =
-      o.privacy.mode == privacy::PrivacyMode::kCentral && !o.privacy.expected_cohort_size;
-  if (derive_denominator && (job.simulation || top.Has("clients"))) {
-    // The DP mean's fixed denominator: the population the job's own configuration names (the
-    // clients `huddle run` starts or simulates), never the clients that happen to enrol. A job
-    // that names none (a standalone coordinator's: `clients:` is what `huddle run` starts) gets
-    // no guess: the plan below refuses it.
-    const double population =
-        static_cast<double>(job.simulation ? job.simulation->clients : job.local_clients);
-    o.privacy.expected_cohort_size = std::max(1.0, o.cohort.rate * population);
+  // The clients the job's own configuration names: those `huddle run` simulates or starts.
+  std::optional<int64_t> population;
+  if (job.simulation) {
+    population = job.simulation->clients;
+  } else if (top.Has("clients")) {
+    population = job.local_clients;
   }
-  if (o.privacy.mode != privacy::PrivacyMode::kNone) {
-    // Validates the budget now, so a typo or an impossible budget fails before any client joins.
-    auto plan = privacy::PrivacyPlan::Create(o.privacy, o.cohort.rate, o.rounds);
-    if (!plan.ok())
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", plan.status().message()));
-  }
+  HUDDLE_RETURN_IF_ERROR(CheckPrivacyPlan(path, population, &job));
   return job;
+}
+
+void LogStartNotes(const JobConfig& job) {
+  for (const std::string& note : job.notes) spdlog::info("{}", note);
+  for (const std::string& warning : job.warnings) spdlog::warn("{}", warning);
 }
 
 }  // namespace huddle::cli

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "client/config.h"
 #include "client/privacy_guard.h"
@@ -36,7 +37,14 @@ struct ServerSecurity {
 struct JobConfig {
   coordinator::CoordinatorOptions coordinator;
   std::string bind = "tcp://127.0.0.1:5555";
-  std::string eval_data = data::kDefaultFashionMnistDir;  // test split for server-side evaluation
+  // `evaluation.data`: the coordinator's test set for server-side evaluation: an IDX directory's
+  // test split (t10k-*) or a CSV file. LoadJobConfig defaults it to Fashion-MNIST's only for a
+  // model of its input (784 features) and refuses any other model's server evaluation without it;
+  // RunCoordinatorWith loads it and checks it against the model before round 1.
+  std::string eval_data = data::kDefaultFashionMnistDir;
+  // `evaluation.format`: idx | csv (default: idx for a directory, csv for a file, else data.format)
+  std::string eval_format = "idx";
+  bool eval_scale_255 = false;  // `evaluation.scale_255` (default: data.scale_255), csv only
   // How `huddle run` feeds its local clients: one shard each of this data set.
   data::DataSpec client_data;
   // `data.name`: the data set a service job trains on, by the name agents declare it under
@@ -48,9 +56,24 @@ struct JobConfig {
   std::optional<SimulationOptions> simulation;
   ServerSecurity security;
   std::string log_level = "info";
+  // Said once when the job starts (LogStartNotes): `notes` what the job derived rather than read
+  // (privacy.expected_cohort_size from the clients it starts; where privacy.stop_at_budget will
+  // stop it), `warnings` a plan that will likely not do what it is meant to (noise on the mean
+  // update larger than the clip norm). The job runs either way.
+  std::vector<std::string> notes;
+  std::vector<std::string> warnings;
 };
 
+// Reads and checks a job file before anything starts. Besides every key's own range, refused with
+// an error naming the key: a client-level DP plan whose rounds cannot all run within
+// privacy.epsilon (naming the rounds and the noise multiplier that fit; unless
+// privacy.stop_at_budget), central DP without privacy.expected_cohort_size where the job starts no
+// clients of its own, a server evaluation without evaluation.data for a model that is not
+// Fashion-MNIST's, and a CSV data file (evaluation.data, data.path) whose width is not the model's.
 StatusOr<JobConfig> LoadJobConfig(const std::string& path);
+
+// Logs the job's notes (info) and warnings (warn), once, at start.
+void LogStartNotes(const JobConfig& job);
 
 using client::ClientConfig;
 using client::ClientSecurity;

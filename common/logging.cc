@@ -20,7 +20,10 @@ Status SetupLogging(const std::string& level, const std::string& component) {
       return absl::InternalError(absl::StrCat("cannot create logger: ", e.what()));
     }
   }
-  logger->set_pattern(absl::StrCat("%H:%M:%S.%e [", component, "] %^%l%$ %v"));
+  // "2026-11-28T22:51:03.123Z [coordinator] info msg": ISO-8601 in UTC, as the outputs' `time`
+  // (common/time_format.h), so lines from machines in other zones sort and compare.
+  logger->set_pattern(absl::StrCat(kLogTimePattern, " [", component, "] %^%l%$ %v"),
+                      spdlog::pattern_time_type::utc);
   logger->set_level(lvl);
   spdlog::set_default_logger(logger);
   return absl::OkStatus();

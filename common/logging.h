@@ -13,8 +13,14 @@
 
 namespace huddle {
 
-// Sets the default logger's level ("trace".."critical", "off") and a pattern that starts with
-// `component` (e.g. "coordinator", "client 3"). Returns InvalidArgument for an unknown level.
+// The spdlog pattern of a log line's time: ISO-8601 in UTC with milliseconds, the form of
+// common/time_format.h's Iso8601Utc ("2026-11-28T22:51:03.123Z"). Use it with
+// spdlog::pattern_time_type::utc.
+inline constexpr char kLogTimePattern[] = "%Y-%m-%dT%H:%M:%S.%eZ";
+
+// Sets the default logger's level ("trace".."critical", "off") and the pattern
+// "<time> [<component>] <level> <message>", the time as kLogTimePattern in UTC and `component`
+// e.g. "coordinator", "client 3". Returns InvalidArgument for an unknown level.
 Status SetupLogging(const std::string& level, const std::string& component);
 
 // Turns a flood of one kind of event (refused handshakes, rate-limited or malformed messages, cut

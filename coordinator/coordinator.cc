@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/tensor_io.h"
+#include "common/time_format.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/update_check.h"
 #include "privacy/report.h"
@@ -73,7 +74,7 @@ Status Coordinator::Initialise() {
     bytes_out_base_ = ckpt.bytes_out;
     summary_.ResumeFrom(ckpt);
     // Drop metrics lines of rounds after the checkpoint (written just before a crash).
-    for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile}) {
+    for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile, kParticipationFile}) {
       HUDDLE_RETURN_IF_ERROR(
           KeepJsonLinesUpTo(Path(options_.out_dir, file), "round", ckpt.completed_round));
     }
@@ -86,7 +87,8 @@ Status Coordinator::Initialise() {
     if (!options_.out_dir.empty()) {
       // A fresh start (CheckOutputDir allowed it): nothing of an earlier job may mix with this one.
       std::error_code ec;
-      for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile, kCheckpointFile,
+      for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile, kParticipationFile,
+                               kCheckpointFile,
                                "summary.json", "model.bin"}) {
         std::filesystem::remove(Path(options_.out_dir, file), ec);
       }
@@ -249,6 +251,7 @@ Status Coordinator::RunRound(uint64_t number) {
       sync_->SendFit(id);
     } else {
       round.members[id] = MemberState::kFailed;
+      round.outcomes[id] = {"dropped", "the cohort is too small for secure aggregation"};
     }
   }
 
@@ -328,10 +331,17 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
     // Under DP every round releases its noised update, whatever the number of results (skipping
     // a round for want of quorum would reveal that number without noise).
     if (m.results < options_.quorum) {
-      spdlog::warn(
-          "round {}: {} results, below quorum {}; DP rounds release their noised "
-          "update regardless",
-          round.number, m.results, options_.quorum);
+      // Said once, then counted: a small cohort can fall below the quorum every round, and the
+      // job's summary line gives the count.
+      if (rounds_below_quorum_++ == 0) {
+        spdlog::warn(
+            "round {}: {} results, below quorum {}; DP rounds release their noised update "
+            "regardless (later rounds below the quorum are counted, not logged)",
+            round.number, m.results, options_.quorum);
+      } else {
+        spdlog::debug("round {}: {} results, below quorum {}", round.number, m.results,
+                      options_.quorum);
+      }
     }
     if (released_nothing) {
       // No update, and nothing charged unless the unmasking began (the ledger then holds the
@@ -413,6 +423,7 @@ Status Coordinator::FinishRound(Round& round) {
     HUDDLE_RETURN_IF_ERROR(Evaluate(round.number, &m));
   }
   m.elapsed_s = elapsed_before_s_ + (clock_->NowMs() - started_ms_) / 1000.0;
+  m.wall_ms = clock_->WallMs();  // the rows' `time`
   summary_.rounds_completed = round.number;
   summary_.elapsed_s = m.elapsed_s;
   summary_.bytes_in = bytes_in_base_ + transport_->bytes_in();
@@ -429,6 +440,9 @@ Status Coordinator::FinishRound(Round& round) {
       // DP-SGD inside the clients, if any.
       HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport(summary_.stop_reason));
     }
+    HUDDLE_RETURN_IF_ERROR(
+        AppendLine(Path(options_.out_dir, kParticipationFile),
+                   ParticipationJson(round, Iso8601Utc(m.wall_ms))));
     HUDDLE_RETURN_IF_ERROR(SaveCheckpoint());
   }
   if (on_round_) on_round_(m);
@@ -471,6 +485,11 @@ Status Coordinator::SaveCheckpoint() {
 }
 
 Status Coordinator::Finish() {
+  if (rounds_below_quorum_ > 1) {
+    spdlog::warn("{} rounds of this run had fewer results than round.quorum {} (under DP each "
+                 "released its noised update)",
+                 rounds_below_quorum_, options_.quorum);
+  }
   for (const auto& [id, c] : population_.clients()) {
     Reply(c.peer, wire::MakeMessage(wire::Shutdown{"job complete"}, 0, "coordinator"));
   }

@@ -192,6 +192,7 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   uint64_t connections_cut_seen_ = 0;
   int64_t rounds_without_update_ = 0;  // in a row, this run
   int64_t rounds_this_run_ = 0;
+  int64_t rounds_below_quorum_ = 0;  // DP rounds of this run with fewer results than the quorum
   int64_t results_this_run_ = 0;
   std::vector<std::string> no_update_reasons_;  // of those rounds
   uint64_t evaluated_version_ = UINT64_MAX;     // model version of the last evaluation

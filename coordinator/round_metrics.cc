@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/time_format.h"
+
 namespace huddle::coordinator {
 
 namespace {
@@ -28,6 +30,11 @@ Json PublicPrivacy(const RoundMetrics::Privacy& p) {
   j["noise_stddev"] = p.noise_stddev;
   j["next_clip_norm"] = Maybe(p.next_clip_norm);
   return j;
+}
+
+// {"time": "2026-11-28T22:51:03.123Z"} when the row's wall time is known.
+void AddTime(const RoundMetrics& m, Json* j) {
+  if (m.wall_ms >= 0) (*j)["time"] = Iso8601Utc(m.wall_ms);
 }
 
 // What only the operator may see under DP: counts of clients and messages.
@@ -106,7 +113,7 @@ void AddTimings(const RoundMetrics& m, Json* j) {
 std::string RoundMetrics::PublicJson() const {
   if (!privacy) return ToJson();
   Json j;
-  j["round"] = round;
+  j["round"] = round;  // no `time`: a timing, operator-only (round_metrics.h)
   j["updated"] = updated;
   j["test_accuracy"] = Maybe(test_accuracy);
   j["test_loss"] = Maybe(test_loss);
@@ -120,6 +127,7 @@ std::string RoundMetrics::PublicJson() const {
 std::string RoundMetrics::OperatorJson() const {
   Json j;
   j["round"] = round;
+  AddTime(*this, &j);
   AddCounts(*this, &j);
   j["examples"] = examples >= 0 ? Json(examples) : Json(nullptr);
   j["train_loss"] = Maybe(train_loss);
@@ -136,6 +144,7 @@ std::string RoundMetrics::ToJson() const {
   if (privacy) return PublicJson();
   Json j;
   j["round"] = round;
+  AddTime(*this, &j);
   AddCounts(*this, &j);
   j["updated"] = updated;
   j["examples"] = examples >= 0 ? Json(examples) : Json(nullptr);

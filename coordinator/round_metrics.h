@@ -8,6 +8,10 @@
 // computed from the clients' data or behaviour without noise (OperatorJson: counts of clients,
 // results and examples, the raw adaptive-clipping count, timings, bytes). Without DP everything is
 // in metrics.jsonl (ToJson).
+//
+// `time` (wall_ms, ISO-8601 UTC) is when the row was written. Under DP it is in
+// operator_metrics.jsonl only: the times of successive rows give each round's duration, which
+// depends on how many clients answered before the deadline (operator-only, like duration_s).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +26,9 @@ inline constexpr char kMetricsFile[] = "metrics.jsonl";
 
 struct RoundMetrics {
   uint64_t round = 0;
+  // When the row was written: Clock::WallMs, milliseconds since the Unix epoch (-1: unknown, the
+  // row has no `time`).
+  int64_t wall_ms = -1;
   uint64_t total_rounds = 0;
   int64_t clients_enrolled = 0;
   int64_t clients_sampled = 0;

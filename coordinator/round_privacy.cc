@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include "coordinator/secure_round.h"
 #include "privacy/clip.h"
@@ -62,6 +63,11 @@ StatusOr<RoundPrivacy> RoundPrivacy::Open(const CoordinatorOptions* options,
   rp.clip_norm_ = checkpoint_clip_norm > 0 ? checkpoint_clip_norm : rp.plan_->ForRound(1).clip_norm;
   HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spent, rp.plan_->Spent(rp.ledger_->Events()));
   if (!rp.ledger_->entries().empty()) rp.spent_ = spent;
+  // What all the planned rounds spend, restated in privacy.json (null there if the accountant
+  // cannot say: the job's own releases are accounted round by round all the same).
+  if (auto planned = rp.plan_->Spent(rp.plan_->PlannedEvents(rp.plan_->rounds())); planned.ok()) {
+    rp.planned_epsilon_ = planned->epsilon;
+  }
   spdlog::info("privacy: {} DP, delta {:g}, {} ledger entries, epsilon spent {:.6g}{}",
                privacy::PrivacyModeName(p.mode), p.delta, rp.ledger_->entries().size(),
                spent.epsilon,
@@ -369,6 +375,15 @@ Status RoundPrivacy::WriteReport(const std::string& stop_reason) const {
   r.adjacency = plan_->adjacency();
   r.delta = p.delta;
   r.budget_epsilon = p.total_epsilon;
+  privacy::ReportPlan planned;
+  planned.rounds_planned = plan_->rounds();
+  std::set<uint64_t> run;
+  for (const privacy::LedgerEntry& e : ledger_->entries()) run.insert(e.round);
+  planned.rounds_run = static_cast<int64_t>(run.size());
+  planned.epsilon = planned_epsilon_;
+  planned.stop_at_budget = p.stop_at_budget;
+  planned.noise_schedule = plan_->Schedule();
+  r.plan = std::move(planned);
   HUDDLE_ASSIGN_OR_RETURN(const privacy::Spend spent, plan_->Spent(ledger_->Events()));
   r.nominal_epsilon = spent.epsilon;
   r.accountant = privacy::AccountantName(spent.accountant);

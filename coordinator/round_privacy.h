@@ -131,6 +131,7 @@ class RoundPrivacy {
   double clip_norm_ = 0;     // adaptive clipping: C of the next round
   double count_stddev_ = 0;  // adaptive clipping: sigma_b (fixed at the first DP round)
   std::optional<privacy::Spend> spent_;
+  std::optional<double> planned_epsilon_;  // what all the plan's rounds spend (privacy.json)
 };
 
 }  // namespace huddle::coordinator

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "common/secure_random.h"
 #include "privacy/clip.h"
@@ -71,6 +72,7 @@ void SyncRound::SendFit(const std::string& id) {
     spdlog::warn("round {}: cannot send the model to client {}: {}", round.number, id,
                  st.message());
     round.members[id] = MemberState::kFailed;
+    round.outcomes[id] = {"dropped", absl::StrCat("unreachable: ", st.message())};
   }
 }
 
@@ -86,6 +88,7 @@ bool SyncRound::Step(int64_t* wait_ms) {
       if (IsOpen(state)) {
         spdlog::warn("round {}: client {} missed the deadline", round.number, id);
         state = MemberState::kFailed;
+        round.outcomes[id] = {"dropped", "missed the deadline"};
       }
     }
     return false;
@@ -155,6 +158,7 @@ void SyncRound::OnClientError(const std::string& id, const wire::Message& msg) {
   spdlog::warn("round {}: client {} {} ({}): {}", round_->number, id,
                declined ? "declined" : "could not train", wire::ErrorCodeName(err.code), text);
   FailMember(id, declined ? "declined the round" : "reported that its training failed");
+  round_->outcomes[id] = {declined ? "declined" : "failed", text};
 }
 
 void SyncRound::GrantSlots() {
@@ -223,6 +227,7 @@ void SyncRound::OnFitResult(const std::string& id, const wire::Message& msg) {
   } else {
     m->second = MemberState::kFailed;
     round.metrics.rejected++;
+    round.outcomes[id] = {"refused", std::string(st.message())};
     if (round.first_rejection.empty()) round.first_rejection = std::string(st.message());
     spdlog::warn("client {}: round {}: update rejected: {}", id, round.number, st.message());
     host_->Refuse(peer, wire::ErrorCode::kInvalidUpdate, std::string(st.message()), round.number);
@@ -282,9 +287,32 @@ void SyncRound::FailMember(const std::string& id, const char* why) {
   if (m->second == MemberState::kDone || m->second == MemberState::kFailed) return;
   slots_->Release(id);
   m->second = MemberState::kFailed;
+  round.outcomes.try_emplace(id, "dropped", why);
   if (round.secure) round.secure->OnMemberFailed(id);  // a stage no longer waits for it
   spdlog::warn("round {}: client {} {}", round.number, id, why);
   GrantSlots();
+}
+
+std::string ParticipationJson(const Round& round, const std::string& time) {
+  nlohmann::json sampled = nlohmann::json::array();
+  nlohmann::json contributed = nlohmann::json::array();
+  nlohmann::json left = nlohmann::json::object();
+  for (const auto& [id, state] : round.members) {
+    sampled.push_back(id);
+    if (state == MemberState::kDone) {
+      contributed.push_back(id);
+      continue;
+    }
+    auto it = round.outcomes.find(id);
+    left[id] = {{"outcome", it != round.outcomes.end() ? it->second.first : "dropped"},
+                {"why", it != round.outcomes.end() ? it->second.second : ""}};
+  }
+  return nlohmann::json{{"round", round.number},
+                        {"time", time},
+                        {"sampled", sampled},
+                        {"contributed", contributed},
+                        {"left", left}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void SyncRound::ExpireSilentClients() {

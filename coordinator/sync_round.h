@@ -53,11 +53,22 @@ struct Round {
   double weighted_loss = 0;
   int64_t weight_cap = 0;       // largest FedAvg weight of a result (max_weight_ratio)
   std::string first_rejection;  // why the first refused result was refused
+  // The participation record (participation.jsonl, operator-only): each member that left the
+  // round without contributing, with its outcome ("dropped", "declined", "failed", "refused")
+  // and why.
+  std::map<std::string, std::pair<std::string, std::string>> outcomes;
   RoundMetrics metrics;
   PrivateRound privacy;                 // under DP (RoundPrivacy::Configure)
   uint64_t client_seed = 0;             // fit.seed of the round's instructions
   std::unique_ptr<SecureRound> secure;  // secure aggregation on (and the cohort large enough)
 };
+
+// The operator-only participation record, one line per round in OUT/participation.jsonl:
+// {"round", "time", "sampled": [ids], "contributed": [ids], "left": {id: {"outcome", "why"}}},
+// `time` ISO-8601 UTC. Under DP it names the cohort, which the accounting assumes secret: never
+// publish it.
+inline constexpr char kParticipationFile[] = "participation.jsonl";
+std::string ParticipationJson(const Round& round, const std::string& time);
 
 // What the synchronous round asks of the coordinator.
 class SyncRoundHost {

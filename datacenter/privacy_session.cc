@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "models/dp_sgd.h"
+#include "privacy/budget.h"
 #include "privacy/report.h"
 
 namespace huddle::datacenter {
@@ -34,17 +35,19 @@ StatusOr<privacy::DpEvent> PlanDpSgd(const DatacenterConfig& c, int64_t n) {
   HUDDLE_ASSIGN_OR_RETURN(const int64_t steps, models::DpSgdSteps(c.train.epochs, n, m));
   const privacy::DpEvent event{static_cast<double>(m) / static_cast<double>(n),
                                d.dp.noise_multiplier, steps};
-  HUDDLE_ASSIGN_OR_RETURN(privacy::Spend spend,
-                          privacy::ComputeEpsilon(std::span(&event, 1), d.delta, d.accountant));
-  if (d.epsilon_budget && !(spend.epsilon <= *d.epsilon_budget)) {
-    auto z = privacy::CalibrateNoiseMultiplier(*d.epsilon_budget, d.delta, event.sampling_rate,
-                                               event.steps, d.accountant);
+  if (!d.epsilon_budget) return event;
+  // The same check as a federated job's plan (privacy/budget.h).
+  HUDDLE_ASSIGN_OR_RETURN(
+      const privacy::BudgetFit fit,
+      privacy::FitBudget(std::span(&event, 1), *d.epsilon_budget, d.delta, d.accountant));
+  if (!fit.fits) {
+    const std::optional<double>& z = fit.noise_multiplier_that_fits;
     return absl::FailedPreconditionError(fmt::format(
         "train.dp_sgd: {} steps at q = {:.4g} with noise_multiplier {} would spend epsilon {:.4g} "
         "at delta {:g}, over the budget of {} (noise_multiplier {} would fit; or fewer epochs, "
         "or a smaller expected_batch_size)",
-        event.steps, event.sampling_rate, event.noise_multiplier, spend.epsilon, d.delta,
-        *d.epsilon_budget, z.ok() ? fmt::format("{:.4g}", *z) : "none up to 1e12"));
+        event.steps, event.sampling_rate, event.noise_multiplier, fit.spend.epsilon, d.delta,
+        *d.epsilon_budget, z ? fmt::format("{:.4g}", *z) : "none up to 1e12"));
   }
   return event;
 }

@@ -7,14 +7,20 @@
 
 #include "common/file_util.h"
 #include "common/tensor_io.h"
+#include "common/time_format.h"
 #include "datacenter/checkpoint.h"
 #include "privacy/report.h"
 
 namespace huddle::datacenter {
 
 Reporter::Reporter(const DatacenterConfig& c, int world, std::string backend,
-                   const data::Dataset* test, PrivacySession* privacy)
-    : c_(c), world_(world), backend_(std::move(backend)), test_(test), privacy_(privacy) {}
+                   const data::Dataset* test, PrivacySession* privacy, const Clock* clock)
+    : c_(c),
+      world_(world),
+      backend_(std::move(backend)),
+      test_(test),
+      privacy_(privacy),
+      clock_(clock) {}
 
 Reporter::~Reporter() = default;
 
@@ -67,6 +73,7 @@ Status Reporter::OnEpoch(const EpochReport& r) {
     op["epoch_seconds"] = r.epoch_seconds;
     op["world_size"] = world_;
     op["dp_protected"] = false;
+    op["time"] = Iso8601Utc(clock_->WallMs());  // not in metrics.jsonl: a timing (reporter.h)
     HUDDLE_RETURN_IF_ERROR(AppendLine(OutPath(c_.out_dir, "metrics.jsonl"), m.dump()));
     HUDDLE_RETURN_IF_ERROR(AppendLine(OutPath(c_.out_dir, kOperatorMetricsFile), op.dump()));
   } else {
@@ -82,6 +89,7 @@ Status Reporter::OnEpoch(const EpochReport& r) {
       line += fmt::format(" | test loss {:.4f} acc {:.4f}", eval->loss, eval->accuracy);
     }
     line += fmt::format(" | {:.1f} s ({:.1f} steps/s)", r.seconds, steps_per_s);
+    m["time"] = Iso8601Utc(clock_->WallMs());
     HUDDLE_RETURN_IF_ERROR(AppendLine(OutPath(c_.out_dir, "metrics.jsonl"), m.dump()));
   }
   CrashIfAskedForTesting("metrics", epoch);

@@ -5,7 +5,10 @@
 // With DP-SGD the epoch's ledger entry is durable before any of the rest is written
 // (datacenter/privacy_session.h), and the outputs are split: metrics.jsonl and summary.json's top
 // level hold only public or DP-protected values; values computed from the private data without
-// noise, and timings, go to operator_metrics.jsonl and summary.json's `operator` object.
+// noise, and timings, go to operator_metrics.jsonl and summary.json's `operator` object. Each
+// metrics row has `time`, when it was written (ISO-8601 UTC, common/time_format.h); with DP-SGD
+// only the operator's rows do: successive times give the epochs' durations, which depend on the
+// secret sample's sizes.
 //
 // Thread-safety: none (rank 0's training thread, from DataParallelOptions::on_epoch).
 #pragma once
@@ -16,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "data/dataset.h"
 #include "datacenter/data_parallel.h"
@@ -29,9 +33,9 @@ class Reporter {
  public:
   // `c` must outlive the reporter; `backend` names the collective (summary.json). `test` (rank 0's
   // evaluation set, null: no evaluation) and `privacy` (rank 0 of a DP-SGD job, else null) are
-  // not owned.
+  // not owned. `clock` (its WallMs: the rows' `time`) must outlive the reporter.
   Reporter(const DatacenterConfig& c, int world, std::string backend, const data::Dataset* test,
-           PrivacySession* privacy);
+           PrivacySession* privacy, const Clock* clock = SteadyClock::Get());
   ~Reporter();
 
   // After epoch r.epoch: appends the ledger entry (DP-SGD) and rewrites privacy.json, evaluates
@@ -59,6 +63,7 @@ class Reporter {
   const data::Dataset* test_;
   std::unique_ptr<models::Evaluator> evaluator_;
   PrivacySession* privacy_;
+  const Clock* clock_;
   int64_t last_steps_ = 0;
   std::optional<double> final_test_accuracy_, target_seconds_;
   std::optional<int64_t> target_epoch_;

@@ -1,5 +1,6 @@
 #include "privacy/budget.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 
@@ -10,7 +11,105 @@ namespace {
 
 bool Positive(double v) { return std::isfinite(v) && v > 0; }
 
+int64_t TotalSteps(std::span<const DpEvent> plan) {
+  int64_t steps = 0;
+  for (const DpEvent& e : plan) steps += e.steps;
+  return steps;
+}
+
+// The first `steps` steps of `plan`.
+std::vector<DpEvent> Prefix(std::span<const DpEvent> plan, int64_t steps) {
+  std::vector<DpEvent> out;
+  for (const DpEvent& e : plan) {
+    if (steps <= 0) break;
+    out.push_back(e);
+    out.back().steps = std::min(e.steps, steps);
+    steps -= out.back().steps;
+  }
+  return out;
+}
+
+// z rounded up at its third significant digit, so that "noise_multiplier >= z" as printed holds.
+double RoundUpSignificant(double z) {
+  if (!(z > 0) || !std::isfinite(z)) return z;
+  const double scale = std::pow(10.0, 2 - std::floor(std::log10(z)));
+  return std::ceil(z * scale * (1 - 1e-12)) / scale;
+}
+
+// "noise_multiplier 2", or "noise_multiplier 1.2 (rounds 1-20), 2.31 (rounds 21-40)".
+std::string DescribeNoise(const std::vector<PlannedRange>& schedule) {
+  std::vector<PlannedRange> runs;  // merged by z alone (the clip norm spends nothing)
+  for (const PlannedRange& r : schedule) {
+    if (!runs.empty() && runs.back().noise_multiplier == r.noise_multiplier) {
+      runs.back().last_round = r.last_round;
+    } else {
+      runs.push_back(r);
+    }
+  }
+  if (runs.size() == 1) return fmt::format("noise_multiplier {:.4g}", runs[0].noise_multiplier);
+  std::string out = "noise_multiplier ";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    out += fmt::format("{}{:.4g} (rounds {}-{})", i == 0 ? "" : ", ", runs[i].noise_multiplier,
+                       runs[i].first_round, runs[i].last_round);
+  }
+  return out;
+}
+
 }  // namespace
+
+StatusOr<BudgetFit> FitBudget(std::span<const DpEvent> plan, double budget_epsilon, double delta,
+                              AccountantKind kind) {
+  BudgetFit fit;
+  HUDDLE_ASSIGN_OR_RETURN(fit.spend, ComputeEpsilon(plan, delta, kind));
+  fit.fits = fit.spend.epsilon <= budget_epsilon;  // false for NaN
+  if (fit.fits) return fit;
+  const double q = plan.empty() ? 1.0 : plan.front().sampling_rate;
+  auto z = CalibrateNoiseMultiplier(budget_epsilon, delta, q, TotalSteps(plan), kind);
+  if (z.ok()) fit.noise_multiplier_that_fits = *z;
+  return fit;
+}
+
+StatusOr<int64_t> StepsWithinBudget(std::span<const DpEvent> plan, double budget_epsilon,
+                                    double delta, AccountantKind kind) {
+  auto within = [&](int64_t steps) -> StatusOr<bool> {
+    HUDDLE_ASSIGN_OR_RETURN(const Spend spend, ComputeEpsilon(Prefix(plan, steps), delta, kind));
+    return spend.epsilon <= budget_epsilon;
+  };
+  int64_t hi = TotalSteps(plan);
+  HUDDLE_ASSIGN_OR_RETURN(const bool all, within(hi));
+  if (all) return hi;
+  // Invariant: `lo` steps fit (0 always does), `hi` steps do not; the spend grows with the steps.
+  int64_t lo = 0;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    HUDDLE_ASSIGN_OR_RETURN(const bool fits, within(mid));
+    (fits ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::string PlanFit::Shortfall() const {
+  if (fits || !budget_epsilon) return "";
+  std::string out = fmt::format(
+      "privacy.epsilon: {} rounds at {} spend epsilon {:.4g} at delta {:g}, past the total {:g}: ",
+      rounds, DescribeNoise(schedule), spend.epsilon, spend.delta, *budget_epsilon);
+  out += rounds_that_fit > 0
+             ? fmt::format("{} rounds fit (rounds: {}), or ", rounds_that_fit, rounds_that_fit)
+             : std::string("not even round 1 fits; ");
+  if (noise_multiplier_that_fits) {
+    out += fmt::format("noise_multiplier >= {:g} fits all {}",
+                       RoundUpSignificant(*noise_multiplier_that_fits), rounds);
+  } else {
+    out += fmt::format("no noise_multiplier up to {:g} fits all {}", kMaxCalibratedNoise, rounds);
+  }
+  return out;
+}
+
+double MeanNoiseToClip(PrivacyMode mode, double noise_multiplier, double contributions) {
+  if (mode == PrivacyMode::kNone || !(contributions > 0)) return 0;
+  return mode == PrivacyMode::kLocal ? noise_multiplier / std::sqrt(contributions)
+                                     : noise_multiplier / contributions;
+}
 
 const char* PrivacyModeName(PrivacyMode mode) {
   switch (mode) {
@@ -115,6 +214,7 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
   // Calibration finds the accounted multiplier; under replace-one the noise must be twice it.
   const double sensitivity_factor =
       std::string_view(AdjacencyOf(options.mode)) == kReplaceOne ? 2.0 : 1.0;
+  plan.spend_accountant_ = kind;
   plan.rounds_.assign(static_cast<size_t>(rounds), RoundPrivacy{});
   std::vector<bool> covered(static_cast<size_t>(rounds), false);
   for (size_t i = 0; i < options.schedule.size(); ++i) {
@@ -183,6 +283,64 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
 RoundPrivacy PrivacyPlan::ForRound(uint64_t round) const {
   if (round < 1 || round > rounds_.size()) return {};
   return rounds_[round - 1];
+}
+
+std::vector<PlannedRange> PrivacyPlan::Schedule() const {
+  std::vector<PlannedRange> runs;
+  for (size_t i = 0; i < rounds_.size(); ++i) {
+    const RoundPrivacy& r = rounds_[i];
+    const auto round = static_cast<int64_t>(i + 1);
+    if (!runs.empty() && runs.back().noise_multiplier == r.noise_multiplier &&
+        runs.back().clip_norm == r.clip_norm) {
+      runs.back().last_round = round;
+    } else {
+      runs.push_back({round, round, r.noise_multiplier, r.clip_norm});
+    }
+  }
+  return runs;
+}
+
+std::vector<DpEvent> PrivacyPlan::PlannedEvents(int64_t last) const {
+  std::vector<DpEvent> events;
+  for (const PlannedRange& run : Schedule()) {
+    if (run.first_round > last) break;
+    DpEvent e = RoundEvent(run.noise_multiplier);
+    e.steps = std::min(run.last_round, last) - run.first_round + 1;
+    if (!events.empty() && events.back().noise_multiplier == e.noise_multiplier) {
+      events.back().steps += e.steps;  // runs that differ in clip norm alone
+    } else {
+      events.push_back(e);
+    }
+  }
+  return events;
+}
+
+StatusOr<PlanFit> PrivacyPlan::Fit() const {
+  PlanFit fit;
+  fit.rounds = rounds();
+  fit.rounds_that_fit = fit.rounds;
+  fit.budget_epsilon = options_.total_epsilon;
+  fit.schedule = Schedule();
+  if (!enabled()) return fit;
+  const std::vector<DpEvent> events = PlannedEvents(fit.rounds);
+  if (!options_.total_epsilon) {
+    HUDDLE_ASSIGN_OR_RETURN(fit.spend, ComputeEpsilon(events, options_.delta, spend_accountant_));
+    return fit;
+  }
+  HUDDLE_ASSIGN_OR_RETURN(const BudgetFit budget, FitBudget(events, *options_.total_epsilon,
+                                                            options_.delta, spend_accountant_));
+  fit.spend = budget.spend;
+  fit.fits = budget.fits;
+  if (fit.fits) return fit;
+  HUDDLE_ASSIGN_OR_RETURN(
+      fit.rounds_that_fit,
+      StepsWithinBudget(events, *options_.total_epsilon, options_.delta, spend_accountant_));
+  if (budget.noise_multiplier_that_fits) {
+    // The accountant's z; under replace-one the noise is twice it (as in Create).
+    const double factor = std::string_view(adjacency()) == kReplaceOne ? 2.0 : 1.0;
+    fit.noise_multiplier_that_fits = *budget.noise_multiplier_that_fits * factor;
+  }
+  return fit;
 }
 
 StatusOr<Spend> PrivacyPlan::Spent(const std::vector<DpEvent>& events) const {

@@ -24,9 +24,11 @@
 //
 // The budget is either a total (epsilon, delta), from which z is calibrated so that all `rounds`
 // rounds fit, or a per-round schedule (ranges of rounds, each with its noise multiplier or its
-// per-round epsilon, and optionally its clip norm), optionally capped by a total. Before each round
-// the coordinator asks whether that round would take the spend past the total; if so the job ends
-// there (see docs/privacy.md).
+// per-round epsilon, and optionally its clip norm), optionally capped by a total. A capped schedule
+// whose rounds cannot all run within the total is refused before the job starts (Fit: the rounds
+// that fit, and the noise multiplier that fits them all), unless the job opts into stopping at the
+// budget (PrivacyOptions::stop_at_budget). Before each round the coordinator asks whether that
+// round would take the spend past the total; if so the job ends there (see docs/privacy.md).
 //
 // Adaptive clipping (Andrew et al. 2021): clients also report whether their update's norm was
 // within C; the coordinator sums (bit - 1/2), adds Gaussian noise of std sigma_b, and moves C
@@ -39,6 +41,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -85,6 +88,10 @@ struct PrivacyOptions {
   // population the job expects). It must not depend on who enrols: dividing by q * (live clients)
   // would publish the population size without noise. Required in central mode.
   std::optional<double> expected_cohort_size;
+  // A schedule capped by total_epsilon whose rounds cannot all run within it is refused at start
+  // (PrivacyPlan::Fit); true accepts it: the job runs until the next round would pass the total and
+  // stops there (the stop rule before every round holds either way).
+  bool stop_at_budget = false;
 };
 
 // The adjacency a mode's releases are accounted under (ledger.h): add/remove for central,
@@ -96,6 +103,65 @@ struct RoundPrivacy {
   double noise_multiplier = 0;  // z accounted for the round
   double clip_norm = 0;         // configured C (adaptive clipping replaces it at run time)
 };
+
+// A run of consecutive rounds of a plan with the same noise multiplier and clip norm: the noise
+// schedule a job states (privacy.json, the start checks).
+struct PlannedRange {
+  int64_t first_round = 1;  // inclusive, 1-based
+  int64_t last_round = 1;   // inclusive
+  double noise_multiplier = 0;
+  double clip_norm = 0;
+};
+
+// A plan of releases checked against an epsilon budget before anything runs: what all of it
+// spends and, when that passes the budget, the one noise multiplier that would fit every step.
+// `huddle datacenter` (its DP-SGD steps) and federated jobs (their rounds, PrivacyPlan::Fit) refuse
+// a plan that does not fit with these numbers.
+struct BudgetFit {
+  Spend spend;       // of the whole plan, at the budget's delta
+  bool fits = true;  // spend.epsilon <= the budget
+  // When it does not fit: the smallest z (as the accountant takes it) for which all the plan's
+  // steps, at its sampling rate, fit the budget (CalibrateNoiseMultiplier); nullopt when it fits
+  // or when no z up to kMaxCalibratedNoise does.
+  std::optional<double> noise_multiplier_that_fits;
+};
+
+// `plan`: the releases in order (consecutive equal steps may share one event), all at one sampling
+// rate, accounted with `kind` (ComputeEpsilon's; the caller resolves ComputeSpend's rule). The
+// calibration is for Gaussian steps, which is also the bound of a distributed plan's events (tau =
+// 0). Errors: the accountant's.
+StatusOr<BudgetFit> FitBudget(std::span<const DpEvent> plan, double budget_epsilon, double delta,
+                              AccountantKind kind);
+// The most leading steps of `plan` whose spend stays within `budget_epsilon` (0: not even one),
+// by bisection over the step count: about log2(steps) accountant evaluations.
+StatusOr<int64_t> StepsWithinBudget(std::span<const DpEvent> plan, double budget_epsilon,
+                                    double delta, AccountantKind kind);
+
+// Whether a federated plan's rounds all fit its total (PrivacyPlan::Fit).
+struct PlanFit {
+  int64_t rounds = 0;                    // the job's rounds
+  Spend spend;                           // what all of them spend, at the job's delta
+  std::optional<double> budget_epsilon;  // privacy.epsilon (none: nothing caps the plan)
+  bool fits = true;
+  int64_t rounds_that_fit = 0;  // the most leading rounds within the total (all when it fits)
+  // When it does not fit: one noise multiplier, as configured (twice the accounted one under
+  // replace-one), with which every round fits the total; nullopt when none up to 1e12 does.
+  std::optional<double> noise_multiplier_that_fits;
+  std::vector<PlannedRange> schedule;
+
+  // When it does not fit, e.g. (q = 0.5) "privacy.epsilon: 40 rounds at noise_multiplier 2 spend
+  // epsilon 9.067 at delta 1e-05, past the total 3: 4 rounds fit (rounds: 4), or noise_multiplier
+  // >= 4.9 fits all 40" (z rounded up at its third digit); "" when it fits.
+  std::string Shortfall() const;
+};
+
+// The standard deviation of the noise on each value of a round's mean update, as a multiple of the
+// clip norm, for noise multiplier z and `contributions` updates in the mean: central mode z /
+// contributions (one draw of std z*C on the sum, divided by the fixed denominator), distributed
+// z / contributions (the honest shares' noise on the sum, divided by the results), local
+// z / sqrt(contributions) (every update carries its own draw of std z*C; the mean of n independent
+// draws has std z*C / sqrt(n)). 0 in mode none.
+double MeanNoiseToClip(PrivacyMode mode, double noise_multiplier, double contributions);
 
 class PrivacyPlan {
  public:
@@ -117,6 +183,14 @@ class PrivacyPlan {
   DpEvent RoundEvent(double noise_multiplier) const;
   // Round `round` in [1, rounds].
   RoundPrivacy ForRound(uint64_t round) const;
+  int64_t rounds() const { return static_cast<int64_t>(rounds_.size()); }
+  // The rounds as runs of equal noise multiplier and clip norm, in order.
+  std::vector<PlannedRange> Schedule() const;
+  // The accountant's events of rounds 1..last (each run of equal rounds one event of many steps).
+  std::vector<DpEvent> PlannedEvents(int64_t last) const;
+  // What all the plan's rounds spend against privacy.epsilon, and what fits when they pass it
+  // (the rounds, and one noise multiplier for all of them). With no total every plan fits.
+  StatusOr<PlanFit> Fit() const;
 
   // Epsilon at the job's delta after `events`.
   StatusOr<Spend> Spent(const std::vector<DpEvent>& events) const;
@@ -129,6 +203,9 @@ class PrivacyPlan {
  private:
   PrivacyOptions options_;
   double accounting_rate_ = 1;
+  // The accountant the plan's spend uses (ComputeSpend's rule for its events: kAnalytic when
+  // unsampled, kRdp in distributed mode, else the configured one); calibration uses it too.
+  AccountantKind spend_accountant_ = AccountantKind::kRdp;
   std::vector<RoundPrivacy> rounds_;  // index round - 1
 };
 

@@ -9,7 +9,8 @@ namespace huddle::privacy {
 
 StatusOr<JobLedger> JobLedger::Open(const std::string& out_dir, const JobLedgerOptions& options) {
   const std::string path = (std::filesystem::path(out_dir) / kLedgerFile).string();
-  HUDDLE_ASSIGN_OR_RETURN(PrivacyLedger ledger, PrivacyLedger::Open(path));
+  HUDDLE_ASSIGN_OR_RETURN(PrivacyLedger ledger,
+                          PrivacyLedger::Open(path, {.clock = options.clock}));
   JobLedger job(out_dir, std::move(ledger));
   if (!options.resume && !job.entries().empty()) {
     return absl::FailedPreconditionError(absl::StrCat(

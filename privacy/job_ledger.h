@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "privacy/ledger.h"
 #include "privacy/report.h"
@@ -36,6 +37,8 @@ struct JobLedgerOptions {
   std::string releases = "DP";
   // Messages also count the entries' steps ("3 DP-SGD releases (1200 steps)"): DP-SGD jobs.
   bool count_steps = false;
+  // Stamps each appended entry's `time` (LedgerOpenOptions::clock). Must outlive the ledger.
+  const Clock* clock = SteadyClock::Get();
 };
 
 // The noise of this session of a job (this process's run, between resumes), for NotPrivateBecause.

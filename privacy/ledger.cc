@@ -13,6 +13,7 @@
 
 #include "common/digest.h"
 #include "common/file_util.h"
+#include "common/time_format.h"
 
 namespace huddle::privacy {
 namespace {
@@ -188,6 +189,7 @@ std::string DamagedPath(const std::string& path) {
 std::string LedgerLine(const LedgerEntry& e) {
   nlohmann::ordered_json j;
   j["round"] = e.round;
+  if (!e.time.empty()) j["time"] = e.time;
   j["mechanism"] = e.mechanism;
   j["sampling_rate"] = e.sampling_rate;
   j["noise_multiplier"] = e.noise_multiplier;
@@ -267,6 +269,8 @@ StatusOr<LedgerEntry> ParseEntry(const nlohmann::json& j) {
   HUDDLE_RETURN_IF_ERROR(optional_text("adjacency", &e.adjacency));
   HUDDLE_RETURN_IF_ERROR(optional_text("job", &e.job));
   HUDDLE_RETURN_IF_ERROR(optional_text("release", &e.release));
+  // A label, read as written: a time in another form must not make the spend unknown.
+  HUDDLE_RETURN_IF_ERROR(optional_text("time", &e.time));
   if (e.unit != kUnitClient && e.unit != kUnitExample) {
     return absl::DataLossError(absl::StrCat("unknown unit '", e.unit, "'"));
   }
@@ -303,6 +307,7 @@ StatusOr<LedgerEntry> ParseLedgerLine(const std::string& line) {
 StatusOr<PrivacyLedger> PrivacyLedger::Open(const std::string& path,
                                             const LedgerOpenOptions& options) {
   const std::string mark_path = path + kMarkSuffix;
+  const Clock* clock = options.clock != nullptr ? options.clock : SteadyClock::Get();
   HUDDLE_ASSIGN_OR_RETURN(const std::optional<Mark> mark, ReadMark(mark_path));
   std::error_code ec;
   const bool existed = std::filesystem::exists(path, ec);
@@ -337,7 +342,7 @@ StatusOr<PrivacyLedger> PrivacyLedger::Open(const std::string& path,
     const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
     if (fd < 0) return Errno("cannot open the privacy ledger", path);
     PrivacyLedger ledger(path, fd, std::move(r.entries), head,
-                         static_cast<int64_t>(rewritten.size()));
+                         static_cast<int64_t>(rewritten.size()), clock);
     HUDDLE_RETURN_IF_ERROR(ledger.AppendLost(lost));
     spdlog::error(
         "{}: {}. The loss is acknowledged: {} entries kept, the lost ones counted as an unbounded "
@@ -348,7 +353,7 @@ StatusOr<PrivacyLedger> PrivacyLedger::Open(const std::string& path,
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot open the privacy ledger", path);
   PrivacyLedger ledger(path, fd, std::move(r.entries), r.heads.back(),
-                       static_cast<int64_t>(r.complete_bytes));  // owns fd from here on
+                       static_cast<int64_t>(r.complete_bytes), clock);  // owns fd from here on
   if (!existed) HUDDLE_RETURN_IF_ERROR(SyncParentDir(path));
   if (r.torn_bytes > 0) {
     // A torn final write the mark does not count: its fsync never returned, so nothing was
@@ -377,9 +382,10 @@ StatusOr<PrivacyLedger> PrivacyLedger::Open(const std::string& path,
 }
 
 PrivacyLedger::PrivacyLedger(std::string path, int fd, std::vector<LedgerEntry> entries,
-                             std::string head, int64_t size_bytes)
+                             std::string head, int64_t size_bytes, const Clock* clock)
     : path_(std::move(path)),
       fd_(fd),
+      clock_(clock),
       entries_(std::move(entries)),
       head_(std::move(head)),
       size_bytes_(size_bytes) {}
@@ -387,6 +393,7 @@ PrivacyLedger::PrivacyLedger(std::string path, int fd, std::vector<LedgerEntry> 
 PrivacyLedger::PrivacyLedger(PrivacyLedger&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
+      clock_(other.clock_),
       entries_(std::move(other.entries_)),
       head_(std::move(other.head_)),
       size_bytes_(other.size_bytes_),
@@ -397,6 +404,7 @@ PrivacyLedger& PrivacyLedger::operator=(PrivacyLedger&& other) noexcept {
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
     fd_ = std::exchange(other.fd_, -1);
+    clock_ = other.clock_;
     entries_ = std::move(other.entries_);
     head_ = std::move(other.head_);
     size_bytes_ = other.size_bytes_;
@@ -416,7 +424,9 @@ Status PrivacyLedger::Append(const LedgerEntry& entry) {
     return absl::FailedPreconditionError(absl::StrCat("an earlier append to the privacy ledger ",
                                                       path_, " failed: reopen it to append again"));
   }
-  const std::string line = ChainedLine(entry, head_);
+  LedgerEntry recorded = entry;
+  recorded.time = Iso8601Utc(clock_->WallMs());
+  const std::string line = ChainedLine(recorded, head_);
   const std::string bytes = line + "\n";
   size_t done = 0;
   while (done < bytes.size()) {
@@ -439,7 +449,7 @@ Status PrivacyLedger::Append(const LedgerEntry& entry) {
   }
   size_bytes_ += static_cast<int64_t>(bytes.size());
   head_ = NextHead(head_, line);
-  entries_.push_back(entry);
+  entries_.push_back(std::move(recorded));
   // Only now, after the line is durable: a mark never counts an entry that was not made.
   return WriteMark(mark_path(), entries_.size(), head_);
 }

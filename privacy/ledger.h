@@ -2,11 +2,15 @@
 //
 // One line of JSON per event, in a file its writer owns (a coordinator's OUT/privacy_ledger.jsonl,
 // a datacenter job's, or a client's own ledger of what it released):
-//   {"round":3,"mechanism":"poisson_gaussian","sampling_rate":0.1,"noise_multiplier":1.1,
-//    "clip_norm":1.0,"mode":"central","steps":1,"noise":"os-csprng","unit":"client",
-//    "adjacency":"add_remove"}
+//   {"round":3,"time":"2026-11-28T22:51:03.123Z","mechanism":"poisson_gaussian",
+//    "sampling_rate":0.1,"noise_multiplier":1.1,"clip_norm":1.0,"mode":"central","steps":1,
+//    "noise":"os-csprng","unit":"client","adjacency":"add_remove"}
 // optionally with "job" and "release" (what was released, for a client's ledger). Lines written
-// before `unit` and `adjacency` existed read as client-level add/remove events. A distributed-DP
+// before `unit` and `adjacency` existed read as client-level add/remove events. `time` is when
+// Append recorded the release (the ledger clock's WallMs, common/time_format.h); lines written
+// before it existed have none and read as they are. It is a label only: the spend, the events and
+// FindRelease do not depend on it. It is part of the line, so the chain (below) covers it as it
+// covers every byte: an edited time is an edited line, refused like any other. A distributed-DP
 // round (secure aggregation with the clients' discrete Gaussian shares) is
 //   {"round":3,"mechanism":"distributed_discrete_gaussian","sampling_rate":1,
 //    "noise_multiplier":8.1,...,"adjacency":"replace_one","tau":0,"dimension":50890}
@@ -73,6 +77,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "privacy/accountant.h"
 
@@ -105,6 +110,9 @@ bool IsPrivateRelease(double noise_multiplier, std::string_view noise);
 
 struct LedgerEntry {
   uint64_t round = 0;  // the round (federated) or epoch (datacenter) the release belongs to
+  // When the release was recorded, ISO-8601 UTC ("2026-11-28T22:51:03.123Z"): set by
+  // PrivacyLedger::Append; "" before (then LedgerLine writes no "time") and in older lines.
+  std::string time;
   std::string mechanism = kMechanismGaussian;  // or kMechanismDistributed
   double sampling_rate = 1.0;                  // q
   double noise_multiplier = 0;  // z: noise std / C (effective, after any split between queries)
@@ -153,6 +161,8 @@ struct LedgerOpenOptions {
   // how this caller's operator sets acknowledge_loss.
   std::string how_to_acknowledge =
       "or start afresh with a new ledger (for a job: a new output directory)";
+  // Its WallMs stamps each appended entry's `time`. Not owned; must outlive the ledger.
+  const Clock* clock = SteadyClock::Get();
 };
 
 // Entries as accountant events, identical consecutive (q, z) merged into one event (composition
@@ -170,8 +180,8 @@ class PrivacyLedger {
   PrivacyLedger& operator=(PrivacyLedger&& other) noexcept;
   ~PrivacyLedger();
 
-  // Durably appends `entry` (see above). On error nothing may have been released: the caller must
-  // not release the round's result.
+  // Durably appends `entry`, its `time` set to the clock's wall time now (see above). On error
+  // nothing may have been released: the caller must not release the round's result.
   // After a failed append the ledger refuses further appends (reopen it).
   Status Append(const LedgerEntry& entry);
   // Appends an acknowledged loss of `lost` entries (at least 1): one kModeLost entry per unit,
@@ -191,10 +201,11 @@ class PrivacyLedger {
 
  private:
   PrivacyLedger(std::string path, int fd, std::vector<LedgerEntry> entries, std::string head,
-                int64_t size_bytes);
+                int64_t size_bytes, const Clock* clock);
 
   std::string path_;
   int fd_ = -1;
+  const Clock* clock_;  // not owned
   std::vector<LedgerEntry> entries_;
   std::string head_;        // the chain head after the last line
   int64_t size_bytes_ = 0;  // the file's length (its complete lines)

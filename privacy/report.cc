@@ -55,6 +55,21 @@ std::string PrivacyReportJson(const PrivacyReport& r) {
     j["nominal_epsilon"] = r.nominal_epsilon;
   }
   j["budget_epsilon"] = r.budget_epsilon ? nlohmann::ordered_json(*r.budget_epsilon) : nullptr;
+  if (r.plan) {
+    const ReportPlan& p = *r.plan;
+    j["rounds"] = {{"planned", p.rounds_planned}, {"run", p.rounds_run}};
+    j["planned_epsilon"] = p.epsilon ? nlohmann::ordered_json(*p.epsilon) : nullptr;
+    j["stop_at_budget"] = p.stop_at_budget;
+    nlohmann::ordered_json schedule = nlohmann::ordered_json::array();
+    for (const PlannedRange& range : p.noise_schedule) {
+      nlohmann::ordered_json g;
+      g["rounds"] = {range.first_round, range.last_round};
+      g["noise_multiplier"] = range.noise_multiplier;
+      g["clip_norm"] = range.clip_norm;
+      schedule.push_back(std::move(g));
+    }
+    j["noise_schedule"] = std::move(schedule);
+  }
   j["unit_of_privacy"] = r.unit;
   j["adjacency"] = r.adjacency;
   j["mechanism"] = r.mechanism;

@@ -6,6 +6,9 @@
 // adjacency (add/remove or replace-one), the mechanism, how records are sampled and what secrecy
 // the amplification by sampling assumes, the accountant, the releases (q, z, C, steps, grouped from
 // the ledger), epsilon at delta, the noise source, and every assumption the number relies on.
+// A federated job under client-level DP also restates its plan: the noise schedule it was started
+// with, the epsilon all its rounds would spend, and its planned rounds against the rounds run
+// (those whose release the ledger records).
 //
 // `epsilon` is null when the run is not private (seeded noise, zero noise): the accountant's
 // number is then kept as `nominal_epsilon` and `not_private_because` says why; nothing reports
@@ -22,6 +25,7 @@
 
 #include "common/status.h"
 #include "privacy/accountant.h"
+#include "privacy/budget.h"
 #include "privacy/ledger.h"
 
 namespace huddle::privacy {
@@ -52,6 +56,17 @@ struct ReportReleases {
 // Groups a ledger's entries (of one unit) into runs.
 std::vector<ReportReleases> GroupReleases(std::span<const LedgerEntry> entries);
 
+// The plan a federated client-level DP job was started with (privacy/budget.h).
+struct ReportPlan {
+  int64_t rounds_planned = 0;  // the job's `rounds`
+  // Rounds whose release the ledger records (an earlier run's included; a round re-run after a
+  // crash counts once): fewer than planned when the job stopped early or has not finished.
+  int64_t rounds_run = 0;
+  std::optional<double> epsilon;             // what all the planned rounds spend (the plan's bound)
+  bool stop_at_budget = false;               // privacy.stop_at_budget
+  std::vector<PlannedRange> noise_schedule;  // z and C (the initial C under adaptive clipping)
+};
+
 struct PrivacyReport {
   std::string job;
   std::string scope;       // "federated" | "client" | "datacenter"
@@ -69,6 +84,7 @@ struct PrivacyReport {
   std::string epsilon_kept_by;
   std::vector<std::string> not_private_because;
   std::optional<double> budget_epsilon;  // the configured total, if any
+  std::optional<ReportPlan> plan;        // federated client-level DP only
   std::vector<ReportReleases> releases;
   std::string noise_source;              // "os-csprng", "seeded (NOT PRIVATE)", ...
   std::string ledger;                    // the ledger file (relative to the report)

@@ -140,8 +140,10 @@ TEST_F(ExternalModelConfigTest, InitGivesABuiltInModelsInitialWeights) {
   const models::MlpSpec mlp{6, {5}, 3};
   TensorList init = models::InitModel(mlp, 42);
   WriteModel("init.bin", init);
-  StatusOr<JobConfig> job =
-      Load("model: {input_dim: 6, hidden: [5], num_classes: 3, init: init.bin}\n");
+  // (No server evaluation: the model's 6 inputs are not the default test set's.)
+  StatusOr<JobConfig> job = Load(
+      "model: {input_dim: 6, hidden: [5], num_classes: 3, init: init.bin}\n"
+      "evaluation: {every: 0}\n");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_FALSE(job->coordinator.model.external());
   ASSERT_NE(job->coordinator.initial_model, nullptr);
@@ -149,10 +151,11 @@ TEST_F(ExternalModelConfigTest, InitGivesABuiltInModelsInitialWeights) {
   // Also with a layer list.
   const std::string layers =
       "model:\n  input: [6]\n  init: init.bin\n  layers: [{dense: {out: 5}}, {relu: {}}, "
-      "{dense: {out: 3}}]\n";
+      "{dense: {out: 3}}]\nevaluation: {every: 0}\n";
   EXPECT_TRUE(Load(layers).ok()) << ErrorOf(layers);
   // Without init the seeded initialisation stays.
-  EXPECT_EQ(Load("model: {input_dim: 6, hidden: [5], num_classes: 3}\n")->coordinator.initial_model,
+  EXPECT_EQ(Load("model: {input_dim: 6, hidden: [5], num_classes: 3}\nevaluation: {every: 0}\n")
+                ->coordinator.initial_model,
             nullptr);
 }
 

@@ -17,6 +17,7 @@
 
 #include "aggregation/server_optimizer.h"
 #include "common/file_util.h"
+#include "common/time_format.h"
 #include "coordinator/checkpoint.h"
 #include "privacy/ledger.h"
 #include "tests/coordinator/fake_federation.h"
@@ -602,6 +603,42 @@ TEST_F(CoordinatorTest, TooFewClientsIsAClearError) {
   EXPECT_NE(st.message().find("only 2 of the 5"), absl::string_view::npos) << st;
 }
 
+// The JSON objects of a .jsonl file, one per line.
+std::vector<nlohmann::json> JsonLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// The `time` of a row, parsed (milliseconds since the Unix epoch); fails the test without one.
+int64_t RowTime(const nlohmann::json& row) {
+  EXPECT_TRUE(row.contains("time") && row["time"].is_string()) << row;
+  if (!row.contains("time") || !row["time"].is_string()) return -1;
+  auto at = ParseIso8601Utc(row["time"].get<std::string>());
+  EXPECT_TRUE(at.ok()) << at.status();
+  return at.ok() ? *at : -1;
+}
+
+TEST_F(CoordinatorTest, EveryMetricsRowHasTheWallTimeItWasWritten) {
+  CoordinatorOptions o = Options(3, 2);
+  o.out_dir = TempDir("row_time");
+  const testing::JobRun job = testing::RunJob(o, {.clients = Clients(2)});
+  ASSERT_TRUE(job.status.ok()) << job.status;
+  const std::vector<nlohmann::json> rows = JsonLines(o.out_dir + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(job.metrics.size(), 3u);
+  int64_t previous = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // The coordinator's clock, when the round's row was written.
+    EXPECT_EQ(RowTime(rows[i]), job.metrics[i].wall_ms) << rows[i];
+    EXPECT_GE(job.metrics[i].wall_ms, ManualClock::kWallOriginMs + 1'000'000);
+    EXPECT_LE(job.metrics[i].wall_ms, job.clock->WallMs());
+    EXPECT_GE(job.metrics[i].wall_ms, previous);
+    previous = job.metrics[i].wall_ms;
+  }
+}
+
 // Client-level DP (coordinator/round_privacy.h).
 class DpCoordinatorTest : public CoordinatorTest {
  protected:
@@ -981,6 +1018,25 @@ TEST_F(DpCoordinatorTest, SeededNoiseIsReportedAsNotPrivateEverywhere) {
   const std::string report = read("privacy.json");
   EXPECT_NE(report.find("\"epsilon\": null"), std::string::npos) << report;
   EXPECT_NE(report.find("noise_seed"), std::string::npos) << report;
+}
+
+// Under DP the wall time of each round's rows is the operator's (the times of successive rows give
+// the rounds' durations); the ledger records when each release was made.
+TEST_F(DpCoordinatorTest, TheOperatorRowsAndTheLedgerHaveTimesThePublicRowsNot) {
+  CoordinatorOptions o = DpOptions(2, 3, 2.0, "dp_row_time");
+  const testing::JobRun job = testing::RunJob(o, {.clients = Clients(3)});
+  ASSERT_TRUE(job.status.ok()) << job.status;
+  const std::vector<nlohmann::json> pub = JsonLines(o.out_dir + "/metrics.jsonl");
+  const std::vector<nlohmann::json> ops = JsonLines(o.out_dir + "/operator_metrics.jsonl");
+  ASSERT_EQ(pub.size(), 2u);
+  ASSERT_EQ(ops.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_FALSE(pub[i].contains("time")) << pub[i];
+    EXPECT_EQ(RowTime(ops[i]), job.metrics[i].wall_ms) << ops[i];
+  }
+  const std::vector<nlohmann::json> ledger = JsonLines(o.out_dir + "/" + privacy::kLedgerFile);
+  ASSERT_EQ(ledger.size(), 2u);
+  for (const nlohmann::json& entry : ledger) EXPECT_GT(RowTime(entry), 0) << entry;
 }
 
 TEST_F(DpCoordinatorTest, MetricsSeparatePublicValuesFromOperatorDiagnostics) {

@@ -22,7 +22,12 @@ namespace huddle::testing {
 
 class ManualClock final : public Clock {
  public:
+  // The wall clock moves with the monotonic one, from kWallOriginMs (2026-11-28T22:51:03.000Z)
+  // at NowMs() 0, so rows' `time` values are deterministic.
+  static constexpr int64_t kWallOriginMs = 1'795'906'263'000;
+
   int64_t NowMs() const override { return now_ms_; }
+  int64_t WallMs() const override { return kWallOriginMs + now_ms_; }
   void Advance(int64_t ms) { now_ms_ += ms; }
 
  private:

@@ -11,7 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
 #include "common/file_util.h"
+#include "common/time_format.h"
 #include "datacenter/checkpoint.h"
 #include "privacy/report.h"
 #include "tests/testing/temp_dir.h"
@@ -110,6 +113,44 @@ TEST_F(DatacenterJobTest, OneRankTrainsToItsEndAndWritesItsOutputs) {
   const std::string model = ReadText(OutPath(c.out_dir, "model.bin"));
   EXPECT_FALSE(model.empty());
   EXPECT_EQ(model, ReadText(OutPath(again.out_dir, "model.bin")));
+}
+
+// Each metrics row says when it was written (ISO-8601 UTC); with DP-SGD only the operator's rows
+// do (their times give the epochs' durations), and every ledger line has its release's time.
+TEST_F(DatacenterJobTest, RowsHaveTheWallTimeTheyWereWritten) {
+  auto rows = [](const std::string& path) {
+    std::vector<nlohmann::json> out;
+    const std::string text = ReadText(path);
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      out.push_back(nlohmann::json::parse(std::string(line)));
+    }
+    return out;
+  };
+  const int64_t from_ms = SteadyClock::Get()->WallMs();
+  auto expect_time = [&](const nlohmann::json& row) {
+    ASSERT_TRUE(row.contains("time") && row["time"].is_string()) << row;
+    auto at = ParseIso8601Utc(row["time"].get<std::string>());
+    ASSERT_TRUE(at.ok()) << at.status();
+    EXPECT_GE(*at, from_ms) << row;
+    EXPECT_LE(*at, SteadyClock::Get()->WallMs()) << row;
+  };
+  const DatacenterConfig plain = Config("plain");
+  ASSERT_TRUE(RunRank(plain, OneRank()).ok());
+  const std::vector<nlohmann::json> metrics = rows(OutPath(plain.out_dir, "metrics.jsonl"));
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const nlohmann::json& row : metrics) expect_time(row);
+
+  const DatacenterConfig dp = WithDpSgd(Config("dp"));
+  ASSERT_TRUE(RunRank(dp, OneRank()).ok());
+  const std::vector<nlohmann::json> pub = rows(OutPath(dp.out_dir, "metrics.jsonl"));
+  ASSERT_EQ(pub.size(), 2u);
+  for (const nlohmann::json& row : pub) EXPECT_FALSE(row.contains("time")) << row;
+  const std::vector<nlohmann::json> ops = rows(OutPath(dp.out_dir, privacy::kOperatorMetricsFile));
+  ASSERT_EQ(ops.size(), 2u);
+  for (const nlohmann::json& row : ops) expect_time(row);
+  const std::vector<nlohmann::json> ledger = rows(OutPath(dp.out_dir, privacy::kLedgerFile));
+  ASSERT_EQ(ledger.size(), 2u);
+  for (const nlohmann::json& row : ledger) expect_time(row);
 }
 
 TEST_F(DatacenterJobTest, AResumeOfAFinishedJobChangesNothing) {

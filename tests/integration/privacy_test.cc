@@ -166,6 +166,8 @@ TEST_F(PrivacyTest, BudgetExhaustionStopsTraining) {
       .Set("privacy.epsilon", 3.0)
       .Set("privacy.delta", 1.0e-5)
       .Set("privacy.schedule", "[{rounds: [1, 40], noise_multiplier: 2.0, clip_norm: 1.0}]")
+      // Without it the plan is refused at start (its 40 rounds do not fit the total).
+      .Set("privacy.stop_at_budget", "true")
       .Write(dir + "/job.yaml");
   const Finished p = RunToEnd({HuddleBin(), "run", dir + "/job.yaml", "--out", dir + "/out"},
                               dir + "/log", seconds(300));
@@ -185,6 +187,18 @@ TEST_F(PrivacyTest, BudgetExhaustionStopsTraining) {
   const auto summary = nlohmann::json::parse(ReadAll(dir + "/out/summary.json"));
   EXPECT_EQ(summary["rounds_completed"], metrics.size());
   EXPECT_TRUE(summary.contains("stopped_early"));
+  // privacy.json restates the plan: its schedule, and the rounds planned against those run.
+  const auto report = nlohmann::json::parse(ReadAll(dir + "/out/privacy.json"));
+  EXPECT_EQ(report["rounds"]["planned"], 40);
+  EXPECT_EQ(report["rounds"]["run"], metrics.size());
+  EXPECT_EQ(report["stop_at_budget"], true);
+  EXPECT_GT(report["planned_epsilon"].get<double>(), 3.0);
+  ASSERT_EQ(report["noise_schedule"].size(), 1u);
+  EXPECT_EQ(report["noise_schedule"][0]["rounds"], nlohmann::json::array({1, 40}));
+  EXPECT_EQ(report["noise_schedule"][0]["noise_multiplier"], 2.0);
+  EXPECT_NE(ReadAll(dir + "/log")
+                .find("the job stops after round " + std::to_string(metrics.size()) + " of 40"),
+            std::string::npos);
 }
 
 // SIGKILL the coordinator at many points of a DP run and resume each time: every round whose

@@ -202,5 +202,180 @@ TEST(AdaptiveClippingTest, ValueNoiseComposesToTheConfiguredMultiplier) {
   EXPECT_FALSE(ValueNoiseMultiplier(1.0, 0.5).ok());
 }
 
+// One range of noise multiplier z over rounds [1, rounds].
+PrivacyOptions Scheduled(PrivacyOptions o, double z, int64_t rounds) {
+  ScheduleRange all;
+  all.first_round = 1;
+  all.last_round = rounds;
+  all.noise_multiplier = z;
+  o.schedule = {all};
+  return o;
+}
+
+// The epsilon of `rounds` rounds of one z under `o` (its mode's adjacency and accounting).
+double EpsilonOf(const PrivacyOptions& o, double q, double z, int64_t rounds) {
+  auto plan = PrivacyPlan::Create(Scheduled(o, z, rounds), q, rounds);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  auto spent = plan->Spent(Rounds(*plan, rounds));
+  EXPECT_TRUE(spent.ok()) << spent.status();
+  return spent->epsilon;
+}
+
+TEST(BudgetFitTest, APlanPastItsBudgetGetsTheNoiseThatFitsAndTheStepsThatDo) {
+  const std::vector<DpEvent> plan = {{0.5, 2.0, 10}, {0.5, 2.0, 30}};
+  auto fit = FitBudget(plan, 3.0, 1e-5, AccountantKind::kRdp);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_FALSE(fit->fits);
+  auto all = ComputeEpsilon(std::vector<DpEvent>{{0.5, 2.0, 40}}, 1e-5, AccountantKind::kRdp);
+  ASSERT_TRUE(all.ok());
+  EXPECT_DOUBLE_EQ(fit->spend.epsilon, all->epsilon);
+  ASSERT_TRUE(fit->noise_multiplier_that_fits.has_value());
+  auto z = CalibrateNoiseMultiplier(3.0, 1e-5, 0.5, 40, AccountantKind::kRdp);
+  ASSERT_TRUE(z.ok());
+  EXPECT_EQ(*fit->noise_multiplier_that_fits, *z);
+  // The steps that fit: k spend at most the budget, k + 1 more.
+  auto k = StepsWithinBudget(plan, 3.0, 1e-5, AccountantKind::kRdp);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_GT(*k, 0);
+  EXPECT_LT(*k, 40);
+  auto at = ComputeEpsilon(std::vector<DpEvent>{{0.5, 2.0, *k}}, 1e-5, AccountantKind::kRdp);
+  auto past = ComputeEpsilon(std::vector<DpEvent>{{0.5, 2.0, *k + 1}}, 1e-5, AccountantKind::kRdp);
+  ASSERT_TRUE(at.ok() && past.ok());
+  EXPECT_LE(at->epsilon, 3.0);
+  EXPECT_GT(past->epsilon, 3.0);
+  // A plan within its budget fits whole.
+  auto within = FitBudget(plan, 100.0, 1e-5, AccountantKind::kRdp);
+  ASSERT_TRUE(within.ok());
+  EXPECT_TRUE(within->fits);
+  EXPECT_FALSE(within->noise_multiplier_that_fits.has_value());
+  EXPECT_EQ(*StepsWithinBudget(plan, 100.0, 1e-5, AccountantKind::kRdp), 40);
+  // Not even one step.
+  EXPECT_EQ(*StepsWithinBudget(plan, 1e-3, 1e-5, AccountantKind::kRdp), 0);
+}
+
+// A capped schedule whose rounds cannot all run within the total (the stop rule would end it
+// early): Fit names the rounds that fit, as the stop rule would run them, and one noise multiplier
+// that fits them all.
+TEST(PlanFitTest, ACappedScheduleThatDoesNotFitSaysWhatWould) {
+  const PrivacyOptions o = Scheduled(Central(3.0, 1e-5), 2.0, 40);
+  auto plan = PrivacyPlan::Create(o, 0.5, 40);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto fit = plan->Fit();
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_FALSE(fit->fits);
+  EXPECT_EQ(fit->rounds, 40);
+  EXPECT_GT(fit->spend.epsilon, 3.0);
+  // The rounds that fit are the rounds the stop rule runs.
+  int64_t ran = 0;
+  std::vector<DpEvent> events;
+  for (uint64_t r = 1; r <= 40; ++r) {
+    auto w = plan->WouldSpend(events, r);
+    ASSERT_TRUE(w.ok());
+    if (w->second) break;
+    events.push_back(plan->RoundEvent(2.0));
+    ++ran;
+  }
+  EXPECT_EQ(fit->rounds_that_fit, ran);
+  ASSERT_TRUE(fit->noise_multiplier_that_fits.has_value());
+  const double z = *fit->noise_multiplier_that_fits;
+  EXPECT_GT(z, 2.0);
+  EXPECT_LE(EpsilonOf(o, 0.5, z, 40), 3.0);
+  EXPECT_GT(EpsilonOf(o, 0.5, z * 0.99, 40), 3.0) << "the smallest that fits, to 1%";
+  const std::string text = fit->Shortfall();
+  EXPECT_NE(text.find("privacy.epsilon: 40 rounds at noise_multiplier 2 spend epsilon "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(absl::StrCat(ran, " rounds fit (rounds: ", ran, ")")), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("past the total 3"), std::string::npos) << text;
+  EXPECT_NE(text.find(", or noise_multiplier >= "), std::string::npos) << text;
+  // The printed z is rounded up, so that setting it fits.
+  const size_t at = text.find(">= ") + 3;
+  const double printed = std::stod(text.substr(at));
+  EXPECT_GE(printed, z);
+  EXPECT_LE(EpsilonOf(o, 0.5, printed, 40), 3.0);
+  EXPECT_EQ(fit->schedule.size(), 1u);
+  EXPECT_EQ(fit->schedule[0].last_round, 40);
+  // So little noise that not one round fits.
+  auto none = PrivacyPlan::Create(Scheduled(Central(3.0, 1e-5), 0.6, 40), 0.5, 40);
+  ASSERT_TRUE(none.ok()) << none.status();
+  auto nothing = none->Fit();
+  ASSERT_TRUE(nothing.ok()) << nothing.status();
+  EXPECT_EQ(nothing->rounds_that_fit, 0);
+  EXPECT_NE(nothing->Shortfall().find(": not even round 1 fits; noise_multiplier >= "),
+            std::string::npos)
+      << nothing->Shortfall();
+}
+
+TEST(PlanFitTest, CalibratedAndUncappedPlansFitAndStateTheirSchedule) {
+  auto calibrated = PrivacyPlan::Create(Central(8.0, 1e-4), 0.1, 50);
+  ASSERT_TRUE(calibrated.ok());
+  auto fit = calibrated->Fit();
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_TRUE(fit->fits);
+  EXPECT_EQ(fit->rounds_that_fit, 50);
+  EXPECT_LE(fit->spend.epsilon, 8.0);
+  EXPECT_EQ(fit->Shortfall(), "");
+  // No total: nothing caps it, whatever it spends.
+  PrivacyOptions uncapped = Scheduled(Central(1.0, 1e-5), 0.5, 40);
+  uncapped.total_epsilon.reset();
+  ScheduleRange later;
+  later.first_round = 21;
+  later.last_round = 40;
+  later.noise_multiplier = 1.0;
+  later.clip_norm = 0.5;
+  uncapped.schedule[0].last_round = 20;
+  uncapped.schedule.push_back(later);
+  auto plan = PrivacyPlan::Create(uncapped, 0.5, 40);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto open = plan->Fit();
+  ASSERT_TRUE(open.ok());
+  EXPECT_TRUE(open->fits);
+  EXPECT_GT(open->spend.epsilon, 1.0);
+  const std::vector<PlannedRange> schedule = plan->Schedule();
+  ASSERT_EQ(schedule.size(), 2u);
+  EXPECT_EQ(schedule[0].first_round, 1);
+  EXPECT_EQ(schedule[0].last_round, 20);
+  EXPECT_EQ(schedule[0].noise_multiplier, 0.5);
+  EXPECT_EQ(schedule[1].first_round, 21);
+  EXPECT_EQ(schedule[1].clip_norm, 0.5);
+  // The planned events are the rounds' own, merged into runs.
+  const std::vector<DpEvent> events = plan->PlannedEvents(25);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].steps, 20);
+  EXPECT_EQ(events[1].steps, 5);
+  auto merged = plan->Spent(events);
+  auto each = plan->Spent(Rounds(*plan, 25));
+  ASSERT_TRUE(merged.ok() && each.ok());
+  EXPECT_NEAR(merged->epsilon, each->epsilon, 1e-9 * each->epsilon);
+}
+
+// Local DP is replace-one: the z that fits is the configured noise, twice the accountant's.
+TEST(PlanFitTest, TheNoiseThatFitsALocalPlanIsTheConfiguredOne) {
+  PrivacyOptions o = Scheduled(Central(4.0, 1e-5), 3.0, 20);
+  o.mode = PrivacyMode::kLocal;
+  auto plan = PrivacyPlan::Create(o, 1.0, 20);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto fit = plan->Fit();
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_FALSE(fit->fits);
+  ASSERT_TRUE(fit->noise_multiplier_that_fits.has_value());
+  const double z = *fit->noise_multiplier_that_fits;
+  EXPECT_LE(EpsilonOf(o, 1.0, z, 20), 4.0);
+  EXPECT_GT(EpsilonOf(o, 1.0, z * 0.99, 20), 4.0);
+  EXPECT_GT(fit->rounds_that_fit, 0);
+  EXPECT_LE(EpsilonOf(o, 1.0, 3.0, fit->rounds_that_fit), 4.0);
+  EXPECT_GT(EpsilonOf(o, 1.0, 3.0, fit->rounds_that_fit + 1), 4.0);
+}
+
+TEST(MeanNoiseTest, TheNoiseOnTheMeanPerModeAsAMultipleOfTheClipNorm) {
+  // One draw of std z*C on the sum, divided by the n updates (central, distributed) ...
+  EXPECT_DOUBLE_EQ(MeanNoiseToClip(PrivacyMode::kCentral, 4.5, 1.5), 3.0);
+  EXPECT_DOUBLE_EQ(MeanNoiseToClip(PrivacyMode::kDistributed, 1.0, 100), 0.01);
+  // ... or n independent draws of std z*C, averaged (local).
+  EXPECT_DOUBLE_EQ(MeanNoiseToClip(PrivacyMode::kLocal, 4.0, 4), 2.0);
+  EXPECT_EQ(MeanNoiseToClip(PrivacyMode::kNone, 4.0, 4), 0);
+}
+
 }  // namespace
 }  // namespace huddle::privacy

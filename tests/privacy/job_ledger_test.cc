@@ -173,5 +173,27 @@ TEST(JobLedgerTest, TheReportListsTheLedgersReleases) {
   EXPECT_EQ(report.releases.size(), 2u);
 }
 
+// The job's clock stamps every line it appends; the replay reads the times back.
+TEST(JobLedgerTest, EveryLineHasTheTimeOfItsRelease) {
+  class Wall final : public Clock {
+   public:
+    int64_t NowMs() const override { return 0; }
+    int64_t WallMs() const override { return 1'795'906'263'123; }
+  } wall;
+  ScopedTempDir dir("job_ledger");
+  {
+    auto job = JobLedger::Open(dir.path(), {.clock = &wall});
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE(job->Append(Round(1)).ok());
+    ASSERT_TRUE(job->Append(Epoch(1, 300)).ok());
+  }
+  auto resumed = JobLedger::Open(dir.path(), {.resume = true});
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_EQ(resumed->entries().size(), 2u);
+  for (const LedgerEntry& e : resumed->entries()) {
+    EXPECT_EQ(e.time, "2026-11-28T22:51:03.123Z");
+  }
+}
+
 }  // namespace
 }  // namespace huddle::privacy

@@ -6,10 +6,20 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/clock.h"
 #include "common/file_util.h"
+#include "common/time_format.h"
 
 namespace huddle::privacy {
 namespace {
+
+// A wall clock that reads what the test sets: appended lines are then the same bytes every run.
+class FixedClock final : public Clock {
+ public:
+  int64_t NowMs() const override { return 0; }
+  int64_t WallMs() const override { return wall_ms; }
+  int64_t wall_ms = 1'795'906'263'123;  // 2026-11-28T22:51:03.123Z
+};
 
 class LedgerTest : public ::testing::Test {
  protected:
@@ -43,10 +53,11 @@ class LedgerTest : public ::testing::Test {
   void Overwrite(const std::string& text) const {
     std::ofstream(path_, std::ios::binary | std::ios::trunc) << text;
   }
-  // The ledger with `entries` appended through the ledger itself, and its bytes after each.
+  // The ledger with `entries` appended through the ledger itself (at clock_'s time), and its
+  // bytes after each.
   std::vector<std::string> Appended(int entries) {
     std::vector<std::string> states;
-    auto ledger = PrivacyLedger::Open(path_);
+    auto ledger = PrivacyLedger::Open(path_, {.clock = &clock_});
     EXPECT_TRUE(ledger.ok()) << ledger.status();
     if (!ledger.ok()) return states;
     for (int r = 1; r <= entries; ++r) {
@@ -66,6 +77,7 @@ class LedgerTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   std::string path_;
+  FixedClock clock_;
 };
 
 TEST_F(LedgerTest, AppendsDurablyAndReplays) {
@@ -328,6 +340,98 @@ TEST_F(LedgerTest, AnAcknowledgedLossOpensCountingItUnbounded) {
   auto ledger = PrivacyLedger::Open(path_);
   ASSERT_TRUE(ledger.ok()) << ledger.status();
   EXPECT_EQ(ledger->entries().size(), 4u);
+}
+
+// Every appended line carries the time its release was recorded, from the ledger's clock; the
+// replay reads it back.
+TEST_F(LedgerTest, EveryAppendedLineHasItsTime) {
+  {
+    auto ledger = PrivacyLedger::Open(path_, {.clock = &clock_});
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    ASSERT_TRUE(ledger->Append(Entry(1)).ok());
+    clock_.wall_ms += 61'000;
+    LedgerEntry stale = Entry(2);
+    stale.time = "1999-01-01T00:00:00.000Z";  // the ledger's clock decides, not the caller
+    ASSERT_TRUE(ledger->Append(stale).ok());
+    ASSERT_TRUE(ledger->AppendLost(1).ok());
+    EXPECT_EQ(ledger->entries()[0].time, "2026-11-28T22:51:03.123Z");
+    EXPECT_EQ(ledger->entries()[1].time, "2026-11-28T22:52:04.123Z");
+  }
+  const std::string text = ReadRaw();
+  EXPECT_EQ(text.rfind(R"({"round":1,"time":"2026-11-28T22:51:03.123Z","mechanism":)", 0), 0u)
+      << text;
+  auto replayed = PrivacyLedger::Open(path_);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  ASSERT_EQ(replayed->entries().size(), 4u);
+  for (const LedgerEntry& e : replayed->entries()) {
+    auto at = ParseIso8601Utc(e.time);
+    ASSERT_TRUE(at.ok()) << "round " << e.round << ": " << at.status();
+    EXPECT_GE(*at, 1'795'906'263'123);
+  }
+  EXPECT_EQ(replayed->entries()[1].time, "2026-11-28T22:52:04.123Z");
+  // A line per entry, each with its time.
+  size_t lines = 0;
+  for (size_t at = text.find("\"time\":\""); at != std::string::npos;
+       at = text.find("\"time\":\"", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 4u) << text;
+}
+
+// Lines written before `time` existed read and open as they are; the times are only labels, so
+// entries that differ in time alone are one event to the accountant.
+TEST_F(LedgerTest, LinesWithoutTimeStillReadAndTimeIsNotSpend) {
+  const std::string legacy =
+      R"({"round":1,"mechanism":"poisson_gaussian","sampling_rate":0.1,"noise_multiplier":1.1,"clip_norm":0.5,"mode":"central","steps":1,"noise":"os-csprng","unit":"client","adjacency":"add_remove"})";
+  auto e = ParseLedgerLine(legacy);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->time, "");
+  EXPECT_EQ(LedgerLine(*e), legacy) << "no time is made up for an old line";
+  WriteRaw(legacy + "\n");
+  auto ledger = PrivacyLedger::Open(path_, {.clock = &clock_});
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  ASSERT_TRUE(ledger->Append(Entry(2)).ok());
+  ASSERT_EQ(ledger->entries().size(), 2u);
+  EXPECT_EQ(ledger->entries()[0].time, "");
+  EXPECT_EQ(ledger->entries()[1].time, "2026-11-28T22:51:03.123Z");
+  const std::vector<DpEvent> events = ledger->Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].steps, 2);
+  // A time must be text; any text reads (a label never makes the spend unknown).
+  std::string odd = legacy;
+  odd.insert(odd.size() - 1, R"(,"time":"last Tuesday")");
+  auto read = ParseLedgerLine(odd);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->time, "last Tuesday");
+  std::string number = legacy;
+  number.insert(number.size() - 1, R"(,"time":5)");
+  EXPECT_TRUE(absl::IsDataLoss(ParseLedgerLine(number).status()));
+}
+
+// The chain covers the time as it covers every byte of a line: an edited time is an edited line.
+TEST_F(LedgerTest, AnEditedTimeIsRefused) {
+  const std::vector<std::string> states = Appended(2);
+  ASSERT_EQ(states.size(), 2u);
+  std::string edited = states[1];
+  const size_t at = edited.find("2026-11-28");
+  ASSERT_NE(at, std::string::npos) << edited;
+  edited.replace(at, 4, "2025");
+  Overwrite(edited);
+  ExpectRefused("a time edited");
+}
+
+// An acknowledged loss rewrites the entries that still parse as a fresh chain: with their times.
+TEST_F(LedgerTest, AnAcknowledgedLossKeepsTheTimesItRewrites) {
+  const std::vector<std::string> states = Appended(3);
+  ASSERT_EQ(states.size(), 3u);
+  Overwrite(states[0]);
+  clock_.wall_ms += 3'600'000;
+  auto ledger = PrivacyLedger::Open(path_, {.acknowledge_loss = true, .clock = &clock_});
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  ASSERT_EQ(ledger->entries().size(), 3u);
+  EXPECT_EQ(ledger->entries()[0].time, "2026-11-28T22:51:03.123Z");  // when it was recorded
+  EXPECT_EQ(ledger->entries()[1].time, "2026-11-28T23:51:03.123Z");  // the loss: now
+  EXPECT_NE(ReadRaw().find("\"time\":\"2026-11-28T22:51:03.123Z\""), std::string::npos);
 }
 
 // Each kind of release has one constructor; its line is the one the sites that filled entries by

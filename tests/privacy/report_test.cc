@@ -50,5 +50,36 @@ TEST(PrivacyReportTest, NotPrivateRunsHaveNoEpsilon) {
   EXPECT_FALSE(k.contains("nominal_epsilon"));
 }
 
+// A federated DP job restates its plan: the noise schedule, the epsilon all its rounds would
+// spend, and the rounds planned against the rounds run.
+TEST(PrivacyReportTest, TheFederatedPlanIsRestated) {
+  PrivacyReport r;
+  r.job = "j";
+  r.nominal_epsilon = 2.9;
+  r.delta = 1e-5;
+  r.budget_epsilon = 3.0;
+  ReportPlan plan;
+  plan.rounds_planned = 40;
+  plan.rounds_run = 6;
+  plan.epsilon = 7.9;
+  plan.stop_at_budget = true;
+  plan.noise_schedule = {{1, 20, 2.0, 1.0}, {21, 40, 3.5, 0.5}};
+  r.plan = plan;
+  const auto j = nlohmann::json::parse(PrivacyReportJson(r));
+  EXPECT_EQ(j["rounds"]["planned"], 40);
+  EXPECT_EQ(j["rounds"]["run"], 6);
+  EXPECT_EQ(j["planned_epsilon"], 7.9);
+  EXPECT_EQ(j["stop_at_budget"], true);
+  ASSERT_EQ(j["noise_schedule"].size(), 2u);
+  EXPECT_EQ(j["noise_schedule"][1]["rounds"], nlohmann::json::array({21, 40}));
+  EXPECT_EQ(j["noise_schedule"][1]["noise_multiplier"], 3.5);
+  EXPECT_EQ(j["noise_schedule"][1]["clip_norm"], 0.5);
+  // Reports of other jobs (DP-SGD, the datacenter) have no federated plan.
+  r.plan.reset();
+  const auto k = nlohmann::json::parse(PrivacyReportJson(r));
+  EXPECT_FALSE(k.contains("rounds"));
+  EXPECT_FALSE(k.contains("noise_schedule"));
+}
+
 }  // namespace
 }  // namespace huddle::privacy
