@@ -11,17 +11,24 @@
 //     quickstart job (examples/service/job.yaml's recipe, 1 round) --repeat times; each time,
 //     from the submit command's start to the moment the job's coordinator has its clients and
 //     sends round 1 (its job.log line "N clients live", ISO-8601 UTC to the millisecond).
+//   service_load rounds  [--agents 10] [--count 40] [--scrape 0|1]
+//     One job of --count rounds (the quickstart's recipe) on N real agents, with or without a
+//     client reading /metrics every second: the median round duration (run both, paired).
 //   service_load jobs    [--agents 3] [--count 50]
 //     --count consecutive jobs (a small MLP, 1 round) on N real agents; after each, VmRSS of the
 //     service and of every agent: growth from the 5th job to the last shows a leak.
 //
 // --huddle PATH defaults to this build's binary. Prints one line per figure; exits 1 on failure.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +63,7 @@ struct Args {
   int window_s = 30;
   int repeat = 5;
   int count = 50;
+  bool scrape = false;
 };
 
 Args Parse(int argc, char** argv) {
@@ -70,6 +78,7 @@ Args Parse(int argc, char** argv) {
     if (k == "--window-s") a.window_s = std::atoi(v.c_str());
     if (k == "--repeat") a.repeat = std::atoi(v.c_str());
     if (k == "--count") a.count = std::atoi(v.c_str());
+    if (k == "--scrape") a.scrape = std::atoi(v.c_str()) != 0;
   }
   return a;
 }
@@ -115,6 +124,7 @@ struct Service {
   std::string dir;
   int agents_port = 0;
   int operators_port = 0;
+  int http_port = 0;
   pid_t pid = -1;
 };
 
@@ -134,12 +144,14 @@ Service StartService(const Args& a, const std::vector<std::string>& ids) {
   fs::copy_file(s.dir + "/operator/bench.pub", s.dir + "/operators/bench.pub");
   s.agents_port = *transport::FreeLoopbackPort();
   s.operators_port = *transport::FreeLoopbackPort();
+  s.http_port = *transport::FreeLoopbackPort();
   Write(s.dir + "/server.yaml",
         "service:\n  bind: tcp://127.0.0.1:" + std::to_string(s.agents_port) +
             "\n  operator_bind: tcp://127.0.0.1:" + std::to_string(s.operators_port) +
             "\n  state_dir: " + s.dir + "/state\nsecurity:\n  server_secret_key: " + s.dir +
             "/keys/server.key\n  allowed_clients: " + s.dir +
-            "/keys/allowed\n  operators: " + s.dir + "/operators\nlog_level: warn\n");
+            "/keys/allowed\n  operators: " + s.dir + "/operators\nhttp: {bind: \"127.0.0.1:" +
+            std::to_string(s.http_port) + "\"}\nlog_level: warn\n");
   auto pid = cli::Spawn({a.huddle, "serve", "--config", s.dir + "/server.yaml"},
                         s.dir + "/serve.log", false);
   if (!pid.ok()) Die("cannot start huddle serve");
@@ -347,6 +359,67 @@ int Latency(const Args& a) {
   return 0;
 }
 
+// GET /metrics of the service once (the body's size; 0 on failure).
+size_t Scrape(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  size_t n = 0;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+    (void)!::send(fd, request.data(), request.size(), 0);
+    char buf[16384];
+    ssize_t got;
+    while ((got = ::recv(fd, buf, sizeof(buf), 0)) > 0) n += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  return n;
+}
+
+// One job of --count rounds (the quickstart's recipe) on N agents, with or without a scraper
+// reading /metrics every second (--scrape 1): the median round duration.
+int Rounds(const Args& a) {
+  const int n = a.agents > 0 ? a.agents : 10;
+  Service s = StartService(a, Ids(n));
+  std::vector<pid_t> agents = StartAgents(a, s, n);
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  std::atomic<bool> done{false};
+  std::atomic<int> scrapes{0};
+  std::thread scraper([&] {
+    while (a.scrape && !done.load()) {
+      if (Scrape(s.http_port) > 0) scrapes++;
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
+  std::string yaml = JobYaml("rounds", n, 128);
+  yaml.replace(yaml.find("rounds: 1\n"), 10, "rounds: " + std::to_string(a.count) + "\n");
+  Write(s.dir + "/rounds.yaml", yaml);
+  if (Operator(a, s, {"submit", s.dir + "/rounds.yaml"}) != 0) Die("submit failed");
+  if (!WaitForFile(s.dir + "/state/jobs/rounds/state.json", "\"completed\"", 600)) {
+    Die("the job did not complete");
+  }
+  done.store(true);
+  scraper.join();
+  std::vector<double> durations;
+  std::istringstream lines(Read(s.dir + "/state/jobs/rounds/out/metrics.jsonl"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t at = line.find("\"duration_s\":");
+    if (at != std::string::npos) durations.push_back(std::atof(line.c_str() + at + 13));
+  }
+  std::sort(durations.begin(), durations.end());
+  std::printf("%d rounds on %d agents, %s: median round %.4f s (%d scrapes)\n", a.count, n,
+              a.scrape ? "scraped every second" : "not scraped", durations[durations.size() / 2],
+              scrapes.load());
+  for (pid_t p : agents) Stop(p);
+  Stop(s.pid);
+  fs::remove_all(s.dir);
+  return 0;
+}
+
 int Jobs(const Args& a) {
   const int n = a.agents > 0 ? a.agents : 3;
   Service s = StartService(a, Ids(n));
@@ -384,6 +457,7 @@ int main(int argc, char** argv) {
   if (a.mode == "idle") return Idle(a);
   if (a.mode == "latency") return Latency(a);
   if (a.mode == "jobs") return Jobs(a);
+  if (a.mode == "rounds") return Rounds(a);
   std::fprintf(stderr, "usage: service_load idle|latency|jobs [options]\n");
   return 2;
 }

@@ -109,6 +109,7 @@ struct ServeFlags {
   std::string state_dir;      // overrides service.state_dir
   std::string bind;           // overrides service.bind
   std::string operator_bind;  // overrides service.operator_bind
+  std::string http_bind;      // overrides http.bind
   bool insecure = false;
 };
 int RunServeCommand(const ServeFlags& flags);

@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
   serve->add_option("--bind", sf.bind, "The agents' endpoint (overrides service.bind)");
   serve->add_option("--operator-bind", sf.operator_bind,
                     "The operators' endpoint (overrides service.operator_bind)");
+  serve->add_option("--http-bind", sf.http_bind,
+                    "HOST:PORT of /metrics, /healthz, /readyz (overrides http.bind)");
   serve->add_flag("--insecure", sf.insecure,
                   "Plaintext, unauthenticated agents and operators (debug only; the operators' "
                   "endpoint must then be loopback)");

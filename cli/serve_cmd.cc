@@ -14,9 +14,11 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/version.h"
+#include "service/http_endpoint.h"
 #include "service/job_log.h"
 #include "service/operator_api.h"
 #include "service/operator_server.h"
+#include "service/prometheus.h"
 #include "service/service.h"
 #include "transport/curve_keys.h"
 
@@ -37,6 +39,9 @@ struct ServeConfig {
   service::ServiceOptions service;
   ServerSecurity security;
   std::string operators;  // the operators' allow-list
+  service::HttpEndpointOptions http;
+  bool http_enabled = true;
+  bool operator_metrics = true;  // the huddle_operator_ families on /metrics
   std::string log_level = "info";
 };
 
@@ -64,6 +69,20 @@ StatusOr<ServeConfig> LoadServeConfig(const std::string& path) {
       sec.Optional("max_messages_per_s", &c.security.max_messages_per_s, 0.0, 1e6));
   HUDDLE_RETURN_IF_ERROR(sec.Optional("burst_messages", &c.security.burst_messages, 1.0, 1e6));
   HUDDLE_RETURN_IF_ERROR(sec.Finish());
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap http, top.Child("http"));
+  HUDDLE_RETURN_IF_ERROR(http.Optional("enabled", &c.http_enabled));
+  HUDDLE_RETURN_IF_ERROR(http.Optional("bind", &c.http.bind));
+  HUDDLE_RETURN_IF_ERROR(http.Optional("operator_metrics", &c.operator_metrics));
+  int64_t connections = c.http.connection_limit;
+  HUDDLE_RETURN_IF_ERROR(http.Optional("max_connections", &connections, 1, 1024));
+  c.http.connection_limit = static_cast<unsigned>(connections);
+  int64_t per_ip = c.http.per_ip_connection_limit;
+  HUDDLE_RETURN_IF_ERROR(http.Optional("max_connections_per_address", &per_ip, 1, 1024));
+  c.http.per_ip_connection_limit = static_cast<unsigned>(per_ip);
+  int64_t timeout_ms = int64_t{c.http.connection_timeout_s} * 1000;
+  HUDDLE_RETURN_IF_ERROR(http.OptionalSeconds("timeout_s", &timeout_ms, 1, 3600));
+  c.http.connection_timeout_s = static_cast<unsigned>(timeout_ms / 1000);
+  HUDDLE_RETURN_IF_ERROR(http.Finish());
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
   HUDDLE_RETURN_IF_ERROR(top.Finish());
@@ -194,15 +213,26 @@ StatusOr<service::PreparedJob> PrepareJob(const ServeConfig& serve, const std::s
   service::PreparedJob p;
   p.data = job.data_name;
   p.rounds = o.rounds;
+  p.wanted_agents = o.min_clients;
+  if (o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed) {
+    p.wanted_agents = std::max(p.wanted_agents, o.cohort.size);
+  }
   const bool dp = o.privacy.mode != privacy::PrivacyMode::kNone;
-  p.run = [options = o, evaluator, dp](
-              transport::ServerTransport* transport, const std::atomic<bool>* stop,
-              const std::function<void(const std::string&)>& on_round) -> Status {
+  p.run = [options = o, evaluator, dp, job](transport::ServerTransport* transport,
+                                            const std::atomic<bool>* stop,
+                                            const service::PreparedJob::RoundRows& on_round)
+      -> Status {
+    LogStartNotes(job);  // on the job's thread: into its log
     coordinator::Coordinator coord(
         options, transport, SteadyClock::Get(), evaluator,
         [&on_round, dp](const coordinator::RoundMetrics& m) {
           spdlog::info("{}", m.ProgressLine());
-          on_round(dp ? m.PublicJson() : m.ToJson());
+          if (dp) {
+            on_round(m.PublicJson(), m.OperatorJson());
+          } else {
+            const std::string row = m.ToJson();
+            on_round(row, row);
+          }
         });
     return coord.Run(stop);
   };
@@ -221,6 +251,7 @@ int RunServeCommand(const ServeFlags& flags) {
   if (!flags.state_dir.empty()) c.state_dir = flags.state_dir;
   if (!flags.bind.empty()) c.bind = flags.bind;
   if (!flags.operator_bind.empty()) c.operator_bind = flags.operator_bind;
+  if (!flags.http_bind.empty()) c.http.bind = flags.http_bind;
   if (Status st = SetupLogging(c.log_level, "serve"); !st.ok()) return kExitUsage;
   (void)service::InstallJobLogRouting();
   // The agents' endpoint: the same transport security as `huddle coordinator`.
@@ -258,13 +289,40 @@ int RunServeCommand(const ServeFlags& flags) {
     std::fprintf(stderr, "%s: %s\n", kCommand, std::string(server.status().message()).c_str());
     return kExitFailed;
   }
+  service::ServiceMetrics metrics;
   service::Service svc(
       c.service, *std::move(store), server->get(), SteadyClock::Get(),
       [&c](const std::string& name, const std::string& config_path, const std::string& out_dir,
            bool resume) { return PrepareJob(c, name, config_path, out_dir, resume); },
-      NowIso);
+      NowIso, &metrics);
   service::OperatorApi api(
-      &svc, [&c](const std::string& yaml) { return CheckSubmission(yaml, c.state_dir); }, NowIso);
+      &svc, [&c](const std::string& yaml) { return CheckSubmission(yaml, c.state_dir); }, NowIso,
+      &metrics);
+  // Prometheus and the probes (loopback by default; bounded connections and timeouts).
+  std::unique_ptr<service::HttpEndpoint> http;
+  if (c.http_enabled) {
+    service::HttpHandlers handlers;
+    handlers.metrics = [&svc, &metrics, &c]() -> StatusOr<std::string> {
+      return service::Render(metrics.Families(svc.Counts(), c.operator_metrics));
+    };
+    handlers.healthy = [&svc](std::string* reason) {
+      if (svc.healthy(5000)) return true;
+      *reason = "the dispatcher has not run for 5 s (starting, stopping, or stuck)";
+      return false;
+    };
+    handlers.ready = [&svc](std::string* reason) {
+      if (svc.ready()) return true;
+      *reason = "starting or stopping";
+      return false;
+    };
+    auto started = service::HttpEndpoint::Start(c.http, std::move(handlers));
+    if (!started.ok()) {
+      std::fprintf(stderr, "%s: http: %s\n", kCommand,
+                   std::string(started.status().message()).c_str());
+      return kExitFailed;
+    }
+    http = *std::move(started);
+  }
   auto operators = service::OperatorServer::Start(
       op, [&api](const std::string& id, const std::string& request) {
         return api.Handle(id, request);
@@ -273,8 +331,10 @@ int RunServeCommand(const ServeFlags& flags) {
     std::fprintf(stderr, "%s: %s\n", kCommand, std::string(operators.status().message()).c_str());
     return kExitFailed;
   }
-  spdlog::info("huddle {} serving: agents on {}, operators on {}, state in {}", VersionLine(),
-               c.bind, (*operators)->endpoint(), c.state_dir);
+  spdlog::info("huddle {} serving: agents on {}, operators on {}, metrics on {}, state in {}",
+               VersionLine(), c.bind, (*operators)->endpoint(),
+               http ? "http://" + http->bind_address() + "/metrics" : std::string("(off)"),
+               c.state_dir);
   Status st = svc.Run(&StopFlag());
   if (!st.ok()) {
     std::fprintf(stderr, "%s: %s\n", kCommand, std::string(st.message()).c_str());

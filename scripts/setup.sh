@@ -11,6 +11,9 @@ PACKAGES=(
   libeigen3-dev libabsl-dev
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   zlib1g-dev
+  libmicrohttpd-dev
+  # promtool (tests/service/prometheus_test.cc checks the exposition with it; skipped without)
+  prometheus
   libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-torch

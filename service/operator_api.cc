@@ -59,10 +59,11 @@ StatusOr<std::string> Field(const json& request, const char* key) {
 }  // namespace
 
 OperatorApi::OperatorApi(Service* service, SubmissionChecker checker,
-                         std::function<std::string()> now_iso)
+                         std::function<std::string()> now_iso, ServiceMetrics* metrics)
     : service_(service),
       checker_(std::move(checker)),
       now_iso_(std::move(now_iso)),
+      metrics_(metrics),
       audit_path_(service->state_dir() + "/audit.jsonl") {}
 
 std::string OperatorApi::Handle(const std::string& operator_id, const std::string& request) {
@@ -132,6 +133,7 @@ std::string OperatorApi::Handle(const std::string& operator_id, const std::strin
         "unknown command '", shown, "' (submit, jobs, status, stop, logs, clients)"));
   };
   StatusOr<json> reply = answer();
+  if (metrics_ != nullptr) metrics_->OnOperatorRequest(command.empty() ? "none" : command, reply.ok());
   // The audit trail: every request, before its answer leaves. A query that changes nothing is
   // kept too (who looked at what, and when).
   json row = {{"time", now_iso_()}, {"operator", operator_id}, {"command", command},

@@ -7,7 +7,8 @@
 //   {"command": "clients"}                          -> {"ok": true, "clients": [AGENT...]}
 // and {"ok": false, "error": TEXT} for anything refused. Every request, answered or refused, is
 // one line of the audit log (STATE/audit.jsonl: time, operator, command, job, ok, error), written
-// before the reply leaves.
+// after the request took effect and before its reply leaves (a request whose line cannot be
+// written is answered as refused, and the service logs the failure).
 //
 // Thread-safety: Handle() from the operator server's one thread.
 #pragma once
@@ -29,8 +30,9 @@ using SubmissionChecker = std::function<StatusOr<CheckedJob>(const std::string& 
 
 class OperatorApi {
  public:
-  // `service` must outlive the API; `now_iso` stamps the audit rows.
-  OperatorApi(Service* service, SubmissionChecker checker, std::function<std::string()> now_iso);
+  // `service` and `metrics` (may be null) must outlive the API; `now_iso` stamps the audit rows.
+  OperatorApi(Service* service, SubmissionChecker checker, std::function<std::string()> now_iso,
+              ServiceMetrics* metrics = nullptr);
 
   // The reply to one request of `operator_id` (never throws; malformed requests get an error).
   std::string Handle(const std::string& operator_id, const std::string& request);
@@ -41,6 +43,7 @@ class OperatorApi {
   Service* service_;
   SubmissionChecker checker_;
   std::function<std::string()> now_iso_;
+  ServiceMetrics* metrics_;
   std::string audit_path_;
 };
 

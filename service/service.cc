@@ -45,7 +45,8 @@ StatusOr<std::string> AgentId(const transport::Inbound& in, const wire::Join& jo
 }  // namespace
 
 Service::Service(ServiceOptions options, JobStore store, transport::ServerTransport* transport,
-                 const Clock* clock, JobPreparer preparer, std::function<std::string()> now_iso)
+                 const Clock* clock, JobPreparer preparer, std::function<std::string()> now_iso,
+                 ServiceMetrics* metrics)
     : options_(options),
       transport_(transport),
       clock_(clock),
@@ -53,6 +54,7 @@ Service::Service(ServiceOptions options, JobStore store, transport::ServerTransp
       now_iso_(std::move(now_iso)),
       state_dir_(store.state_dir()),
       outbox_([transport] { transport->Wake(); }),
+      metrics_(metrics),
       store_(std::move(store)) {}
 
 Service::~Service() {
@@ -101,6 +103,12 @@ Status Service::Run(const std::atomic<bool>* stop) {
   while (stop == nullptr || !stop->load()) {
     DrainOutbox();
     const int64_t now = clock_->NowMs();
+    last_loop_ms_.store(now);
+    bytes_in_.store(transport_->bytes_in());
+    bytes_out_.store(transport_->bytes_out());
+    refused_.store(transport_->auth_rejections());
+    rate_limited_.store(transport_->rate_limited());
+    cut_.store(transport_->connections_cut());
     if (now >= next_schedule) {
       absl::MutexLock lock(&mu_);
       Schedule(/*stopping=*/false);
@@ -237,6 +245,10 @@ void Service::OnJobJoin(transport::Inbound in, const wire::Join& join) {
                       0, "service"));
     return;
   }
+  if (agents_.size() >= kMaxAgents && agents_.count(*id) == 0) {
+    Send(in.peer, wire::MakeError(wire::ErrorCode::kRejected, "the service holds too many agents"));
+    return;
+  }
   Agent& agent = agents_[*id];
   if (!agent.job.empty() && agent.job != join.job) {
     Send(in.peer, wire::MakeMessage(
@@ -261,16 +273,32 @@ void Service::Offer() {
     if (agent.offered_at_ms >= 0 && now - agent.offered_at_ms < options_.offer_interval_ms) {
       continue;
     }
-    // The oldest running job this agent has the data for (it was offered before, or is free).
+    // The job it was offered before; else, among the running jobs it has the data for, the
+    // oldest that has fewer agents than it asks for, or the one with the fewest.
     const Running* pick = nullptr;
-    for (const auto& [name, job] : running_) {
-      if (!agent.job.empty() && agent.job != name) continue;
-      if (std::find(agent.datasets.begin(), agent.datasets.end(), job->data) ==
-          agent.datasets.end()) {
-        continue;
+    if (!agent.job.empty()) {
+      pick = running_.at(agent.job).get();
+    } else {
+      std::map<std::string, int64_t> assigned;
+      for (const auto& [other_id, other] : agents_) {
+        if (!other.job.empty()) assigned[other.job]++;
       }
-      pick = job.get();
-      break;
+      const Running* fewest = nullptr;
+      int64_t oldest_seq = INT64_MAX;
+      for (const auto& [name, job] : running_) {
+        if (std::find(agent.datasets.begin(), agent.datasets.end(), job->data) ==
+            agent.datasets.end()) {
+          continue;
+        }
+        const JobRecord* r = store_.Find(name);
+        const int64_t seq = r != nullptr ? static_cast<int64_t>(r->seq) : INT64_MAX;
+        if (assigned[name] < job->wanted_agents && seq < oldest_seq) {
+          pick = job.get();
+          oldest_seq = seq;
+        }
+        if (fewest == nullptr || assigned[name] < assigned[fewest->name]) fewest = job.get();
+      }
+      if (pick == nullptr) pick = fewest;
     }
     if (pick == nullptr) continue;
     agent.job = pick->name;
@@ -326,6 +354,7 @@ void Service::StartJob(const JobRecord& record) {
   job->name = r.name;
   job->data = prepared->data;
   job->rounds = prepared->rounds;
+  job->wanted_agents = std::max<int64_t>(1, prepared->wanted_agents);
   job->channel = std::make_unique<JobChannel>(&outbox_);
   job->channel->set_authenticates(transport_->authenticates());
   Running* j = job.get();
@@ -334,19 +363,23 @@ void Service::StartJob(const JobRecord& record) {
                resume ? "resumes from its checkpoint" : "starts", j->rounds, j->data);
   j->thread = std::thread([this, j, run = std::move(prepared->run), log_path] {
     JobLogScope scope(j->name, log_path);
-    Status st = run(j->channel.get(), &j->stop, [this, j](const std::string& row) {
-      absl::MutexLock lock(&rows_mu_);
-      last_rows_[j->name] = row;
-    });
+    Status st = run(j->channel.get(), &j->stop,
+                    [this, j](const std::string& public_row, const std::string& operator_row) {
+                      if (metrics_ != nullptr) metrics_->OnRound(j->name, public_row, operator_row);
+                      absl::MutexLock lock(&rows_mu_);
+                      last_rows_[j->name] = public_row;
+                    });
     j->result = st;
     j->finished.store(true);
     transport_->Wake();
   });
+  if (metrics_ != nullptr) metrics_->OnJobStart(r.name, j->rounds);
   running_[r.name] = std::move(job);
 }
 
 void Service::Reap(Running& job, bool stopping) {
   job.thread.join();
+  if (metrics_ != nullptr) metrics_->OnJobEnd(job.name);
   const JobRecord* found = store_.Find(job.name);
   if (found == nullptr) return;
   JobRecord r = *found;
@@ -433,24 +466,33 @@ StatusOr<JobRecord> Service::Stop(const std::string& name, const std::string& op
 
 std::vector<JobView> Service::Jobs() const {
   std::vector<JobView> out;
-  absl::MutexLock lock(&mu_);
-  for (const JobRecord& r : store_.List()) {
-    JobView v;
-    v.record = r;
-    if (auto it = running_.find(r.name); it != running_.end()) v.planned_rounds = it->second->rounds;
-    for (const auto& [id, agent] : agents_) {
-      if (agent.job == r.name && agent.joined) v.agents.push_back(id);
+  std::vector<std::pair<size_t, std::string>> to_read;  // rows to read from disk, unlocked
+  {
+    absl::MutexLock lock(&mu_);
+    for (const JobRecord& r : store_.List()) {
+      JobView v;
+      v.record = r;
+      if (auto it = running_.find(r.name); it != running_.end()) {
+        v.planned_rounds = it->second->rounds;
+      }
+      for (const auto& [id, agent] : agents_) {
+        if (agent.job == r.name && agent.joined) v.agents.push_back(id);
+      }
+      {
+        absl::MutexLock rows(&rows_mu_);
+        if (auto it = last_rows_.find(r.name); it != last_rows_.end()) {
+          v.last_round_row = it->second;
+        }
+      }
+      // A job of an earlier run of the service: its last row from its metrics (the public
+      // file), read once the lock is released (the dispatcher never waits on a disk read).
+      if (v.last_round_row.empty() && r.starts > 0) {
+        to_read.emplace_back(out.size(), store_.OutDir(r.name) + "/metrics.jsonl");
+      }
+      out.push_back(std::move(v));
     }
-    {
-      absl::MutexLock rows(&rows_mu_);
-      if (auto it = last_rows_.find(r.name); it != last_rows_.end()) v.last_round_row = it->second;
-    }
-    // A job of an earlier run of the service: its last row from its metrics (the public file).
-    if (v.last_round_row.empty() && r.starts > 0) {
-      v.last_round_row = LastLine(store_.OutDir(r.name) + "/metrics.jsonl");
-    }
-    out.push_back(std::move(v));
   }
+  for (const auto& [i, path] : to_read) out[i].last_round_row = LastLine(path);
   return out;
 }
 
@@ -477,6 +519,31 @@ std::vector<AgentView> Service::Agents() const {
     out.push_back(std::move(v));
   }
   return out;
+}
+
+ServiceCounts Service::Counts() const {
+  ServiceCounts c;
+  for (JobState st : {JobState::kQueued, JobState::kRunning, JobState::kCompleted,
+                      JobState::kFailed, JobState::kStopped}) {
+    c.jobs_by_state[JobStateName(st)] = 0;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const JobRecord& r : store_.List()) c.jobs_by_state[JobStateName(r.state)]++;
+    const int64_t now = clock_->NowMs();
+    for (const auto& [id, agent] : agents_) {
+      ++c.agents_known;
+      if (!agent.session.empty() && now - agent.last_seen_ms <= options_.agent_timeout_ms) {
+        ++c.agents_live;
+      }
+    }
+  }
+  c.bytes_in = bytes_in_.load();
+  c.bytes_out = bytes_out_.load();
+  c.handshakes_refused = refused_.load();
+  c.rate_limited = rate_limited_.load();
+  c.connections_cut = cut_.load();
+  return c;
 }
 
 std::string Service::LogPath(const std::string& name) const {

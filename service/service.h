@@ -10,7 +10,9 @@
 // and secure aggregation are the same code as in `huddle coordinator`.
 //
 // Scheduling: jobs start in submission order, at most max_concurrent_jobs at a time (each agent
-// in one job at a time, so concurrent jobs draw from disjoint agents). A job interrupted by the
+// in one job at a time, so concurrent jobs draw from disjoint agents: each running job is offered
+// agents until it has the number it asks for, oldest job first; agents beyond that go to the job
+// with the fewest). A job interrupted by the
 // service's own stop (or crash) stays `running` on disk and is started again first, resumed from
 // its checkpoint and ledger; an operator's stop ends it for good (`stopped`).
 //
@@ -33,6 +35,7 @@
 #include "common/status.h"
 #include "service/job_channel.h"
 #include "service/job_store.h"
+#include "service/service_metrics.h"
 #include "transport/transport.h"
 
 namespace huddle::service {
@@ -42,10 +45,16 @@ namespace huddle::service {
 struct PreparedJob {
   std::string data;     // the data set the job trains on, by the name agents declare
   int64_t rounds = 0;   // planned
+  // The agents the job asks for (its coordinator.min_clients, or a fixed cohort's size when
+  // larger): with several jobs at once, each gets this many before any gets more.
+  int64_t wanted_agents = 1;
   // Runs the job to its end over `transport`; stops (Cancelled) when *stop turns true. `on_round`
-  // gets each round's public metrics row (JSON; under DP only DP-protected values).
+  // gets each round's public metrics row (JSON; under DP only DP-protected values) and its
+  // operator row (the counts, traffic and timings; the same full row without DP).
+  using RoundRows =
+      std::function<void(const std::string& public_row, const std::string& operator_row)>;
   std::function<Status(transport::ServerTransport* transport, const std::atomic<bool>* stop,
-                       const std::function<void(const std::string& public_row)>& on_round)>
+                       const RoundRows& on_round)>
       run;
 };
 // Loads job `name` from `config_path` with its outputs in `out_dir`; `resume`: continue from the
@@ -82,10 +91,11 @@ struct AgentView {
 
 class Service {
  public:
-  // `transport` (the agents' endpoint) and `clock` must outlive the service; `now_iso` gives the
-  // wall-clock time for records (ISO-8601 UTC).
+  // `transport` (the agents' endpoint), `clock` and `metrics` (may be null) must outlive the
+  // service; `now_iso` gives the wall-clock time for records (ISO-8601 UTC).
   Service(ServiceOptions options, JobStore store, transport::ServerTransport* transport,
-          const Clock* clock, JobPreparer preparer, std::function<std::string()> now_iso);
+          const Clock* clock, JobPreparer preparer, std::function<std::string()> now_iso,
+          ServiceMetrics* metrics = nullptr);
   ~Service();
 
   // Dispatches until *stop: routes messages, runs the queue, offers jobs. On stop, running jobs
@@ -106,6 +116,12 @@ class Service {
   const std::string& state_dir() const { return state_dir_; }
   std::string LogPath(const std::string& name) const;
   bool ready() const { return ready_.load(); }
+  // The dispatcher went round its loop within `within_ms` (liveness: /healthz).
+  bool healthy(int64_t within_ms) const {
+    return ready_.load() && clock_->NowMs() - last_loop_ms_.load() <= within_ms;
+  }
+  // What /metrics shows of the service itself (thread-safe).
+  ServiceCounts Counts() const;
 
  private:
   struct Agent {
@@ -122,6 +138,7 @@ class Service {
     std::string name;
     std::string data;
     int64_t rounds = 0;
+    int64_t wanted_agents = 1;
     std::unique_ptr<JobChannel> channel;
     std::atomic<bool> stop{false};
     std::atomic<bool> finished{false};
@@ -148,6 +165,10 @@ class Service {
   std::string state_dir_;
   Outbox outbox_;
   std::atomic<bool> ready_{false};
+  ServiceMetrics* metrics_;
+  std::atomic<int64_t> last_loop_ms_{0};
+  // The transport's counters, copied by the dispatcher (which owns it) after each message.
+  std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0}, refused_{0}, rate_limited_{0}, cut_{0};
 
   mutable absl::Mutex mu_;
   JobStore store_ ABSL_GUARDED_BY(mu_);

@@ -39,6 +39,7 @@ class ServiceTest : public ::testing::Test {
               "  operator_bind: tcp://127.0.0.1:" + std::to_string(operators_port_) + "\n"
               "  state_dir: " + dir_ + "/state\n"
               "  heartbeat_interval_s: 0.2\n"
+              "http: {bind: \"127.0.0.1:" + std::to_string(FreeLoopbackPort()) + "\"}\n"
               "security:\n"
               "  server_secret_key: " + dir_ + "/keys/server.key\n"
               "  allowed_clients: " + dir_ + "/keys/allowed\n"
@@ -248,7 +249,8 @@ TEST_F(ServiceTest, TheShippedServiceExamplesRun) {
   const std::string ops = "tcp://127.0.0.1:" + std::to_string(operators_port_);
   const std::string agents_at = "tcp://127.0.0.1:" + std::to_string(agents_port_);
   Process service({HuddleBin(), "serve", "--config", examples + "/server.yaml", "--state-dir",
-                   dir_ + "/state", "--bind", agents_at, "--operator-bind", ops, "--insecure"},
+                   dir_ + "/state", "--bind", agents_at, "--operator-bind", ops, "--http-bind",
+                   "127.0.0.1:" + std::to_string(FreeLoopbackPort()), "--insecure"},
                   dir_ + "/serve.log");
   std::vector<std::unique_ptr<Process>> agents;
   for (int i = 0; i < 3; ++i) {

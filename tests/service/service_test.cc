@@ -120,6 +120,7 @@ class ServiceTest : public ::testing::Test {
     ServiceOptions o;
     o.schedule_interval_ms = 10;
     o.offer_interval_ms = 200;
+    o.max_concurrent_jobs = max_concurrent_jobs_;
     service_ = std::make_unique<Service>(
         o, *std::move(store), &transport_, SteadyClock::Get(),
         [this](const std::string& name, const std::string&, const std::string&, bool resume)
@@ -134,7 +135,7 @@ class ServiceTest : public ::testing::Test {
           p.data = "fm";
           p.rounds = 3;
           p.run = [spec](transport::ServerTransport* t, const std::atomic<bool>* stop,
-                         const std::function<void(const std::string&)>& on_round) -> Status {
+                         const PreparedJob::RoundRows& on_round) -> Status {
             std::vector<transport::PeerId> joined;
             while (!stop->load()) {
               auto in = t->Receive(20);
@@ -143,7 +144,7 @@ class ServiceTest : public ::testing::Test {
                   (*in)->message->type() == wire::MessageType::kJoin) {
                 joined.push_back((*in)->peer);
                 HUDDLE_RETURN_IF_ERROR(t->Send((*in)->peer, wire::MakeMessage(wire::Welcome{})));
-                on_round("{\"round\":1}");
+                on_round("{\"round\":1}", "{\"round\":1,\"results\":1}");
               }
               if (!spec.until_stopped && static_cast<int>(joined.size()) >= spec.clients) {
                 for (const auto& peer : joined) {
@@ -191,6 +192,7 @@ class ServiceTest : public ::testing::Test {
   std::thread thread_;
   absl::Mutex mu_;
   std::vector<bool> resumed_;
+  int64_t max_concurrent_jobs_ = 1;
 };
 
 TEST_F(ServiceTest, AnAgentTakesPartInTwoJobsBackToBack) {
@@ -301,6 +303,39 @@ TEST_F(ServiceTest, ARestartResumesTheJobThatWasRunningAndKeepsTheQueue) {
   ASSERT_EQ(resumed_.size(), 2u);
   EXPECT_FALSE(resumed_[0]);
   EXPECT_TRUE(resumed_[1]) << "started again from its checkpoint";
+}
+
+TEST_F(ServiceTest, ConcurrentJobsRunAtOnceOnDisjointAgents) {
+  max_concurrent_jobs_ = 2;
+  Start();
+  transport_.Inject("s1", SessionJoin("a1", {"fm"}));
+  transport_.Inject("s2", SessionJoin("a2", {"fm"}));
+  ASSERT_TRUE(transport_.Take("s1", wire::MessageType::kWelcome));
+  ASSERT_TRUE(transport_.Take("s2", wire::MessageType::kWelcome));
+  Submit("long-x");
+  Submit("long-y");
+  auto o1 = transport_.Take("s1", wire::MessageType::kJobOffer);
+  auto o2 = transport_.Take("s2", wire::MessageType::kJobOffer);
+  ASSERT_TRUE(o1 && o2);
+  const std::string j1 = std::get<wire::JobOffer>(o1->body).job;
+  const std::string j2 = std::get<wire::JobOffer>(o2->body).job;
+  EXPECT_NE(j1, j2) << "each agent is in one job at a time";
+  transport_.Inject("p1", JobJoin("a1", j1));
+  transport_.Inject("p2", JobJoin("a2", j2));
+  ASSERT_TRUE(transport_.Take("p1", wire::MessageType::kWelcome));
+  ASSERT_TRUE(transport_.Take("p2", wire::MessageType::kWelcome));
+  EXPECT_EQ(WaitForState("long-x", JobState::kRunning), JobState::kRunning);
+  EXPECT_EQ(WaitForState("long-y", JobState::kRunning), JobState::kRunning);
+  // An agent already in one job cannot join the other.
+  transport_.Inject("p3", JobJoin("a1", j2));
+  auto refused = transport_.Take("p3", wire::MessageType::kShutdown);
+  ASSERT_TRUE(refused);
+  EXPECT_NE(std::get<wire::Shutdown>(refused->body).reason.find("one job at a time"),
+            std::string::npos);
+  ASSERT_TRUE(service_->Stop("long-x", "op").ok());
+  ASSERT_TRUE(service_->Stop("long-y", "op").ok());
+  EXPECT_EQ(WaitForState("long-x", JobState::kStopped), JobState::kStopped);
+  EXPECT_EQ(WaitForState("long-y", JobState::kStopped), JobState::kStopped);
 }
 
 }  // namespace

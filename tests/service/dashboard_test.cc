@@ -1,0 +1,96 @@
+// deploy/grafana/huddle-service.json queries only what the service exposes: every metric name in
+// its expressions is a family (or a histogram family's _bucket/_sum/_count) of ServiceMetrics.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "service/service_metrics.h"
+
+namespace huddle::service {
+namespace {
+
+TEST(GrafanaDashboardTest, EveryQueryNamesAFamilyTheServiceExposes) {
+  ServiceMetrics metrics;
+  metrics.OnJobStart("j", 10);
+  metrics.OnRound("j",
+                  R"({"round":1,"test_accuracy":0.5,"test_loss":1,"epsilon":0.5,)"
+                  R"("privacy":{"budget_epsilon":3}})",
+                  R"({"round":1,"results":2,"dropped":1,"duration_s":0.2,"bytes_in":5})");
+  ServiceCounts counts;
+  counts.jobs_by_state["running"] = 1;
+  std::set<std::string> names;
+  for (const MetricFamily& f : metrics.Families(counts, /*operator_families=*/true)) {
+    names.insert(f.name());
+    if (f.type() == MetricType::kHistogram) {
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) names.insert(f.name() + suffix);
+    }
+  }
+  std::ifstream in(std::string(HUDDLE_SOURCE_DIR) + "/deploy/grafana/huddle-service.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json dashboard = nlohmann::json::parse(text.str());
+  const std::regex metric(R"(huddle_[a-z_]+)");
+  int queries = 0;
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      ++queries;
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), metric);
+           it != std::sregex_iterator(); ++it) {
+        const std::string name = it->str();
+        if (name == "huddle_job") continue;  // the label
+        EXPECT_TRUE(names.count(name)) << panel["title"] << ": " << name << " in " << expr;
+      }
+    }
+  }
+  EXPECT_GE(queries, 10);
+}
+
+// The public families carry nothing of the operator rows (counts, bytes, durations): what a
+// public scrape shows under DP is what metrics.jsonl shows.
+TEST(ServiceMetricsTest, PublicFamiliesHoldNoOperatorOnlyValue) {
+  ServiceMetrics metrics;
+  metrics.OnJobStart("j", 10);
+  metrics.OnRound("j", R"({"round":3,"test_accuracy":0.75,"epsilon":1.5})",
+                  R"({"round":3,"results":7,"dropped":2,"duration_s":12.5,"bytes_in":987654})");
+  metrics.OnOperatorRequest("jobs", true);
+  ServiceCounts counts;
+  counts.bytes_in = 123456789;
+  const auto rendered = Render(metrics.Families(counts, /*operator_families=*/false));
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(rendered->find("huddle_operator_"), std::string::npos) << *rendered;
+  for (const char* secret : {"987654", "123456789", "12.5"}) {
+    EXPECT_EQ(rendered->find(secret), std::string::npos) << secret << " in " << *rendered;
+  }
+  EXPECT_NE(rendered->find("huddle_job_round{huddle_job=\"j\"} 3"), std::string::npos);
+  EXPECT_NE(rendered->find("huddle_job_privacy_epsilon{huddle_job=\"j\"} 1.5"), std::string::npos);
+  const auto all = Render(metrics.Families(counts, /*operator_families=*/true));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_NE(all->find("huddle_operator_round_members_total{huddle_job=\"j\",outcome=\"dropped\"} 2"),
+            std::string::npos)
+      << *all;
+}
+
+// A long-lived service keeps the series of its last 32 finished jobs, not of every job ever run.
+TEST(ServiceMetricsTest, FinishedJobsSeriesAreBounded) {
+  ServiceMetrics metrics;
+  for (int i = 0; i < 100; ++i) {
+    const std::string job = "j" + std::to_string(i);
+    metrics.OnJobStart(job, 1);
+    metrics.OnRound(job, R"({"round":1})", R"({"round":1})");
+    metrics.OnJobEnd(job);
+  }
+  int series = 0;
+  for (const MetricFamily& f : metrics.Families(ServiceCounts{}, false)) {
+    if (f.name() == "huddle_job_round") series = static_cast<int>(f.samples().size());
+  }
+  EXPECT_EQ(series, static_cast<int>(ServiceMetrics::kFinishedJobsKept));
+}
+
+}  // namespace
+}  // namespace huddle::service
