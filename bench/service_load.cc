@@ -151,7 +151,7 @@ Service StartService(const Args& a, const std::vector<std::string>& ids) {
             "\n  state_dir: " + s.dir + "/state\nsecurity:\n  server_secret_key: " + s.dir +
             "/keys/server.key\n  allowed_clients: " + s.dir +
             "/keys/allowed\n  operators: " + s.dir + "/operators\nhttp: {bind: \"127.0.0.1:" +
-            std::to_string(s.http_port) + "\"}\nlog_level: warn\n");
+            std::to_string(s.http_port) + "\"}\nlog_level: info\n");
   auto pid = cli::Spawn({a.huddle, "serve", "--config", s.dir + "/server.yaml"},
                         s.dir + "/serve.log", false);
   if (!pid.ok()) Die("cannot start huddle serve");
@@ -334,7 +334,10 @@ int Latency(const Args& a) {
     const absl::Time submitted = absl::Now();
     if (Operator(a, s, {"submit", s.dir + "/" + name + ".yaml"}) != 0) Die("submit failed");
     const std::string log = s.dir + "/state/jobs/" + name + "/job.log";
-    if (!WaitForFile(log, "clients live", 60)) Die("the job did not get its clients");
+    if (!WaitForFile(log, "clients live", 60)) {
+      Die("the job did not get its clients: " + Read(log) +
+          Read(s.dir + "/state/jobs/" + name + "/state.json") + Read(s.dir + "/op.log"));
+    }
     // "2026-11-28T23:13:25.502Z info 10 clients live"
     std::istringstream lines(Read(log));
     std::string line;

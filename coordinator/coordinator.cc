@@ -190,7 +190,8 @@ Status Coordinator::WaitForClients(const std::atomic<bool>* stop, bool started) 
     Pump(100);
     sync_->ExpireSilentClients();
   }
-  if (announced) spdlog::info("{} clients live", population_.LiveCount());
+  // Said when the job's first round of this run starts too: its clients are there.
+  if (announced || !started) spdlog::info("{} clients live", population_.LiveCount());
   if (started && population_.LiveCount() < options_.min_clients) {
     spdlog::warn("{} live clients, fewer than coordinator.min_clients {}; going on",
                  population_.LiveCount(), options_.min_clients);
