@@ -4,7 +4,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
+#include <cctype>
 #include <set>
 #include <sstream>
 
@@ -34,15 +34,28 @@ TEST(GrafanaDashboardTest, EveryQueryNamesAFamilyTheServiceExposes) {
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json dashboard = nlohmann::json::parse(text.str());
-  const std::regex metric(R"(huddle_[a-z_]+)");
+  // Every run of "huddle_" followed by [a-z_] (no std::regex: GCC 12 warns falsely inside it
+  // under ASan).
+  auto names_in = [](const std::string& expr) {
+    std::vector<std::string> out;
+    for (size_t at = expr.find("huddle_"); at != std::string::npos;
+         at = expr.find("huddle_", at + 1)) {
+      size_t end = at + 7;
+      while (end < expr.size() && (std::islower(static_cast<unsigned char>(expr[end])) ||
+                                   expr[end] == '_')) {
+        ++end;
+      }
+      out.push_back(expr.substr(at, end - at));
+      at = end - 1;
+    }
+    return out;
+  };
   int queries = 0;
   for (const auto& panel : dashboard["panels"]) {
     for (const auto& target : panel["targets"]) {
       const std::string expr = target["expr"];
       ++queries;
-      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), metric);
-           it != std::sregex_iterator(); ++it) {
-        const std::string name = it->str();
+      for (const std::string& name : names_in(expr)) {
         if (name == "huddle_job") continue;  // the label
         EXPECT_TRUE(names.count(name)) << panel["title"] << ": " << name << " in " << expr;
       }
