@@ -83,8 +83,15 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
+// Every process this program started, stopped by Die so that a failed run leaves none behind.
+std::vector<pid_t>& Children() {
+  static std::vector<pid_t> children;
+  return children;
+}
+
 [[noreturn]] void Die(const std::string& why) {
   std::fprintf(stderr, "service_load: %s\n", why.c_str());
+  for (pid_t pid : Children()) ::kill(pid, SIGKILL);
   std::exit(1);
 }
 
@@ -156,6 +163,7 @@ Service StartService(const Args& a, const std::vector<std::string>& ids) {
                         s.dir + "/serve.log", false);
   if (!pid.ok()) Die("cannot start huddle serve");
   s.pid = *pid;
+  Children().push_back(s.pid);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   int st = 0;
   if (::waitpid(s.pid, &st, WNOHANG) == s.pid) {
@@ -299,6 +307,7 @@ std::vector<pid_t> StartAgents(const Args& a, const Service& s, int n) {
     auto pid = cli::Spawn({a.huddle, "agent", "--config", yaml}, s.dir + "/" + id + ".log", false);
     if (!pid.ok()) Die("cannot start an agent");
     pids.push_back(*pid);
+    Children().push_back(*pid);
   }
   return pids;
 }
