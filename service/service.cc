@@ -266,6 +266,11 @@ void Service::OnJobJoin(transport::Inbound in, const wire::Join& join) {
 
 void Service::Offer() {
   const int64_t now = clock_->NowMs();
+  // The agents each job holds (offered or joined), counted once a pass, not once per agent.
+  std::map<std::string, int64_t> assigned;
+  for (const auto& [id, agent] : agents_) {
+    if (!agent.job.empty()) assigned[agent.job]++;
+  }
   for (auto& [id, agent] : agents_) {
     if (agent.session.empty() || now - agent.last_seen_ms > options_.agent_timeout_ms) continue;
     if (agent.joined) continue;
@@ -279,10 +284,6 @@ void Service::Offer() {
     if (!agent.job.empty()) {
       pick = running_.at(agent.job).get();
     } else {
-      std::map<std::string, int64_t> assigned;
-      for (const auto& [other_id, other] : agents_) {
-        if (!other.job.empty()) assigned[other.job]++;
-      }
       const Running* fewest = nullptr;
       int64_t oldest_seq = INT64_MAX;
       for (const auto& [name, job] : running_) {
@@ -299,6 +300,7 @@ void Service::Offer() {
         if (fewest == nullptr || assigned[name] < assigned[fewest->name]) fewest = job.get();
       }
       if (pick == nullptr) pick = fewest;
+      if (pick != nullptr) assigned[pick->name]++;
     }
     if (pick == nullptr) continue;
     agent.job = pick->name;
