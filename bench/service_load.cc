@@ -22,8 +22,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,8 +138,8 @@ struct Service {
 // Keys for `ids`, server.yaml, and `huddle serve` started.
 Service StartService(const Args& a, const std::vector<std::string>& ids) {
   Service s;
-  s.dir = (fs::temp_directory_path() / ("huddle_service_load_" + std::to_string(::getpid())))
-              .string();
+  s.dir =
+      (fs::temp_directory_path() / ("huddle_service_load_" + std::to_string(::getpid()))).string();
   fs::remove_all(s.dir);
   fs::create_directories(s.dir);
   if (!cli::GenerateLocalKeys(s.dir + "/keys", ids).ok()) Die("cannot generate keys");
@@ -156,9 +156,9 @@ Service StartService(const Args& a, const std::vector<std::string>& ids) {
         "service:\n  bind: tcp://127.0.0.1:" + std::to_string(s.agents_port) +
             "\n  operator_bind: tcp://127.0.0.1:" + std::to_string(s.operators_port) +
             "\n  state_dir: " + s.dir + "/state\nsecurity:\n  server_secret_key: " + s.dir +
-            "/keys/server.key\n  allowed_clients: " + s.dir +
-            "/keys/allowed\n  operators: " + s.dir + "/operators\nhttp: {bind: \"127.0.0.1:" +
-            std::to_string(s.http_port) + "\"}\nlog_level: info\n");
+            "/keys/server.key\n  allowed_clients: " + s.dir + "/keys/allowed\n  operators: " +
+            s.dir + "/operators\nhttp: {bind: \"127.0.0.1:" + std::to_string(s.http_port) +
+            "\"}\nlog_level: info\n");
   auto pid = cli::Spawn({a.huddle, "serve", "--config", s.dir + "/server.yaml"},
                         s.dir + "/serve.log", false);
   if (!pid.ok()) Die("cannot start huddle serve");
@@ -283,10 +283,11 @@ int Idle(const Args& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const double cpu = CpuSeconds(s.pid) - cpu0;
-  std::printf("idle service, %d simulated agents (%d welcomed), CurveZMQ: CPU %.2f%% of a core "
-              "over %d s; VmRSS %.1f MiB, VmHWM %.1f MiB\n",
-              n, welcomed, 100.0 * cpu / a.window_s, a.window_s, StatusMiB(s.pid, "VmRSS"),
-              StatusMiB(s.pid, "VmHWM"));
+  std::printf(
+      "idle service, %d simulated agents (%d welcomed), CurveZMQ: CPU %.2f%% of a core "
+      "over %d s; VmRSS %.1f MiB, VmHWM %.1f MiB\n",
+      n, welcomed, 100.0 * cpu / a.window_s, a.window_s, StatusMiB(s.pid, "VmRSS"),
+      StatusMiB(s.pid, "VmHWM"));
   Stop(s.pid);
   fs::remove_all(s.dir);
   return welcomed == n ? 0 : 1;
@@ -316,8 +317,8 @@ std::string JobYaml(const std::string& name, int agents, int hidden) {
   return "name: " + name + "\nseed: 1\nrounds: 1\nmodel: {kind: mlp, hidden: [" +
          std::to_string(hidden) +
          "]}\ntrain: {epochs: 1, batch_size: 32, learning_rate: 0.02, momentum: 0.9}\n"
-         "cohort: {sampling: fixed, size: " + std::to_string(agents) +
-         "}\nround: {deadline_s: 60, quorum: " + std::to_string(agents) +
+         "cohort: {sampling: fixed, size: " +
+         std::to_string(agents) + "}\nround: {deadline_s: 60, quorum: " + std::to_string(agents) +
          ", upload_slots: 4}\nevaluation: {every: 1}\ncoordinator: {min_clients: " +
          std::to_string(agents) + ", wait_for_clients_s: 120}\ndata: {name: fmnist}\n";
 }
@@ -451,11 +452,12 @@ int Jobs(const Args& a) {
     agent_rss.push_back(worst);
   }
   const size_t from = std::min<size_t>(4, service_rss.size() - 1);
-  std::printf("%d consecutive jobs on %d agents: service VmRSS %.1f MiB after job %zu, %.1f after "
-              "job %d (max %.1f); largest agent VmRSS %.1f -> %.1f MiB (max %.1f)\n",
-              a.count, n, service_rss[from], from + 1, service_rss.back(), a.count,
-              *std::max_element(service_rss.begin(), service_rss.end()), agent_rss[from],
-              agent_rss.back(), *std::max_element(agent_rss.begin(), agent_rss.end()));
+  std::printf(
+      "%d consecutive jobs on %d agents: service VmRSS %.1f MiB after job %zu, %.1f after "
+      "job %d (max %.1f); largest agent VmRSS %.1f -> %.1f MiB (max %.1f)\n",
+      a.count, n, service_rss[from], from + 1, service_rss.back(), a.count,
+      *std::max_element(service_rss.begin(), service_rss.end()), agent_rss[from], agent_rss.back(),
+      *std::max_element(agent_rss.begin(), agent_rss.end()));
   for (pid_t p : agents) Stop(p);
   Stop(s.pid);
   fs::remove_all(s.dir);

@@ -35,8 +35,9 @@ int RunAgentCommand(const AgentFlags& flags) {
         "idx|csv}}); a job submitted to the service names the one it trains on");
   }
   if (config.silo_nproc > 1) {
-    return usage("silo: a service agent trains on one device for now; use `huddle client` for a "
-                 "silo");
+    return usage(
+        "silo: a service agent trains on one device for now; use `huddle client` for a "
+        "silo");
   }
   if (flags.insecure) WarnInsecure("agent");
   auto zopts = client::ClientTransportOptions(&config, flags.insecure);
@@ -81,8 +82,8 @@ int RunAgentCommand(const AgentFlags& flags) {
   if (!identity.ok()) return usage(std::string(identity.status().message()));
   kernels::Backend* b = backend->get();
   client::JobAgentFactory factory =
-      [&](const std::string& job, const std::string& data)
-      -> StatusOr<std::unique_ptr<client::ClientAgent>> {
+      [&](const std::string& job,
+          const std::string& data) -> StatusOr<std::unique_ptr<client::ClientAgent>> {
     auto view = views.find(data);
     if (view == views.end()) {
       return absl::NotFoundError(absl::StrCat("no data set '", data, "'"));
@@ -94,8 +95,7 @@ int RunAgentCommand(const AgentFlags& flags) {
     spdlog::debug("job '{}': agent ready on '{}'", job, data);
     return agent;
   };
-  Status st =
-      client::RunServiceAgent(config, *zopts, factory, *std::move(guard), &StopFlag());
+  Status st = client::RunServiceAgent(config, *zopts, factory, *std::move(guard), &StopFlag());
   if (!st.ok()) {
     std::fprintf(stderr, "%s %s: %s\n", kCommand, config.client_id.c_str(),
                  std::string(st.message()).c_str());

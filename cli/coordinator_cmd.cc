@@ -78,8 +78,7 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
     std::printf("%s\n", m.ProgressLine().c_str());
     std::fflush(stdout);
   };
-  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), *std::move(evaluator),
-                                 on_round);
+  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), *std::move(evaluator), on_round);
   std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
               static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
   std::fflush(stdout);

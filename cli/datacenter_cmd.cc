@@ -51,7 +51,6 @@ constexpr char kKeyEnv[] = "HUDDLE_RENDEZVOUS_KEY";
 constexpr char kInsecureEnv[] = "HUDDLE_RENDEZVOUS_INSECURE";
 using datacenter::kDefaultRunId;  // DatacenterFlags::run_id when --run-id is absent
 
-
 // A stop requested before training (loading the data, waiting at the rendezvous) ends the rank at
 // once: nothing is trained yet, so nothing needs saving. Once training runs, the trainer stops
 // within a few steps and checkpoints; if it cannot (a collective stuck until its timeout), the

@@ -103,7 +103,6 @@ Status CheckClientData(ConfigMap& data, const JobConfig& job) {
   return CheckCsvWidth(data, "path", job.client_data.path, model);
 }
 
-
 namespace {
 
 // The DP mean's fixed denominator under central DP: set, or derived from the population the
@@ -216,6 +215,5 @@ Status CheckPrivacyPlan(const std::string& path, std::optional<int64_t> populati
           : fmt::format(" in rounds {}-{}", worst->first_round, worst->last_round)));
   return absl::OkStatus();
 }
-
 
 }  // namespace huddle::cli

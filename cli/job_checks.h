@@ -21,7 +21,6 @@ Status CheckClientData(ConfigMap& data, const JobConfig& job);
 // Under client-level DP: the budget valid, every planned round within it (or
 // privacy.stop_at_budget), the fixed denominator set or derived from `population` (the clients
 // the job itself starts), and a warning when the noise on the mean is larger than the update.
-Status CheckPrivacyPlan(const std::string& path, std::optional<int64_t> population,
-                        JobConfig* job);
+Status CheckPrivacyPlan(const std::string& path, std::optional<int64_t> population, JobConfig* job);
 
 }  // namespace huddle::cli

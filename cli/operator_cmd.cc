@@ -134,7 +134,7 @@ int RunOperatorCommand(const OperatorFlags& f) {
   if (f.command == "submit" || f.command == "stop") {
     const json& j = (*reply)["job"];
     std::printf("job '%s': %s\n", j.value("name", "").c_str(),
-                f.command == "submit" ? "queued"
+                f.command == "submit"               ? "queued"
                 : j.value("state", "") == "stopped" ? "stopped"
                                                     : "stopping (at the end of its round)");
   } else if (f.command == "jobs") {
@@ -146,10 +146,10 @@ int RunOperatorCommand(const OperatorFlags& f) {
                 j.value("name", "").c_str(), j.value("state", "").c_str(),
                 j.value("reason", "").empty() ? "" : (" (" + j.value("reason", "") + ")").c_str(),
                 Round(j).c_str(), Epsilon(j).c_str());
-    std::printf("submitted:  %s by %s\nstarted:    %s\nfinished:   %s\nagents:     %zu in the job\n",
-                j.value("submitted_at", "").c_str(), j.value("submitted_by", "").c_str(),
-                j.value("started_at", "").c_str(), j.value("finished_at", "").c_str(),
-                j["agents"].size());
+    std::printf(
+        "submitted:  %s by %s\nstarted:    %s\nfinished:   %s\nagents:     %zu in the job\n",
+        j.value("submitted_at", "").c_str(), j.value("submitted_by", "").c_str(),
+        j.value("started_at", "").c_str(), j.value("finished_at", "").c_str(), j["agents"].size());
     if (j["last_round"].is_object()) {
       std::printf("last round: %s\n", j["last_round"].dump().c_str());
     }

@@ -52,8 +52,7 @@ StatusOr<ServeConfig> LoadServeConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(s.Optional("bind", &c.bind));
   HUDDLE_RETURN_IF_ERROR(s.Optional("operator_bind", &c.operator_bind));
   HUDDLE_RETURN_IF_ERROR(s.OptionalPath("state_dir", &c.state_dir));
-  HUDDLE_RETURN_IF_ERROR(
-      s.Optional("max_concurrent_jobs", &c.service.max_concurrent_jobs, 1, 64));
+  HUDDLE_RETURN_IF_ERROR(s.Optional("max_concurrent_jobs", &c.service.max_concurrent_jobs, 1, 64));
   HUDDLE_RETURN_IF_ERROR(
       s.OptionalSeconds("heartbeat_interval_s", &c.service.heartbeat_interval_ms, 0.05, 3600));
   HUDDLE_RETURN_IF_ERROR(
@@ -103,7 +102,8 @@ Status ResolvePath(YAML::Node parent, const char* key, const std::string& where,
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": '", path.substr(0, 128),
         "' is not allowed in a submitted job: give a path relative to the service's files "
-        "directory (", files_dir, "), without '..'"));
+        "directory (",
+        files_dir, "), without '..'"));
   }
   parent[key] = files_dir + "/" + path;
   return absl::OkStatus();
@@ -114,8 +114,8 @@ Status ResolvePath(YAML::Node parent, const char* key, const std::string& where,
 StatusOr<service::CheckedJob> CheckSubmission(const std::string& submitted,
                                               const std::string& state_dir) {
   if (submitted.size() > kMaxJobYamlBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the job is ", submitted.size(),
-                                                   " bytes; at most ", kMaxJobYamlBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job is ", submitted.size(), " bytes; at most ", kMaxJobYamlBytes));
   }
   YAML::Node top;
   try {
@@ -140,8 +140,8 @@ StatusOr<service::CheckedJob> CheckSubmission(const std::string& submitted,
     return absl::InvalidArgumentError(
         "'coordinator.bind' is not allowed in a submitted job: the service owns its endpoint");
   }
-  const std::string name = top["name"] && top["name"].IsScalar() ? top["name"].as<std::string>()
-                                                                  : std::string();
+  const std::string name =
+      top["name"] && top["name"].IsScalar() ? top["name"].as<std::string>() : std::string();
   if (!service::IsValidJobName(name)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "name: a submitted job needs a name of 1-64 characters of [A-Za-z0-9._-], starting with "
@@ -180,8 +180,9 @@ StatusOr<service::CheckedJob> CheckSubmission(const std::string& submitted,
   std::filesystem::remove(check, ec);
   if (!job.ok()) {
     // Its errors name the file checked; the operator knows it as the job.
-    return Status(job.status().code(),
-                  absl::StrReplaceAll(job.status().message(), {{check + ": ", ""}, {check, "the job"}}));
+    return Status(
+        job.status().code(),
+        absl::StrReplaceAll(job.status().message(), {{check + ": ", ""}, {check, "the job"}}));
   }
   return service::CheckedJob{name, std::move(resolved)};
 }
@@ -218,22 +219,20 @@ StatusOr<service::PreparedJob> PrepareJob(const ServeConfig& serve, const std::s
     p.wanted_agents = std::max(p.wanted_agents, o.cohort.size);
   }
   const bool dp = o.privacy.mode != privacy::PrivacyMode::kNone;
-  p.run = [options = o, evaluator, dp, job](transport::ServerTransport* transport,
-                                            const std::atomic<bool>* stop,
-                                            const service::PreparedJob::RoundRows& on_round)
-      -> Status {
+  p.run = [options = o, evaluator, dp, job](
+              transport::ServerTransport* transport, const std::atomic<bool>* stop,
+              const service::PreparedJob::RoundRows& on_round) -> Status {
     LogStartNotes(job);  // on the job's thread: into its log
-    coordinator::Coordinator coord(
-        options, transport, SteadyClock::Get(), evaluator,
-        [&on_round, dp](const coordinator::RoundMetrics& m) {
-          spdlog::info("{}", m.ProgressLine());
-          if (dp) {
-            on_round(m.PublicJson(), m.OperatorJson());
-          } else {
-            const std::string row = m.ToJson();
-            on_round(row, row);
-          }
-        });
+    coordinator::Coordinator coord(options, transport, SteadyClock::Get(), evaluator,
+                                   [&on_round, dp](const coordinator::RoundMetrics& m) {
+                                     spdlog::info("{}", m.ProgressLine());
+                                     if (dp) {
+                                       on_round(m.PublicJson(), m.OperatorJson());
+                                     } else {
+                                       const std::string row = m.ToJson();
+                                       on_round(row, row);
+                                     }
+                                   });
     return coord.Run(stop);
   };
   return p;
@@ -323,8 +322,8 @@ int RunServeCommand(const ServeFlags& flags) {
     }
     http = *std::move(started);
   }
-  auto operators = service::OperatorServer::Start(
-      op, [&api](const std::string& id, const std::string& request) {
+  auto operators =
+      service::OperatorServer::Start(op, [&api](const std::string& id, const std::string& request) {
         return api.Handle(id, request);
       });
   if (!operators.ok()) {

@@ -68,8 +68,7 @@ class JobRun {
 }  // namespace
 
 Status RunServiceAgent(const ClientConfig& config, const transport::ZmqOptions& zopts,
-                       JobAgentFactory factory, PrivacyGuard guard,
-                       const std::atomic<bool>* stop) {
+                       JobAgentFactory factory, PrivacyGuard guard, const std::atomic<bool>* stop) {
   const Clock& clock = *SteadyClock::Get();
   const RunnerOptions& options = config.runner;
   Rng jitter(DeriveSeed(StableHash(config.client_id), static_cast<uint64_t>(::getpid())));
@@ -107,8 +106,9 @@ Status RunServiceAgent(const ClientConfig& config, const transport::ZmqOptions& 
                      (now - unreachable_since) / 1000, problem.empty() ? "" : ": " + problem);
         warned = true;
       }
-      next_join = now + backoff_ms / 2 +
-                  static_cast<int64_t>(jitter.UniformInt(static_cast<uint64_t>(backoff_ms / 2 + 1)));
+      next_join =
+          now + backoff_ms / 2 +
+          static_cast<int64_t>(jitter.UniformInt(static_cast<uint64_t>(backoff_ms / 2 + 1)));
       backoff_ms = std::min(options.backoff_max_ms, backoff_ms * 2);
     }
     if (joined && now >= next_heartbeat) {
@@ -153,8 +153,10 @@ Status RunServiceAgent(const ClientConfig& config, const transport::ZmqOptions& 
           break;
         }
         if (config.datasets.count(offer.data) == 0) {
-          spdlog::warn("offer of job '{}' on data set '{}', which this agent does not declare: "
-                       "declined", offer.job, offer.data);
+          spdlog::warn(
+              "offer of job '{}' on data set '{}', which this agent does not declare: "
+              "declined",
+              offer.job, offer.data);
           break;
         }
         StatusOr<std::unique_ptr<ClientAgent>> agent = factory(offer.job, offer.data);
@@ -174,8 +176,7 @@ Status RunServiceAgent(const ClientConfig& config, const transport::ZmqOptions& 
           joined = false;
           next_join = last_heard;
         } else {
-          spdlog::warn("the service refused: {} ({})", err.message,
-                       wire::ErrorCodeName(err.code));
+          spdlog::warn("the service refused: {} ({})", err.message, wire::ErrorCodeName(err.code));
           joined = false;
           next_join = last_heard + options.backoff_max_ms;
         }

@@ -38,7 +38,6 @@ using JobAgentFactory = std::function<StatusOr<std::unique_ptr<ClientAgent>>(
 // Runs until *stop. `config`: the service's endpoint (`coordinator`), the client id, the data sets
 // (their names are declared to the service), runner options; `zopts` its transport.
 Status RunServiceAgent(const ClientConfig& config, const transport::ZmqOptions& zopts,
-                       JobAgentFactory factory, PrivacyGuard guard,
-                       const std::atomic<bool>* stop);
+                       JobAgentFactory factory, PrivacyGuard guard, const std::atomic<bool>* stop);
 
 }  // namespace huddle::client

@@ -6,8 +6,7 @@
 
 namespace huddle::service {
 
-Status Outbox::Send(const transport::PeerId& peer, const wire::Message& msg,
-                    uint64_t* bytes_out) {
+Status Outbox::Send(const transport::PeerId& peer, const wire::Message& msg, uint64_t* bytes_out) {
   auto request = std::make_shared<Request>();
   request->peer = peer;
   request->message = msg;  // shares the tensor payloads; copies only the header fields

@@ -14,8 +14,7 @@ thread_local std::FILE* tls_job_file = nullptr;
 
 class JobRoutingSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  JobRoutingSink()
-      : formatter_("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc) {}
+  JobRoutingSink() : formatter_("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc) {}
 
  protected:
   // Called under the sink's mutex (the formatter is not thread-safe); the file is the calling

@@ -93,11 +93,10 @@ StatusOr<JobStore> JobStore::Open(std::string state_dir) {
     const std::string name = it->path().filename().string();
     if (!IsValidJobName(name) || !it->is_directory(ec)) continue;  // not ours: left alone
     StatusOr<std::string> text = ReadFile(store.JobDir(name) + "/state.json", kMaxStateBytes);
-    StatusOr<JobRecord> record =
-        text.ok() ? FromJson(*text) : StatusOr<JobRecord>(text.status());
+    StatusOr<JobRecord> record = text.ok() ? FromJson(*text) : StatusOr<JobRecord>(text.status());
     if (record.ok() && record->name != name) {
-      record = absl::InvalidArgumentError(
-          absl::StrCat("its record names job '", record->name, "'"));
+      record =
+          absl::InvalidArgumentError(absl::StrCat("its record names job '", record->name, "'"));
     }
     if (!record.ok()) {
       // Fail safe: this job is marked failed (and never run); the others go on.
@@ -119,9 +118,7 @@ StatusOr<JobStore> JobStore::Open(std::string state_dir) {
   return store;
 }
 
-std::string JobStore::JobDir(const std::string& name) const {
-  return state_dir_ + "/jobs/" + name;
-}
+std::string JobStore::JobDir(const std::string& name) const { return state_dir_ + "/jobs/" + name; }
 
 Status JobStore::Write(const JobRecord& record) const {
   return WriteFileAtomic(JobDir(record.name) + "/state.json", ToJson(record).dump(2) + "\n");
@@ -138,9 +135,10 @@ StatusOr<JobRecord> JobStore::Create(const std::string& name, const std::string&
   }
   std::error_code ec;
   if (jobs_.count(name) != 0 || std::filesystem::exists(JobDir(name), ec)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "a job named '", name, "' was already submitted; job names are never reused (its "
-        "outputs and audit trail keep meaning that job): choose another name"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("a job named '", name,
+                     "' was already submitted; job names are never reused (its "
+                     "outputs and audit trail keep meaning that job): choose another name"));
   }
   HUDDLE_RETURN_IF_ERROR(MakeDirs(OutDir(name)));
   JobRecord r;
@@ -168,7 +166,8 @@ Status JobStore::Discard(const std::string& name) {
   }
   std::error_code ec;
   std::filesystem::remove_all(JobDir(name), ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", JobDir(name), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot remove ", JobDir(name), ": ", ec.message()));
   jobs_.erase(it);
   return absl::OkStatus();
 }

@@ -48,8 +48,8 @@ struct JobRecord {
   std::string submitted_at;  // ISO-8601 UTC
   std::string started_at;    // of its latest start ("" before)
   std::string finished_at;
-  std::string reason;       // why it failed or stopped (or how it ended)
-  int64_t starts = 0;       // how many times it was started (a resume after a restart adds one)
+  std::string reason;           // why it failed or stopped (or how it ended)
+  int64_t starts = 0;           // how many times it was started (a resume after a restart adds one)
   bool stop_requested = false;  // an operator asked to stop it; it stops, it does not resume
 };
 

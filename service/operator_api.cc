@@ -80,9 +80,9 @@ std::string OperatorApi::Handle(const std::string& operator_id, const std::strin
       HUDDLE_ASSIGN_OR_RETURN(const std::string yaml, Field(r, "job_yaml"));
       HUDDLE_ASSIGN_OR_RETURN(CheckedJob checked, checker_(yaml));
       job = checked.name;
-      HUDDLE_ASSIGN_OR_RETURN(JobRecord record, service_->Submit(checked.name, yaml,
-                                                                 checked.resolved_yaml,
-                                                                 operator_id));
+      HUDDLE_ASSIGN_OR_RETURN(
+          JobRecord record,
+          service_->Submit(checked.name, yaml, checked.resolved_yaml, operator_id));
       return json{{"ok", true}, {"job", RecordJson(record)}};
     }
     if (command == "jobs") {
@@ -129,15 +129,19 @@ std::string OperatorApi::Handle(const std::string& operator_id, const std::strin
     }
     const std::string shown = command;
     command = "unknown";
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown command '", shown, "' (submit, jobs, status, stop, logs, clients)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command '", shown, "' (submit, jobs, status, stop, logs, clients)"));
   };
   StatusOr<json> reply = answer();
-  if (metrics_ != nullptr) metrics_->OnOperatorRequest(command.empty() ? "none" : command, reply.ok());
+  if (metrics_ != nullptr)
+    metrics_->OnOperatorRequest(command.empty() ? "none" : command, reply.ok());
   // The audit trail: every request, before its answer leaves. A query that changes nothing is
   // kept too (who looked at what, and when).
-  json row = {{"time", now_iso_()}, {"operator", operator_id}, {"command", command},
-              {"job", job},         {"ok", reply.ok()}};
+  json row = {{"time", now_iso_()},
+              {"operator", operator_id},
+              {"command", command},
+              {"job", job},
+              {"ok", reply.ok()}};
   if (!reply.ok()) row["error"] = std::string(reply.status().message());
   if (Status st = AppendLine(audit_path_, row.dump(-1, ' ', false, json::error_handler_t::replace));
       !st.ok()) {

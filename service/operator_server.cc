@@ -88,8 +88,7 @@ OperatorServer::~OperatorServer() {
 
 void OperatorServer::Serve() {
   zmq::socket_t& socket = impl_->socket;
-  transport::RateLimiter limiter(impl_->options.max_requests_per_s,
-                                 impl_->options.burst_requests);
+  transport::RateLimiter limiter(impl_->options.max_requests_per_s, impl_->options.burst_requests);
   while (!stopping_.load()) {
     try {
       zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
@@ -170,10 +169,10 @@ StatusOr<std::string> TryRequest(const OperatorClientOptions& options, const std
             return absl::UnavailableError("retry");
           }
           if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-            return absl::PermissionDeniedError(absl::StrCat(
-                "the service at ", options.endpoint,
-                " refused this key: it is not in the service's operators' allow-list "
-                "(security.operators); a client's key can never act as an operator"));
+            return absl::PermissionDeniedError(
+                absl::StrCat("the service at ", options.endpoint,
+                             " refused this key: it is not in the service's operators' allow-list "
+                             "(security.operators); a client's key can never act as an operator"));
           }
           return absl::UnauthenticatedError(absl::StrCat(
               "could not establish a session with the service at ", options.endpoint,
@@ -189,8 +188,8 @@ StatusOr<std::string> TryRequest(const OperatorClientOptions& options, const std
     }
     zmq_socket_monitor(socket.handle(), nullptr, 0);
   } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat("operator request to ", options.endpoint, ": ",
-                                               e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("operator request to ", options.endpoint, ": ", e.what()));
   }
   return absl::DeadlineExceededError(absl::StrCat("the service at ", options.endpoint,
                                                   " did not answer within ",

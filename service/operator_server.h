@@ -30,7 +30,7 @@ namespace huddle::service {
 struct OperatorServerOptions {
   std::string bind = "tcp://127.0.0.1:5556";
   std::optional<transport::CurveKeyPair> server_key;  // none: plaintext (loopback/ipc only)
-  transport::ZapOptions zap;                           // the operators' allow-list
+  transport::ZapOptions zap;                          // the operators' allow-list
   size_t max_request_bytes = size_t{2} << 20;
   double max_requests_per_s = 20;  // per operator
   double burst_requests = 40;

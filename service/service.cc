@@ -73,8 +73,9 @@ Service::~Service() {
 
 void Service::Send(const transport::PeerId& peer, const wire::Message& msg) {
   Status st = transport_->Send(peer, msg);
-  if (!st.ok()) spdlog::debug("to {}: {} not sent: {}", transport::PeerName(peer),
-                              wire::MessageTypeName(msg.type()), st.message());
+  if (!st.ok())
+    spdlog::debug("to {}: {} not sent: {}", transport::PeerName(peer),
+                  wire::MessageTypeName(msg.type()), st.message());
 }
 
 void Service::DrainOutbox() {
@@ -159,9 +160,9 @@ void Service::Route(transport::Inbound in) {
       job->second->channel->Deliver(std::move(in));
     } else {
       // The job ended (its Shutdown may not have reached this connection).
-      Send(in.peer, wire::MakeMessage(
-                        wire::Shutdown{absl::StrCat("job '", job_peer->second, "' has ended")}, 0,
-                        "service"));
+      Send(in.peer,
+           wire::MakeMessage(wire::Shutdown{absl::StrCat("job '", job_peer->second, "' has ended")},
+                             0, "service"));
       agent_of_peer_.erase(in.peer);
       job_of_peer_.erase(job_peer);
     }
@@ -198,10 +199,10 @@ void Service::Route(transport::Inbound in) {
 void Service::OnSessionJoin(const transport::Inbound& in, const wire::Join& join) {
   StatusOr<std::string> id = AgentId(in, join, transport_->authenticates());
   if (!id.ok()) {
-    Send(in.peer, wire::MakeError(absl::IsPermissionDenied(id.status())
-                                      ? wire::ErrorCode::kAuthRefused
-                                      : wire::ErrorCode::kRejected,
-                                  std::string(id.status().message())));
+    Send(in.peer,
+         wire::MakeError(absl::IsPermissionDenied(id.status()) ? wire::ErrorCode::kAuthRefused
+                                                               : wire::ErrorCode::kRejected,
+                         std::string(id.status().message())));
     return;
   }
   if (agents_.size() >= kMaxAgents && agents_.count(*id) == 0) {
@@ -238,11 +239,11 @@ void Service::OnJobJoin(transport::Inbound in, const wire::Join& join) {
   if (!id.ok() || job == running_.end()) {
     // Not running (queued, ended, or unknown): the agent's part in it ends; an offer follows when
     // the job runs.
-    Send(in.peer, wire::MakeMessage(
-                      wire::Shutdown{id.ok() ? absl::StrCat("job '", join.job.substr(0, 64),
-                                                            "' is not running")
-                                             : std::string(id.status().message())},
-                      0, "service"));
+    Send(in.peer,
+         wire::MakeMessage(wire::Shutdown{id.ok() ? absl::StrCat("job '", join.job.substr(0, 64),
+                                                                 "' is not running")
+                                                  : std::string(id.status().message())},
+                           0, "service"));
     return;
   }
   if (agents_.size() >= kMaxAgents && agents_.count(*id) == 0) {
@@ -305,8 +306,7 @@ void Service::Offer() {
     if (pick == nullptr) continue;
     agent.job = pick->name;
     agent.offered_at_ms = now;
-    Send(agent.session,
-         wire::MakeMessage(wire::JobOffer{pick->name, pick->data}, 0, "service"));
+    Send(agent.session, wire::MakeMessage(wire::JobOffer{pick->name, pick->data}, 0, "service"));
   }
 }
 
@@ -411,10 +411,9 @@ void Service::Reap(Running& job, bool stopping) {
       continue;
     }
     if (!interrupted && r.state != JobState::kCompleted) {
-      Send(it->first, wire::MakeMessage(
-                          wire::Shutdown{absl::StrCat("job '", job.name, "' ",
-                                                      JobStateName(r.state))},
-                          0, "service"));
+      Send(it->first, wire::MakeMessage(wire::Shutdown{absl::StrCat("job '", job.name, "' ",
+                                                                    JobStateName(r.state))},
+                                        0, "service"));
     }
     agent_of_peer_.erase(it->first);
     it = job_of_peer_.erase(it);

@@ -43,8 +43,8 @@ namespace huddle::service {
 // A job made ready to run from its stored configuration (by the service's owner: the CLI knows
 // how a job YAML becomes a Coordinator, the service does not).
 struct PreparedJob {
-  std::string data;     // the data set the job trains on, by the name agents declare
-  int64_t rounds = 0;   // planned
+  std::string data;    // the data set the job trains on, by the name agents declare
+  int64_t rounds = 0;  // planned
   // The agents the job asks for (its coordinator.min_clients, or a fixed cohort's size when
   // larger): with several jobs at once, each gets this many before any gets more.
   int64_t wanted_agents = 1;
@@ -59,9 +59,9 @@ struct PreparedJob {
 };
 // Loads job `name` from `config_path` with its outputs in `out_dir`; `resume`: continue from the
 // checkpoint there. Errors are the job's configuration errors (the job fails with them).
-using JobPreparer = std::function<StatusOr<PreparedJob>(
-    const std::string& name, const std::string& config_path, const std::string& out_dir,
-    bool resume)>;
+using JobPreparer =
+    std::function<StatusOr<PreparedJob>(const std::string& name, const std::string& config_path,
+                                        const std::string& out_dir, bool resume)>;
 
 struct ServiceOptions {
   int64_t max_concurrent_jobs = 1;
@@ -74,8 +74,8 @@ struct ServiceOptions {
 // What `huddle jobs` and `huddle status` show of a job.
 struct JobView {
   JobRecord record;
-  int64_t planned_rounds = 0;    // 0 until the job was prepared
-  std::string last_round_row;    // the latest round's public metrics row (JSON), "" before any
+  int64_t planned_rounds = 0;       // 0 until the job was prepared
+  std::string last_round_row;       // the latest round's public metrics row (JSON), "" before any
   std::vector<std::string> agents;  // agents in the job now
 };
 // What `huddle clients` shows of an agent.
@@ -130,9 +130,9 @@ class Service {
     std::string version;
     int64_t last_seen_ms = 0;
     std::string connected_at;
-    std::string job;               // "" when idle
-    int64_t offered_at_ms = -1;    // the last offer of `job` (taken once it joins)
-    bool joined = false;           // joined `job` on a connection of its own
+    std::string job;             // "" when idle
+    int64_t offered_at_ms = -1;  // the last offer of `job` (taken once it joins)
+    bool joined = false;         // joined `job` on a connection of its own
   };
   struct Running {
     std::string name;

@@ -125,9 +125,9 @@ std::vector<MetricFamily> ServiceMetrics::Families(const ServiceCounts& counts,
   // Operator-only: counts, traffic and timings computed without noise.
   MetricFamily seconds = MetricFamily::HistogramFamily(
       "huddle_operator_round_duration_seconds", "Operator-only: duration of the job's rounds");
-  MetricFamily members = MetricFamily::Counter(
-      "huddle_operator_round_members_total",
-      "Operator-only: sampled clients by what became of them in a round");
+  MetricFamily members =
+      MetricFamily::Counter("huddle_operator_round_members_total",
+                            "Operator-only: sampled clients by what became of them in a round");
   MetricFamily in = MetricFamily::Counter("huddle_operator_job_received_bytes_total",
                                           "Operator-only: bytes the job received");
   MetricFamily sent = MetricFamily::Counter("huddle_operator_job_sent_bytes_total",

@@ -39,7 +39,8 @@ std::string Get(int port, const std::string& path) {
     if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
       char buf[8192];
       ssize_t n;
-      while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, static_cast<size_t>(n));
+      while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0)
+        response.append(buf, static_cast<size_t>(n));
     }
   }
   ::close(fd);
@@ -64,8 +65,10 @@ TEST(PrometheusScrape, APrometheusServerScrapesTheServiceAndPromtoolPassesItsExp
   WriteText(dir + "/server.yaml",
             "service: {bind: \"tcp://127.0.0.1:" + std::to_string(agents_port) +
                 "\", operator_bind: \"tcp://127.0.0.1:" + std::to_string(operators_port) +
-                "\", state_dir: \"" + dir + "/state\", heartbeat_interval_s: 0.2}\n"
-                "http: {bind: \"127.0.0.1:" + std::to_string(http_port) + "\"}\n");
+                "\", state_dir: \"" + dir +
+                "/state\", heartbeat_interval_s: 0.2}\n"
+                "http: {bind: \"127.0.0.1:" +
+                std::to_string(http_port) + "\"}\n");
   Process service({HuddleBin(), "serve", "--config", dir + "/server.yaml", "--insecure"},
                   dir + "/serve.log");
   std::vector<std::unique_ptr<Process>> agents;
@@ -84,16 +87,17 @@ TEST(PrometheusScrape, APrometheusServerScrapesTheServiceAndPromtoolPassesItsExp
             "train: {epochs: 1, batch_size: 64, learning_rate: 0.05}\n"
             "cohort: {sampling: fixed, size: 2}\nround: {deadline_s: 60, quorum: 2}\n"
             "evaluation: {every: 1}\ncoordinator: {min_clients: 2}\ndata: {name: fmnist}\n");
-  const Finished submit = RunToEnd({HuddleBin(), "submit", dir + "/job.yaml", "--service",
-                                    "tcp://127.0.0.1:" + std::to_string(operators_port),
-                                    "--insecure"},
-                                   dir + "/submit.log", seconds(30));
+  const Finished submit =
+      RunToEnd({HuddleBin(), "submit", dir + "/job.yaml", "--service",
+                "tcp://127.0.0.1:" + std::to_string(operators_port), "--insecure"},
+               dir + "/submit.log", seconds(30));
   ASSERT_EQ(submit.exit_code, 0) << submit.log;
   WriteText(dir + "/prometheus.yml",
             "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
             "scrape_configs:\n"
             "  - job_name: huddle\n"
-            "    static_configs: [{targets: ['127.0.0.1:" + std::to_string(http_port) + "']}]\n");
+            "    static_configs: [{targets: ['127.0.0.1:" +
+                std::to_string(http_port) + "']}]\n");
   Process prometheus({"/usr/bin/prometheus", "--config.file=" + dir + "/prometheus.yml",
                       "--storage.tsdb.path=" + dir + "/tsdb",
                       "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port)},
@@ -104,7 +108,8 @@ TEST(PrometheusScrape, APrometheusServerScrapesTheServiceAndPromtoolPassesItsExp
   ASSERT_TRUE(WaitFor(
       [&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        last = Get(prometheus_port, "/api/v1/query?query=huddle_job_round%7Bhuddle_job%3D%22scraped%22%7D");
+        last = Get(prometheus_port,
+                   "/api/v1/query?query=huddle_job_round%7Bhuddle_job%3D%22scraped%22%7D");
         const auto r = nlohmann::json::parse(last, nullptr, false);
         if (r.is_discarded() || r.value("status", "") != "success") return false;
         const auto& result = r["data"]["result"];
@@ -113,9 +118,10 @@ TEST(PrometheusScrape, APrometheusServerScrapesTheServiceAndPromtoolPassesItsExp
         return std::stod(round["value"][1].get<std::string>()) >= 2;
       },
       seconds(120)))
-      << "last answer: " << last << "\n" << ReadAll(dir + "/prometheus.log");
-  const auto up = nlohmann::json::parse(Get(prometheus_port, "/api/v1/query?query=up"), nullptr,
-                                        false);
+      << "last answer: " << last << "\n"
+      << ReadAll(dir + "/prometheus.log");
+  const auto up =
+      nlohmann::json::parse(Get(prometheus_port, "/api/v1/query?query=up"), nullptr, false);
   ASSERT_FALSE(up.is_discarded());
   EXPECT_EQ(up["data"]["result"][0]["value"][1], "1") << up.dump();
   // The exposition itself passes promtool's check (its lint included).

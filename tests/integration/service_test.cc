@@ -35,26 +35,45 @@ class ServiceTest : public ::testing::Test {
     operators_port_ = FreeLoopbackPort();
     WriteText(dir_ + "/server.yaml",
               "service:\n"
-              "  bind: tcp://127.0.0.1:" + std::to_string(agents_port_) + "\n"
-              "  operator_bind: tcp://127.0.0.1:" + std::to_string(operators_port_) + "\n"
-              "  state_dir: " + dir_ + "/state\n"
-              "  heartbeat_interval_s: 0.2\n"
-              "http: {bind: \"127.0.0.1:" + std::to_string(FreeLoopbackPort()) + "\"}\n"
-              "security:\n"
-              "  server_secret_key: " + dir_ + "/keys/server.key\n"
-              "  allowed_clients: " + dir_ + "/keys/allowed\n"
-              "  operators: " + dir_ + "/operators-allowed\n");
+              "  bind: tcp://127.0.0.1:" +
+                  std::to_string(agents_port_) +
+                  "\n"
+                  "  operator_bind: tcp://127.0.0.1:" +
+                  std::to_string(operators_port_) +
+                  "\n"
+                  "  state_dir: " +
+                  dir_ +
+                  "/state\n"
+                  "  heartbeat_interval_s: 0.2\n"
+                  "http: {bind: \"127.0.0.1:" +
+                  std::to_string(FreeLoopbackPort()) +
+                  "\"}\n"
+                  "security:\n"
+                  "  server_secret_key: " +
+                  dir_ +
+                  "/keys/server.key\n"
+                  "  allowed_clients: " +
+                  dir_ +
+                  "/keys/allowed\n"
+                  "  operators: " +
+                  dir_ + "/operators-allowed\n");
     for (int i = 0; i < 3; ++i) {
       const std::string id = "site-" + std::to_string(i);
       WriteText(dir_ + "/" + id + ".yaml",
-                "coordinator: tcp://127.0.0.1:" + std::to_string(agents_port_) + "\n"
-                "connection: {coordinator_timeout_s: 3, backoff_max_s: 0.5}\n"
-                "security:\n"
-                "  server_public_key: " + dir_ + "/keys/server.pub\n"
-                "  secret_key: " + dir_ + "/keys/clients/" + id + ".key\n"
-                "datasets:\n"
-                "  fmnist: {path: " + kFashionMnist + ", partition: iid, num_shards: 3, shard: " +
-                    std::to_string(i) + "}\n");
+                "coordinator: tcp://127.0.0.1:" + std::to_string(agents_port_) +
+                    "\n"
+                    "connection: {coordinator_timeout_s: 3, backoff_max_s: 0.5}\n"
+                    "security:\n"
+                    "  server_public_key: " +
+                    dir_ +
+                    "/keys/server.pub\n"
+                    "  secret_key: " +
+                    dir_ + "/keys/clients/" + id +
+                    ".key\n"
+                    "datasets:\n"
+                    "  fmnist: {path: " +
+                    kFashionMnist + ", partition: iid, num_shards: 3, shard: " + std::to_string(i) +
+                    "}\n");
     }
   }
 
@@ -92,7 +111,8 @@ class ServiceTest : public ::testing::Test {
                         "round: {deadline_s: 60, quorum: 3, upload_slots: 3}\n"
                         "evaluation: {every: 1}\n"
                         "coordinator: {min_clients: 3, wait_for_clients_s: 60}\n"
-                        "data: {name: fmnist}\n" + extra);
+                        "data: {name: fmnist}\n" +
+                        extra);
     return path;
   }
   std::string State(const std::string& job) {
@@ -179,8 +199,7 @@ TEST_F(ServiceTest, ARestartMidJobResumesItBitwiseEqualToAnUninterruptedRun) {
 TEST_F(ServiceTest, OperatorsAreAuthenticatedAndHostileJobsRefused) {
   auto service = StartService();
   // A client's key is not an operator's.
-  const Finished as_client =
-      Operator({"jobs"}, dir_ + "/keys/clients/site-0.key");
+  const Finished as_client = Operator({"jobs"}, dir_ + "/keys/clients/site-0.key");
   EXPECT_EQ(as_client.exit_code, 1) << as_client.log;
   EXPECT_NE(as_client.log.find("refused this key"), std::string::npos) << as_client.log;
   // Hostile or wrong submissions: refused, naming what, and nothing is stored.
@@ -260,22 +279,24 @@ TEST_F(ServiceTest, TheShippedServiceExamplesRun) {
     yaml.replace(yaml.find("shard: 0"), 8, "shard: " + std::to_string(i));
     const std::string path = dir_ + "/example-agent-" + std::to_string(i) + ".yaml";
     WriteText(path, yaml);
-    agents.push_back(std::make_unique<Process>(
-        std::vector<std::string>{HuddleBin(), "agent", "--config", path, "--service", agents_at,
-                                 "--insecure"},
-        dir_ + "/agent-" + std::to_string(i) + ".log"));
+    agents.push_back(
+        std::make_unique<Process>(std::vector<std::string>{HuddleBin(), "agent", "--config", path,
+                                                           "--service", agents_at, "--insecure"},
+                                  dir_ + "/agent-" + std::to_string(i) + ".log"));
   }
   std::string job = ReadAll(examples + "/job.yaml");
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"rounds: 20", "rounds: 2"}, {"size: 10", "size: 3"}, {"quorum: 8", "quorum: 3"},
-           {"min_clients: 10", "min_clients: 3"}}) {
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{{"rounds: 20", "rounds: 2"},
+                                                        {"size: 10", "size: 3"},
+                                                        {"quorum: 8", "quorum: 3"},
+                                                        {"min_clients: 10", "min_clients: 3"}}) {
     ASSERT_NE(job.find(from), std::string::npos) << from;
     job.replace(job.find(from), from.size(), to);
   }
   WriteText(dir_ + "/example-job.yaml", job);
-  const Finished submit = RunToEnd(
-      {HuddleBin(), "submit", dir_ + "/example-job.yaml", "--service", ops, "--insecure"},
-      dir_ + "/submit.log", seconds(30));
+  const Finished submit =
+      RunToEnd({HuddleBin(), "submit", dir_ + "/example-job.yaml", "--service", ops, "--insecure"},
+               dir_ + "/submit.log", seconds(30));
   ASSERT_EQ(submit.exit_code, 0) << submit.log;
   ASSERT_TRUE(WaitFor(
       [&] {

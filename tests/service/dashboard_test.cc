@@ -2,9 +2,9 @@
 // its expressions is a family (or a histogram family's _bucket/_sum/_count) of ServiceMetrics.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <cctype>
 #include <set>
 #include <sstream>
 
@@ -41,8 +41,8 @@ TEST(GrafanaDashboardTest, EveryQueryNamesAFamilyTheServiceExposes) {
     for (size_t at = expr.find("huddle_"); at != std::string::npos;
          at = expr.find("huddle_", at + 1)) {
       size_t end = at + 7;
-      while (end < expr.size() && (std::islower(static_cast<unsigned char>(expr[end])) ||
-                                   expr[end] == '_')) {
+      while (end < expr.size() &&
+             (std::islower(static_cast<unsigned char>(expr[end])) || expr[end] == '_')) {
         ++end;
       }
       out.push_back(expr.substr(at, end - at));
@@ -84,8 +84,9 @@ TEST(ServiceMetricsTest, PublicFamiliesHoldNoOperatorOnlyValue) {
   EXPECT_NE(rendered->find("huddle_job_privacy_epsilon{huddle_job=\"j\"} 1.5"), std::string::npos);
   const auto all = Render(metrics.Families(counts, /*operator_families=*/true));
   ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_NE(all->find("huddle_operator_round_members_total{huddle_job=\"j\",outcome=\"dropped\"} 2"),
-            std::string::npos)
+  EXPECT_NE(
+      all->find("huddle_operator_round_members_total{huddle_job=\"j\",outcome=\"dropped\"} 2"),
+      std::string::npos)
       << *all;
 }
 

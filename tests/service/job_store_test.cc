@@ -13,9 +13,10 @@ namespace {
 huddle::testing::TempDirs dirs;
 
 TEST(JobStoreTest, NamesStayInsideTheStateDirectory) {
-  for (const char* ok : {"a", "job-1", "Fashion.MNIST_2", "9"}) EXPECT_TRUE(IsValidJobName(ok)) << ok;
-  for (const char* bad : {"", ".", "..", "../x", "a/b", "-x", ".hidden", "a b", "é",
-                          "x\n", "a\\b"}) {
+  for (const char* ok : {"a", "job-1", "Fashion.MNIST_2", "9"})
+    EXPECT_TRUE(IsValidJobName(ok)) << ok;
+  for (const char* bad :
+       {"", ".", "..", "../x", "a/b", "-x", ".hidden", "a b", "é", "x\n", "a\\b"}) {
     EXPECT_FALSE(IsValidJobName(bad)) << bad;
   }
   EXPECT_FALSE(IsValidJobName(std::string(65, 'a')));

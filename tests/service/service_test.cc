@@ -123,8 +123,8 @@ class ServiceTest : public ::testing::Test {
     o.max_concurrent_jobs = max_concurrent_jobs_;
     service_ = std::make_unique<Service>(
         o, *std::move(store), &transport_, SteadyClock::Get(),
-        [this](const std::string& name, const std::string&, const std::string&, bool resume)
-            -> StatusOr<PreparedJob> {
+        [this](const std::string& name, const std::string&, const std::string&,
+               bool resume) -> StatusOr<PreparedJob> {
           {
             absl::MutexLock lock(&mu_);
             resumed_.push_back(resume);
