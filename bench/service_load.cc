@@ -143,7 +143,7 @@ Service StartService(const Args& a, const std::vector<std::string>& ids) {
   fs::remove_all(s.dir);
   fs::create_directories(s.dir);
   if (!cli::GenerateLocalKeys(s.dir + "/keys", ids).ok()) Die("cannot generate keys");
-  auto op = transport::GenerateKeyPair("client", "bench");
+  auto op = transport::GenerateKeyPair("operator", "bench");
   if (!op.ok() || !transport::WriteKeyFiles(*op, s.dir + "/operator", "bench").ok()) {
     Die("cannot write the operator's key");
   }

@@ -171,14 +171,15 @@ int main(int argc, char** argv) {
   huddle::cli::KeygenFlags gf;
   CLI::App* keygen = app.add_subcommand(
       "keygen",
-      "Create a key pair: a CurveZMQ server or client key (a client's with its signing "
-      "key), or a project key that certifies clients");
-  keygen->add_option("role", gf.role, "server, client or project")
+      "Create a key pair: a CurveZMQ server, client or operator key (a client's with its "
+      "signing key; an operator's for `huddle submit` and the other operator commands, enrolled "
+      "in the service's security.operators), or a project key that certifies clients");
+  keygen->add_option("role", gf.role, "server, client, operator or project")
       ->required()
-      ->check(CLI::IsMember({"server", "client", "project"}));
+      ->check(CLI::IsMember({"server", "client", "operator", "project"}));
   keygen->add_option("--id", gf.id,
-                     "Client id (client keys); file name (server keys, default server; project "
-                     "keys, default project)");
+                     "Client id (client keys) or operator name (operator keys); file name "
+                     "(server keys, default server; project keys, default project)");
   keygen->add_option("--out", gf.out_dir, "Directory for NAME.key (0600) and NAME.pub")
       ->capture_default_str();
 

@@ -28,10 +28,20 @@ StatusOr<service::OperatorClientOptions> ClientOptions(const OperatorFlags& f) {
   }
   HUDDLE_ASSIGN_OR_RETURN(transport::CurveKeyPair server,
                           transport::ReadRoleKey(f.server_key, "server", false, "--server-key"));
-  HUDDLE_ASSIGN_OR_RETURN(transport::CurveKeyPair mine,
-                          transport::ReadRoleKey(f.key, "client", true, "--key"));
+  // An operator key only: a client's is refused here (and by the service, whatever its file says).
+  StatusOr<transport::CurveKeyPair> mine = transport::ReadRoleKey(f.key, "operator", true, "--key");
+  if (!mine.ok()) {
+    auto file = transport::ReadKeyFile(f.key, false);
+    if (file.ok() && file->role != "operator") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--key: ", f.key, " is a ", file->role,  // client, server or project
+          " key; operator commands take an operator key: `huddle keygen operator --id NAME`, its "
+          ".pub enrolled in the service's security.operators"));
+    }
+    return mine.status();
+  }
   o.server_public_z85 = server.public_z85;
-  o.key = std::move(mine);
+  o.key = *std::move(mine);
   return o;
 }
 

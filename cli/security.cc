@@ -175,8 +175,11 @@ int RunKeygenCommand(const KeygenFlags& flags) {
     if (id.empty()) id = flags.role;
   } else if (!wire::IsValidClientId(id)) {
     std::fprintf(stderr,
-                 "huddle keygen: a client key needs --id NAME, 1-128 characters of "
-                 "[A-Za-z0-9._-] (the client id the coordinator will know it as)\n");
+                 flags.role == "operator"
+                     ? "huddle keygen: an operator key needs --id NAME, 1-128 characters of "
+                       "[A-Za-z0-9._-] (the operator's name in the service's audit log)\n"
+                     : "huddle keygen: a client key needs --id NAME, 1-128 characters of "
+                       "[A-Za-z0-9._-] (the client id the coordinator will know it as)\n");
     return 2;
   }
   auto keys = transport::GenerateKeyPair(flags.role, id);
@@ -205,6 +208,13 @@ int RunKeygenCommand(const KeygenFlags& flags) {
         "coordinator: security.server_secret_key: %s.key\n"
         "clients pin: security.server_public_key: %s.pub (or --server-key %s.pub)\n",
         base.c_str(), base.c_str(), base.c_str());
+  } else if (flags.role == "operator") {
+    std::printf(
+        "enroll: copy %s.pub into the service's security.operators directory (never into its "
+        "allowed_clients)\n"
+        "operator commands: huddle submit|jobs|status|stop|logs|clients --key %s.key "
+        "--server-key server.pub --service tcp://HOST:5556\n",
+        base.c_str(), base.c_str());
   } else {
     std::printf(
         "certify (secure aggregation): huddle certify --project project.key %s.pub\n"

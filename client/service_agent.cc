@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -115,9 +116,11 @@ Status RunServiceAgent(const ClientConfig& config, const transport::ZmqOptions& 
       (void)session->Send(wire::MakeMessage(wire::Heartbeat{}, 0, config.client_id));
       next_heartbeat = now + heartbeat_ms;
     }
-    if (joined && now - last_heard > options.coordinator_timeout_ms) {
-      spdlog::warn("no word from the service for {} ms; reconnecting",
-                   options.coordinator_timeout_ms);
+    // The service answers each heartbeat: silence past three of its intervals (or the configured
+    // timeout, when longer) means it is gone, whatever interval its Welcome set.
+    const int64_t silence_ms = std::max(options.coordinator_timeout_ms, 3 * heartbeat_ms);
+    if (joined && now - last_heard > silence_ms) {
+      spdlog::warn("no word from the service for {} ms; reconnecting", silence_ms);
       HUDDLE_RETURN_IF_ERROR(session->Reconnect());
       joined = false;
       backoff_ms = options.backoff_initial_ms;

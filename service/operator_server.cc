@@ -171,8 +171,10 @@ StatusOr<std::string> TryRequest(const OperatorClientOptions& options, const std
           if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             return absl::PermissionDeniedError(
                 absl::StrCat("the service at ", options.endpoint,
-                             " refused this key: it is not in the service's operators' allow-list "
-                             "(security.operators); a client's key can never act as an operator"));
+                             " refused this key: it is not enrolled in the service's operators' "
+                             "allow-list (security.operators, operator .pub files from `huddle "
+                             "keygen operator`), or it is also a client's key, which can never "
+                             "act as an operator"));
           }
           return absl::UnauthenticatedError(absl::StrCat(
               "could not establish a session with the service at ", options.endpoint,

@@ -266,6 +266,9 @@ void Service::OnJobJoin(transport::Inbound in, const wire::Join& join) {
 }
 
 void Service::Offer() {
+  // Nothing to offer (an agent's job is cleared when its job ends, Reap): an idle service does not
+  // walk its agents ten times a second.
+  if (running_.empty()) return;
   const int64_t now = clock_->NowMs();
   // The agents each job holds (offered or joined), counted once a pass, not once per agent.
   std::map<std::string, int64_t> assigned;

@@ -34,16 +34,25 @@ std::string KeyFileText(const CurveKeyPair& keys, bool with_secret) {
   const std::string fp = Fingerprint(keys.public_z85);
   std::string text;
   if (with_secret) {
-    text = absl::StrCat("# Huddle CurveZMQ key pair of ", keys.role, " '", keys.id, "' (", fp,
-                        ").\n# SECRET: keep this file on this machine, mode 0600. Share only the "
-                        ".pub file.\n");
+    text =
+        absl::StrCat("# Huddle CurveZMQ key pair of ", keys.role, " '", keys.id, "' (", fp, ").\n",
+                     keys.role == "operator"
+                         ? "# It authenticates operator commands (`huddle submit --key`, ...); "
+                           "its .pub goes in the\n# service's security.operators directory.\n"
+                         : "",
+                     "# SECRET: keep this file on this machine, mode 0600. Share only the "
+                     ".pub file.\n");
   } else {
-    text = absl::StrCat("# Huddle CurveZMQ public key of ", keys.role, " '", keys.id, "' (", fp,
-                        ").\n",
-                        keys.role == "client"
-                            ? "# Enroll it by copying this file into the coordinator's allow-list "
-                              "directory.\n"
-                            : "# Clients pin it: security.server_public_key in their config.\n");
+    text = absl::StrCat(
+        "# Huddle CurveZMQ public key of ", keys.role, " '", keys.id, "' (", fp, ").\n",
+        keys.role == "client"
+            ? "# Enroll it by copying this file into the coordinator's allow-list "
+              "directory.\n"
+        : keys.role == "operator"
+            ? "# An operator of `huddle serve` (submit, jobs, stop...): enroll it by "
+              "copying this file into\n# the service's security.operators "
+              "directory (never into its clients' allow-list).\n"
+            : "# Clients pin it: security.server_public_key in their config.\n");
   }
   // Z85 never contains '"' or '\\', so double quotes are always safe.
   absl::StrAppend(&text, "role: ", keys.role, "\nid: \"", keys.id, "\"\npublic_key: \"",
@@ -225,7 +234,8 @@ Status WriteKeyFiles(const CurveKeyPair& keys, const std::string& dir, const std
 StatusOr<CurveKeyPair> ReadKeyFile(const std::string& path, bool need_secret) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap map, ConfigMap::LoadFile(path));
   CurveKeyPair keys;
-  HUDDLE_RETURN_IF_ERROR(map.OptionalChoice("role", &keys.role, {"server", "client", "project"}));
+  HUDDLE_RETURN_IF_ERROR(
+      map.OptionalChoice("role", &keys.role, {"server", "client", "operator", "project"}));
   HUDDLE_RETURN_IF_ERROR(map.Optional("id", &keys.id));
   HUDDLE_RETURN_IF_ERROR(map.Optional("public_key", &keys.public_z85));
   HUDDLE_RETURN_IF_ERROR(map.Optional("secret_key", &keys.secret_z85));
@@ -286,12 +296,18 @@ struct Enrolment {
   std::optional<MemberCertificate> certificate;
 };
 
+// "clients'" or "operators'": whose allow-list, in messages.
+const char* ListName(AllowListRole role) {
+  return role == AllowListRole::kOperator ? "operators'" : "clients'";
+}
+
 // An enrolment from a directory's .pub file.
-StatusOr<Enrolment> ReadEnrolment(const fs::path& f) {
+StatusOr<Enrolment> ReadEnrolment(const fs::path& f, AllowListRole role) {
   HUDDLE_ASSIGN_OR_RETURN(CurveKeyPair k, ReadKeyFile(f.string(), /*need_secret=*/false));
-  if (k.role != "client") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.string(), ": role is '", k.role, "'; only client keys are enrolled"));
+  if (k.role != RoleName(role)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.string(), ": role is '", k.role, "'; the ", ListName(role), " allow-list takes only ",
+        RoleName(role), " keys (`huddle keygen ", RoleName(role), "`)"));
   }
   Enrolment e;
   HUDDLE_ASSIGN_OR_RETURN(e.key, DecodeZ85Key(k.public_z85, f.string()));
@@ -315,26 +331,38 @@ Status Skip(Status error, std::vector<Status>* skipped) {
 
 }  // namespace
 
+const char* RoleName(AllowListRole role) {
+  return role == AllowListRole::kOperator ? "operator" : "client";
+}
+
 Status AllowList::Add(const CurveKey& key, const std::string& id, const std::string& where) {
+  const char* role = RoleName(role_);
   if (!wire::IsValidClientId(id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": client id '", id, "' must be 1-128 characters of [A-Za-z0-9._-]"));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", role, " id '", id,
+                                                   "' must be 1-128 characters of [A-Za-z0-9._-]"));
   }
   if (auto it = by_key_.find(key); it != by_key_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": key ", Fingerprint(key),
                                                    " is already enrolled as '", it->second,
-                                                   "'; one key is one client"));
+                                                   "'; one key is one ", role));
   }
   if (by_id_.count(id) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": client id '", id, "' is enrolled twice with different keys"));
+        absl::StrCat(where, ": ", role, " id '", id, "' is enrolled twice with different keys"));
   }
   by_key_.emplace(key, id);
   by_id_.emplace(id, key);
+  sources_.emplace(key, where);
   return absl::OkStatus();
 }
 
 StatusOr<AllowList> AllowList::Load(const std::string& path, std::vector<Status>* skipped) {
+  return Load(path, AllowListRole::kClient, skipped);
+}
+
+StatusOr<AllowList> AllowList::Load(const std::string& path, AllowListRole role,
+                                    std::vector<Status>* skipped) {
+  const char* role_name = RoleName(role);
   std::vector<Enrolment> enrolments;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
@@ -342,22 +370,24 @@ StatusOr<AllowList> AllowList::Load(const std::string& path, std::vector<Status>
     for (const auto& entry : fs::directory_iterator(path, ec)) {
       const fs::path& p = entry.path();
       if (p.extension() == ".key") {
-        HUDDLE_RETURN_IF_ERROR(
-            Skip(absl::FailedPreconditionError(absl::StrCat(
-                     "allow-list directory '", path, "' contains the secret key file '", p.string(),
-                     "': it belongs on its client only (copy the .pub file instead) and must be "
-                     "removed from here, and the key pair replaced")),
-                 skipped));
+        HUDDLE_RETURN_IF_ERROR(Skip(
+            absl::FailedPreconditionError(absl::StrCat(
+                ListName(role), " allow-list directory '", path, "' contains the secret key file '",
+                p.string(), "': it belongs on its ",
+                role == AllowListRole::kOperator ? "operator's machine" : "client",
+                " only (copy the .pub file instead) and must be removed from here, and the key "
+                "pair replaced")),
+            skipped));
       }
       if (p.extension() == ".pub" && entry.is_regular_file()) files.push_back(p);
     }
     if (ec) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot list allow-list directory '", path, "': ", ec.message()));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot list ", ListName(role), " allow-list directory '", path, "': ", ec.message()));
     }
     std::sort(files.begin(), files.end());
     for (const fs::path& f : files) {
-      StatusOr<Enrolment> e = ReadEnrolment(f);
+      StatusOr<Enrolment> e = ReadEnrolment(f, role);
       if (e.ok()) {
         enrolments.push_back(*std::move(e));
       } else {
@@ -366,14 +396,24 @@ StatusOr<AllowList> AllowList::Load(const std::string& path, std::vector<Status>
     }
   } else {
     if (!fs::exists(path, ec)) {
-      return absl::NotFoundError(
-          absl::StrCat("allow-list '", path,
-                       "' does not exist (a directory of client .pub files, or a YAML file)"));
+      return absl::NotFoundError(absl::StrCat(ListName(role), " allow-list '", path,
+                                              "' does not exist (a directory of ", role_name,
+                                              " .pub files, or a YAML file)"));
     }
+    // A mapping's entries carry no role: the file's top-level key says which list it is.
+    const char* mapping = role == AllowListRole::kOperator ? "operators" : "clients";
+    const char* other = role == AllowListRole::kOperator ? "clients" : "operators";
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
-    if (!top.Has("clients")) {
+    if (!top.Has(mapping)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": an allow-list file needs a `clients:` mapping of client id -> public key"));
+          path, ": the ", ListName(role), " allow-list, as a YAML file, needs ",
+          role == AllowListRole::kOperator ? "an `" : "a `", mapping, ":` mapping of ", role_name,
+          " id -> public key",
+          top.Has(other) ? absl::StrCat("; its `", other, ":` mapping is the ", other,
+                                        "' allow-list, whose keys are never ", role_name, " keys")
+                         : std::string(),
+          role == AllowListRole::kOperator ? " (or make it a directory of operator .pub files)"
+                                           : ""));
     }
     HUDDLE_ASSIGN_OR_RETURN(YAML::Node root, [&]() -> StatusOr<YAML::Node> {
       try {
@@ -382,21 +422,21 @@ StatusOr<AllowList> AllowList::Load(const std::string& path, std::vector<Status>
         return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
       }
     }());
-    HUDDLE_ASSIGN_OR_RETURN(ConfigMap clients, top.Child("clients"));
-    for (const auto& kv : root["clients"]) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap entries, top.Child(mapping));
+    for (const auto& kv : root[mapping]) {
       const std::string id = kv.first.as<std::string>();
       std::string z85;
       StatusOr<CurveKey> key = [&]() -> StatusOr<CurveKey> {
-        HUDDLE_RETURN_IF_ERROR(clients.Optional(id, &z85));
-        return DecodeZ85Key(z85, clients.Where(id));
+        HUDDLE_RETURN_IF_ERROR(entries.Optional(id, &z85));
+        return DecodeZ85Key(z85, entries.Where(id));
       }();
       if (key.ok()) {
-        enrolments.push_back({*key, id, clients.Where(id), std::nullopt});
+        enrolments.push_back({*key, id, entries.Where(id), std::nullopt});
       } else {
         HUDDLE_RETURN_IF_ERROR(Skip(key.status(), skipped));
       }
     }
-    HUDDLE_RETURN_IF_ERROR(clients.Finish());
+    HUDDLE_RETURN_IF_ERROR(entries.Finish());
     HUDDLE_RETURN_IF_ERROR(top.Finish());
   }
   // Strict: the first conflict is the error. Skipping: an id or key claimed by two entries is
@@ -408,11 +448,14 @@ StatusOr<AllowList> AllowList::Load(const std::string& path, std::vector<Status>
     keys[e.key]++;
   }
   AllowList list;
+  list.role_ = role;
   for (Enrolment& e : enrolments) {
     if (skipped != nullptr && (ids[e.id] > 1 || keys[e.key] > 1)) {
       skipped->push_back(absl::InvalidArgumentError(absl::StrCat(
-          e.where, ": ", ids[e.id] > 1 ? "client id '" + e.id + "'" : "key " + Fingerprint(e.key),
-          " is claimed by another entry too; neither is enrolled (one key is one client)")));
+          e.where, ": ",
+          ids[e.id] > 1 ? absl::StrCat(role_name, " id '", e.id, "'") : "key " + Fingerprint(e.key),
+          " is claimed by another entry too; neither is enrolled (one key is one ", role_name,
+          ")")));
       continue;
     }
     HUDDLE_RETURN_IF_ERROR(list.Add(e.key, e.id, e.where));
@@ -428,6 +471,29 @@ std::optional<std::string> AllowList::Lookup(const CurveKey& key) const {
 }
 
 bool AllowList::HasId(const std::string& id) const { return by_id_.count(id) != 0; }
+
+std::optional<std::string> AllowList::Source(const CurveKey& key) const {
+  auto it = sources_.find(key);
+  if (it == sources_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<CurveKey> AllowList::Keys() const {
+  std::vector<CurveKey> out;
+  out.reserve(by_key_.size());
+  for (const auto& [key, id] : by_key_) out.push_back(key);
+  return out;
+}
+
+bool AllowList::Remove(const CurveKey& key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return false;
+  certificates_.erase(it->second);
+  by_id_.erase(it->second);
+  sources_.erase(key);
+  by_key_.erase(it);
+  return true;
+}
 
 std::optional<MemberCertificate> AllowList::Certificate(const std::string& id) const {
   auto it = certificates_.find(id);
@@ -459,8 +525,10 @@ StatusOr<CurveKeyPair> ReadRoleKey(const std::string& path, const char* role, bo
     return Status(keys.status().code(), absl::StrCat(what, ": ", keys.status().message()));
   }
   if (keys->role != role) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", path, " is a ", keys->role, " key; expected a ", role, " key"));
+    auto a = [](const std::string& r) { return r == "operator" ? "an " : "a "; };
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", path, " is ", a(keys->role),
+                                                   keys->role, " key; expected ", a(role), role,
+                                                   " key"));
   }
   return keys;
 }

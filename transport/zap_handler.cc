@@ -18,19 +18,33 @@ constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 
 int64_t NowMs() { return SteadyClock::Get()->NowMs(); }
 
+// "clients'" or "operators'": whose allow-list, in log lines.
+const char* ListName(AllowListRole role) {
+  return role == AllowListRole::kOperator ? "operators'" : "clients'";
+}
+
+AllowListRole OtherRole(AllowListRole role) {
+  return role == AllowListRole::kOperator ? AllowListRole::kClient : AllowListRole::kOperator;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context,
                                                         ZapOptions options) {
   std::unique_ptr<ZapHandler> h(new ZapHandler(std::move(options)));
   {
-    auto list = AllowList::Load(h->options_.allow_list_path);
+    const std::string signature = h->CurrentSignature();
+    auto list = AllowList::Load(h->options_.allow_list_path, h->options_.role);
     if (!list.ok()) {
-      return Status(list.status().code(), absl::StrCat("allow-list: ", list.status().message()));
+      return Status(list.status().code(), absl::StrCat(ListName(h->options_.role),
+                                                       " allow-list: ", list.status().message()));
     }
+    std::optional<AllowList> conflicting = h->LoadConflicting();
     absl::MutexLock lock(&h->mu_);  // (no other thread yet; the analysis asks for it)
+    if (conflicting) h->conflicting_ = *std::move(conflicting);
     h->list_ = std::move(list).value();
-    h->signature_ = AllowList::Signature(h->options_.allow_list_path);
+    h->DropConflicts(&h->list_);
+    h->signature_ = signature;
   }
   if (h->options_.reload_requests != nullptr)
     h->seen_requests_ = h->options_.reload_requests->load();
@@ -44,8 +58,8 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context,
     return absl::InternalError(
         absl::StrCat("cannot start the ZAP authentication handler: ", e.what()));
   }
-  spdlog::info("client allow-list '{}': {} enrolled keys", h->options_.allow_list_path,
-               h->enrolled());
+  spdlog::info("{} allow-list '{}': {} enrolled keys", ListName(h->options_.role),
+               h->options_.allow_list_path, h->enrolled());
   ZapHandler* self = h.get();
   self->thread_ = std::thread([self, socket] { self->Serve(*socket); });
   return h;
@@ -66,29 +80,93 @@ bool ZapHandler::IsEnrolled(const std::string& id) const {
   return list_.HasId(id);
 }
 
-Status ZapHandler::Reload() {
-  const std::string signature = AllowList::Signature(options_.allow_list_path);
-  std::vector<Status> skipped;
-  StatusOr<AllowList> list = AllowList::Load(options_.allow_list_path, &skipped);
-  for (const Status& s : skipped) {
-    spdlog::error("allow-list reload: skipped (not enrolled until fixed): {}", s.message());
+std::string ZapHandler::CurrentSignature() const {
+  std::string signature = AllowList::Signature(options_.allow_list_path);
+  if (!options_.conflicting_path.empty()) {
+    absl::StrAppend(&signature, "\n", AllowList::Signature(options_.conflicting_path));
   }
+  return signature;
+}
+
+std::optional<AllowList> ZapHandler::LoadConflicting() const {
+  if (options_.conflicting_path.empty()) return std::nullopt;
+  // Its bad entries are its own handler's to report; here only its enrolled keys matter.
+  std::vector<Status> ignored;
+  StatusOr<AllowList> list =
+      AllowList::Load(options_.conflicting_path, OtherRole(options_.role), &ignored);
+  if (!list.ok()) {
+    spdlog::warn(
+        "{} allow-list: cannot read the {} allow-list to refuse its keys here ({}); the keys last "
+        "read from it stay refused",
+        ListName(options_.role), ListName(OtherRole(options_.role)), list.status().message());
+    return std::nullopt;
+  }
+  return *std::move(list);
+}
+
+void ZapHandler::DropConflicts(AllowList* list) {
+  conflicts_.clear();
+  const char* role = RoleName(options_.role);
+  const char* other = RoleName(OtherRole(options_.role));
+  for (const CurveKey& key : list->Keys()) {
+    const std::optional<std::string> other_id = conflicting_.Lookup(key);
+    if (!other_id) continue;
+    const std::string id = list->Lookup(key).value_or("?");
+    const std::string where = list->Source(key).value_or(options_.allow_list_path);
+    const std::string other_where = conflicting_.Source(key).value_or(options_.conflicting_path);
+    std::string why = absl::StrCat(
+        "key ", Fingerprint(key), " is enrolled both as ", role, " '", id, "' (", where,
+        ") and as ", other, " '", *other_id, "' (", other_where, "); one key is one role",
+        options_.role == AllowListRole::kOperator
+            ? ": a client's key never acts as an operator, whatever its file in the operators' "
+              "allow-list says"
+            : "",
+        ", so it is refused here until one of the two files is removed (an operator's own key "
+        "comes from `huddle keygen operator`)");
+    spdlog::error("{} allow-list: {}", ListName(options_.role), why);
+    list->Remove(key);
+    conflicts_.emplace(key, std::move(why));
+  }
+}
+
+std::optional<std::string> ZapHandler::ConflictOf(const CurveKey& key) const {
   absl::MutexLock lock(&mu_);
+  auto it = conflicts_.find(key);
+  if (it == conflicts_.end()) return std::nullopt;
+  return it->second;
+}
+
+Status ZapHandler::Reload() {
+  const std::string signature = CurrentSignature();
+  std::vector<Status> skipped;
+  StatusOr<AllowList> list = AllowList::Load(options_.allow_list_path, options_.role, &skipped);
+  for (const Status& s : skipped) {
+    spdlog::error("{} allow-list reload: skipped (not enrolled until fixed): {}",
+                  ListName(options_.role), s.message());
+  }
+  std::optional<AllowList> conflicting = LoadConflicting();
+  absl::MutexLock lock(&mu_);
+  // Under mu_ until the new list is in place: whoever sees the new generation then asks that list.
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   signature_ = signature;  // a broken version is not retried until the files change again
+  if (conflicting) conflicting_ = *std::move(conflicting);
   if (!list.ok()) {
     // Fail closed: which keys were removed cannot be known, and keeping the previous list would
     // keep a revoked key admitted.
     spdlog::error(
-        "allow-list reload failed: {}; refusing every client key (was {} enrolled, their "
+        "{} allow-list reload failed: {}; refusing every {} key (was {} enrolled, their "
         "connections are cut) until it loads again",
-        list.status().message(), list_.size());
+        ListName(options_.role), list.status().message(), RoleName(options_.role), list_.size());
     list_ = AllowList();
+    conflicts_.clear();
     return list.status();
   }
+  DropConflicts(&*list);
   if (list->size() != list_.size()) {
-    spdlog::info("allow-list reloaded: {} enrolled keys (was {})", list->size(), list_.size());
+    spdlog::info("{} allow-list reloaded: {} enrolled keys (was {})", ListName(options_.role),
+                 list->size(), list_.size());
   } else {
-    spdlog::info("allow-list reloaded: {} enrolled keys", list->size());
+    spdlog::info("{} allow-list reloaded: {} enrolled keys", ListName(options_.role), list->size());
   }
   list_ = std::move(list).value();
   return skipped.empty() ? absl::OkStatus() : skipped.front();
@@ -104,8 +182,9 @@ void ZapHandler::MaybeReload(int64_t now_ms) {
   if (!requested && now_ms < next_check_ms_) return;
   next_check_ms_ = now_ms + options_.reload_interval_ms;
   if (!requested) {
+    const std::string signature = CurrentSignature();
     absl::MutexLock lock(&mu_);
-    if (AllowList::Signature(options_.allow_list_path) == signature_) return;
+    if (signature == signature_) return;
   }
   (void)Reload();  // logs its own outcome
 }
@@ -113,7 +192,7 @@ void ZapHandler::MaybeReload(int64_t now_ms) {
 std::optional<std::string> ZapHandler::RecheckUnknown(const CurveKey& key, int64_t now_ms) {
   if (now_ms - last_recheck_ms_ < options_.unknown_key_recheck_ms) return std::nullopt;
   last_recheck_ms_ = now_ms;
-  const std::string signature = AllowList::Signature(options_.allow_list_path);
+  const std::string signature = CurrentSignature();
   {
     absl::MutexLock lock(&mu_);
     if (signature == signature_) return std::nullopt;
@@ -166,6 +245,8 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
   LogSummary not_enrolled("refused handshakes (key not enrolled)", options_.log_period_ms);
   LogSummary plaintext("refused handshakes (no encryption)", options_.log_period_ms);
   LogSummary throttled("refused handshakes (too many from one key)", options_.log_period_ms);
+  LogSummary both_roles("refused handshakes (key enrolled in both allow-lists)",
+                        options_.log_period_ms);
   RateLimiter handshakes(options_.handshakes_per_s, options_.handshake_burst);
   while (!stopping_.load()) {
     const int64_t now = NowMs();
@@ -173,6 +254,7 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
     not_enrolled.Flush(now);
     plaintext.Flush(now);
     throttled.Flush(now);
+    both_roles.Flush(now);
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     try {
       zmq::poll(&item, 1, std::chrono::milliseconds(200));
@@ -202,28 +284,38 @@ void ZapHandler::Serve(zmq::socket_t& socket) {
       if (!id) {
         rejections_++;
         const std::string fp = Fingerprint(*request.curve_key);
-        not_enrolled.Add(NowMs(), fp, [&] {
-          return fmt::format(
-              "refused a handshake from {}: key {} is not enrolled (not in the allow-list, or "
-              "revoked); {} refusals so far",
-              request.address, fp, rejections_.load());
-        });
+        if (std::optional<std::string> conflict = ConflictOf(*request.curve_key)) {
+          both_roles.Add(NowMs(), fp, [&] {
+            return fmt::format("refused a handshake from {}: {}; {} refusals so far",
+                               request.address, *conflict, rejections_.load());
+          });
+        } else {
+          not_enrolled.Add(NowMs(), fp, [&] {
+            return fmt::format(
+                "refused a handshake from {}: key {} is not enrolled (not in the {} allow-list, or "
+                "revoked); {} refusals so far",
+                request.address, fp, ListName(options_.role), rejections_.load());
+          });
+        }
       }
       if (id && !handshakes.Admit(*id, NowMs())) {
         rejections_++;
         throttled_++;
         throttled.Add(NowMs(), *id, [&] {
           return fmt::format(
-              "refused a handshake of client '{}' from {} for now: over {} handshakes/s (burst "
+              "refused a handshake of {} '{}' from {} for now: over {} handshakes/s (burst "
               "{}) from its key; it may retry ({} throttled so far)",
-              *id, request.address, options_.handshakes_per_s, options_.handshake_burst,
-              throttled_.load());
+              RoleName(options_.role), *id, request.address, options_.handshakes_per_s,
+              options_.handshake_burst, throttled_.load());
         });
         SendZapReply(socket, request, false, "too many handshakes from this key; retry later", "",
                      /*retry_later=*/true);
         continue;
       }
-      SendZapReply(socket, request, id.has_value(), id ? "OK" : "client key is not enrolled",
+      SendZapReply(socket, request, id.has_value(),
+                   id                                          ? "OK"
+                   : options_.role == AllowListRole::kOperator ? "not an enrolled operator key"
+                                                               : "client key is not enrolled",
                    id.value_or(""));
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) return;

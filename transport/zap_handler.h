@@ -1,5 +1,6 @@
-// The coordinator's ZAP handler (ZeroMQ Authentication Protocol, RFC 27): decides, during each
-// CurveZMQ handshake, whether the client's public key is enrolled.
+// The coordinator's ZAP handler (ZeroMQ Authentication Protocol, RFC 27), and the one of a
+// service's operators' endpoint: decides, during each CurveZMQ handshake, whether the peer's public
+// key is enrolled.
 //
 // libzmq admits *any* CURVE client key unless a ZAP handler answers at inproc://zeromq.zap.01 in
 // the socket's context, so the coordinator starts this handler before it binds. Each request is
@@ -18,11 +19,22 @@
 // twice) is skipped, not enrolled, with an error naming its file; an allow-list that cannot be read
 // at all (missing, unlistable, YAML that does not parse) admits nobody until it loads again.
 //
+// An allow-list is of one role (ZapOptions::role): the clients' takes only client keys, a
+// service's operators' only operator keys, and a .pub of the other role is skipped naming its file
+// and role. The role in a .pub is only what its file says, so with conflicting_path (a service
+// sets each list's as the other's) a key enrolled in the other role's list is refused here too,
+// whatever its file here says: one key is one role, so a client's key never acts as an operator,
+// even with its .pub relabelled and copied into the operators' directory. Such a key is logged as
+// an error naming both files at each (re)load; the other list is reloaded with this one (a change
+// to either's files, or SIGHUP), and while it cannot be read, the keys last read from it stay
+// refused here.
+//
 // Thread-safety: the handler runs on its own thread; the public methods are thread-safe.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +66,10 @@ struct ZapOptions {
   // per interval) and reloads them if so: a client enrolled a moment ago is admitted at once, not
   // refused until the next periodic check.
   int64_t unknown_key_recheck_ms = 100;
+  // Which keys allow_list_path enrols: files of another role are skipped, naming them.
+  AllowListRole role = AllowListRole::kClient;
+  // The other role's allow-list (empty: none): a key enrolled there is never admitted here.
+  std::string conflicting_path;
 };
 
 // One ZAP request (RFC 27: version, request id, domain, address, identity, mechanism,
@@ -100,6 +116,9 @@ class ZapHandler {
   // Handshakes of enrolled keys refused for now, over handshakes_per_s.
   uint64_t throttled() const { return throttled_.load(); }
   size_t enrolled() const;
+  // Changes at every reload (whatever its outcome): IsEnrolled's answers cannot have changed while
+  // this did not (the transport looks its live connections up again only then).
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   explicit ZapHandler(ZapOptions options) : options_(std::move(options)) {}
@@ -109,16 +128,28 @@ class ZapHandler {
   // once per unknown_key_recheck_ms) and looks the key up again.
   std::optional<std::string> RecheckUnknown(const CurveKey& key, int64_t now_ms)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The files behind both lists (a change to either reloads).
+  std::string CurrentSignature() const;
+  // The conflicting list as it reads now; nullopt when there is none or it cannot be read.
+  std::optional<AllowList> LoadConflicting() const;
+  // Leaves out of `list` every key enrolled in conflicting_, logging each; records them in
+  // conflicts_.
+  void DropConflicts(AllowList* list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why `key` is refused when it is enrolled in both lists, or nullopt.
+  std::optional<std::string> ConflictOf(const CurveKey& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
   ZapOptions options_;
   mutable absl::Mutex mu_;
   AllowList list_ ABSL_GUARDED_BY(mu_);
   std::string signature_ ABSL_GUARDED_BY(mu_);
+  AllowList conflicting_ ABSL_GUARDED_BY(mu_);  // the other role's list, as last read
+  std::map<CurveKey, std::string> conflicts_ ABSL_GUARDED_BY(mu_);  // key -> why it is refused
   uint64_t seen_requests_ = 0;
   int64_t next_check_ms_ = 0;
   int64_t last_recheck_ms_ = INT64_MIN / 2;
   std::atomic<uint64_t> rejections_{0};
   std::atomic<uint64_t> throttled_{0};
+  std::atomic<uint64_t> generation_{0};  // bumped by every reload, under mu_
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -299,7 +299,8 @@ class ZmqServer final : public ServerTransport {
   }
 
  private:
-  // Every connection_check_ms: the monitor first (ends and fd reuse), then every connection.
+  // Every connection_check_ms: the monitor first (ends and fd reuse), then the connections that
+  // may have changed since the last check (connection_guard.h, "What a check looks at").
   void MaybeCheckConnections() {
     const int64_t now = SteadyNowMs();
     if (now < next_check_ms_) return;
@@ -314,7 +315,8 @@ class ZmqServer final : public ServerTransport {
     }
     std::vector<ConnectionGuard::Connection> revoked;
     trim_pending_ |= guard_.Check(
-        now, [&](const std::string& id) { return !zap_ || zap_->IsEnrolled(id); }, &revoked);
+        now, zap_ ? zap_->generation() : 0,
+        [&](const std::string& id) { return !zap_ || zap_->IsEnrolled(id); }, &revoked);
     // The coordinator learns of the revocation as it would from the connection's next message.
     for (const ConnectionGuard::Connection& c : revoked) {
       if (c.routing_id.empty()) continue;

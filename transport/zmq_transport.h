@@ -23,12 +23,16 @@
 // does not: its receive high-water mark counts complete messages only, and the frames of an
 // unfinished multipart message are buffered without limit. Every connection_check_ms, inside
 // Receive(), the server compares what the kernel says libzmq has read from each connection with
-// what was delivered from it, and shuts down a connection holding more than
-// connection_window_bytes plus its peer's upload allowance (SetUploadAllowance; spent by the
+// what was delivered from it (reading the kernel's counters again only for the connections that
+// received bytes since the last check, or whose bound is at stake: connection_guard.h, "What a
+// check looks at"; an idle connection costs nothing), and shuts down a connection holding more
+// than connection_window_bytes plus its peer's upload allowance (SetUploadAllowance; spent by the
 // messages read from the peer). A message that alone exceeds that bound is dropped and its
 // connection cut too. So a connection costs at most its bound plus what arrives between two checks
 // (its rate times connection_check_ms; the checks run inside Receive(), so a caller busy elsewhere
-// checks later). A connection whose key is revoked is cut at the next check, even mid-message.
+// checks later), or, for a peer that has stopped reading what the server sends (its send buffer
+// full), its rate times writability_check_ms until the server finds it so (and connection_check_ms
+// from then on). A connection whose key is revoked is cut at the next check, even mid-message.
 //
 // In aggregate, because a bound per connection is not a bound per peer: the connections of one
 // identity (its key, known from its connection's first delivered message) hold together at most
@@ -92,9 +96,15 @@ struct ZmqOptions {
   // granted. Past either, the largest holders are cut first.
   size_t unidentified_bytes_per_address = size_t{64} << 20;
   size_t max_buffered_bytes = size_t{256} << 20;
-  // How often Receive() checks every connection (one getsockopt per connection); what a peer
-  // sends between two checks is what it can hold beyond its bound.
+  // How often Receive() checks the connections (one getsockopt per connection that received
+  // bytes since the last check); what a peer sends between two checks is what it can hold beyond
+  // its bound.
   int64_t connection_check_ms = 25;
+  // How often the server looks for connections that are not writable (their peer does not read
+  // what the server sends): epoll may not report their arrivals, so they are measured at every
+  // check once found. What such a peer sends between two of these passes is what it can hold
+  // beyond its bound (see "Limits"). A pass costs about a microsecond per connection.
+  int64_t writability_check_ms = 250;
   int64_t log_period_ms = 10'000;           // refusals, drops and cuts: at most one line per kind
   int handshake_failures_before_error = 3;  // client side, consecutive, without a success
   // Client side: > 0: a handshake refused because this client's key is not enrolled (or was

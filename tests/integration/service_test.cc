@@ -1,6 +1,7 @@
 // `huddle serve`, `huddle agent` and the operator commands as real processes on 127.0.0.1: jobs
 // back to back on the same agents, a service restart mid-job that resumes (bitwise equal to an
-// uninterrupted run), an operator command refused for a client key, hostile submissions, stop.
+// uninterrupted run), an operator command refused for a client key (passed as is, relabelled as an
+// operator's, its .pub copied into the operators' directory), hostile submissions, stop.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -25,9 +26,9 @@ class ServiceTest : public ::testing::Test {
       GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
     }
     dir_ = MakeTempDir("service");
-    // Keys: the service's, three agents' (enrolled), an operator's (in its own list).
+    // Keys: the service's, three agents' (enrolled), an operator's (its own role, in its own list).
     ASSERT_TRUE(cli::GenerateLocalKeys(dir_ + "/keys", {"site-0", "site-1", "site-2"}).ok());
-    RunOk({HuddleBin(), "keygen", "client", "--id", "alice", "--out", dir_ + "/operators"});
+    RunOk({HuddleBin(), "keygen", "operator", "--id", "alice", "--out", dir_ + "/operators"});
     std::filesystem::create_directories(dir_ + "/operators-allowed");
     std::filesystem::copy_file(dir_ + "/operators/alice.pub",
                                dir_ + "/operators-allowed/alice.pub");
@@ -198,10 +199,58 @@ TEST_F(ServiceTest, ARestartMidJobResumesItBitwiseEqualToAnUninterruptedRun) {
 
 TEST_F(ServiceTest, OperatorsAreAuthenticatedAndHostileJobsRefused) {
   auto service = StartService();
-  // A client's key is not an operator's.
+  // A client's key is not an operator's: the command refuses it before connecting...
   const Finished as_client = Operator({"jobs"}, dir_ + "/keys/clients/site-0.key");
-  EXPECT_EQ(as_client.exit_code, 1) << as_client.log;
-  EXPECT_NE(as_client.log.find("refused this key"), std::string::npos) << as_client.log;
+  EXPECT_EQ(as_client.exit_code, 2) << as_client.log;
+  EXPECT_NE(as_client.log.find("is a client key; operator commands take an operator key: `huddle "
+                               "keygen operator --id NAME`"),
+            std::string::npos)
+      << as_client.log;
+  // ...and the service refuses it at the handshake, even with its file relabelled (its holder can
+  // edit it: the role in a file is only what the file says)...
+  std::string relabelled = ReadAll(dir_ + "/keys/clients/site-0.key");
+  relabelled.replace(relabelled.find("role: client"), 12, "role: operator");
+  const std::string relabelled_key = dir_ + "/site-0-as-operator.key";
+  WriteText(relabelled_key, relabelled);
+  std::filesystem::permissions(
+      relabelled_key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const auto refused_at_handshake = [&](const std::string& what) {
+    SCOPED_TRACE(what);
+    const Finished f = Operator({"jobs"}, relabelled_key);
+    EXPECT_EQ(f.exit_code, 1) << f.log;
+    EXPECT_NE(f.log.find("refused this key"), std::string::npos) << f.log;
+  };
+  refused_at_handshake("a client key presented to the operators' endpoint");
+  // ...with its .pub copied into the operators' directory (skipped: its role is client)...
+  std::filesystem::copy_file(dir_ + "/keys/allowed/site-0.pub",
+                             dir_ + "/operators-allowed/site-0.pub");
+  refused_at_handshake("a client's .pub in the operators' directory");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return ReadAll(dir_ + "/serve.log")
+                   .find(
+                       "operators-allowed/site-0.pub: role is 'client'; the operators' "
+                       "allow-list takes only operator keys (`huddle keygen operator`)") !=
+               std::string::npos;
+      },
+      seconds(10)))
+      << ReadAll(dir_ + "/serve.log");
+  // ...and with that .pub relabelled too (refused: the key is enrolled as a client).
+  std::string relabelled_pub = ReadAll(dir_ + "/keys/allowed/site-0.pub");
+  relabelled_pub.replace(relabelled_pub.find("role: client"), 12, "role: operator");
+  std::filesystem::remove(dir_ + "/operators-allowed/site-0.pub");
+  WriteText(dir_ + "/operators-allowed/site-0.pub", relabelled_pub);
+  refused_at_handshake("a client's .pub relabelled as an operator's");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const std::string log = ReadAll(dir_ + "/serve.log");
+        return log.find("is enrolled both as operator 'site-0' (" + dir_ +
+                        "/operators-allowed/site-0.pub) and as client 'site-0' (" + dir_ +
+                        "/keys/allowed/site-0.pub)") != std::string::npos;
+      },
+      seconds(10)))
+      << ReadAll(dir_ + "/serve.log");
+  std::filesystem::remove(dir_ + "/operators-allowed/site-0.pub");
   // Hostile or wrong submissions: refused, naming what, and nothing is stored.
   struct Case {
     std::string yaml;

@@ -1,7 +1,9 @@
-// CurveZMQ keys, the allow-list, and the encrypted, authenticated ZeroMQ transport over 127.0.0.1:
-// enrolled keys get in and carry their identity; unknown, revoked and wrong-server keys are refused
-// with clear errors; plaintext and encrypted peers refuse each other; a flooding peer is rate
-// limited. Every wait is a loop of short Receive calls bounded by a deadline.
+// CurveZMQ keys, the allow-lists (by role: clients', operators'), and the encrypted, authenticated
+// ZeroMQ transport over 127.0.0.1: enrolled keys get in and carry their identity; unknown, revoked,
+// wrong-role and wrong-server keys are refused with clear errors; a key in both lists is refused;
+// plaintext and encrypted peers refuse each other; a flooding peer is rate limited. Every wait is a
+// loop of short Receive calls bounded by a deadline.
+#include <spdlog/sinks/ostream_sink.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -200,6 +203,165 @@ TEST_F(SecureTransportTest, AllowListFromDirectoryOrFileWithClearErrors) {
   EXPECT_EQ(skipped.size(), 1u);
   ASSERT_TRUE(WriteFileAtomic(file, "clients: [").ok());
   EXPECT_FALSE(AllowList::Load(file, &skipped).ok());
+}
+
+TEST_F(SecureTransportTest, OperatorKeysAreTheirOwnRoleWithoutASigningKey) {
+  CurveKeyPair op = Generate("operator", "alice", "alice");
+  EXPECT_EQ(op.role, "operator");
+  EXPECT_EQ(op.public_z85.size(), 40u);
+  EXPECT_TRUE(op.signing_public_z85.empty()) << "operators take no part in secure aggregation";
+  EXPECT_TRUE(op.signing_seed_z85.empty());
+  const std::string key = (dir_ / "keys" / "alice.key").string();
+  const std::string pub = (dir_ / "keys" / "alice.pub").string();
+  auto read = ReadKeyFile(key, /*need_secret=*/true);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->role, "operator");
+  EXPECT_EQ(read->secret_z85, op.secret_z85);
+  // The files say what they are for and where the .pub goes.
+  EXPECT_NE(ReadFile(pub)->find("security.operators"), std::string::npos) << *ReadFile(pub);
+  EXPECT_NE(ReadFile(key)->find("security.operators"), std::string::npos) << *ReadFile(key);
+  EXPECT_TRUE(ReadRoleKey(key, "operator", true, "--key").ok());
+  EXPECT_TRUE(IsError(ReadRoleKey(key, "client", true, "security.secret_key"),
+                      absl::StatusCode::kInvalidArgument,
+                      "is an operator key; expected a client key"));
+  Client("site-0", false);
+  EXPECT_TRUE(
+      IsError(ReadRoleKey((dir_ / "keys" / "site-0.key").string(), "operator", true, "--key"),
+              absl::StatusCode::kInvalidArgument, "is a client key; expected an operator key"));
+}
+
+TEST_F(SecureTransportTest, AllowListsAreByRoleAndSkipAnotherRolesKeysNamingThem) {
+  Client("site-0", true);  // in the clients' allow-list
+  Generate("operator", "alice", "alice");
+  fs::create_directories(dir_ / "ops");
+  fs::copy_file(dir_ / "keys" / "alice.pub", dir_ / "ops" / "alice.pub");
+  // A client's .pub copied into the operators' directory by mistake makes no operator.
+  fs::copy_file(dir_ / "keys" / "site-0.pub", dir_ / "ops" / "site-0.pub");
+  const std::string ops = (dir_ / "ops").string();
+  const std::string wrong_role =
+      (dir_ / "ops" / "site-0.pub").string() +
+      ": role is 'client'; the operators' allow-list takes only operator "
+      "keys (`huddle keygen operator`)";
+  EXPECT_TRUE(IsError(AllowList::Load(ops, AllowListRole::kOperator),
+                      absl::StatusCode::kInvalidArgument, wrong_role));
+  std::vector<Status> skipped;
+  auto operators = AllowList::Load(ops, AllowListRole::kOperator, &skipped);
+  ASSERT_TRUE(operators.ok()) << operators.status();
+  EXPECT_EQ(operators->size(), 1u);
+  EXPECT_TRUE(operators->HasId("alice"));
+  EXPECT_FALSE(operators->HasId("site-0"));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].message(), wrong_role);
+  // ...and the other way round: an operator's .pub in the clients' list enrols no client.
+  fs::copy_file(dir_ / "keys" / "alice.pub", dir_ / "allow" / "alice.pub");
+  skipped.clear();
+  auto clients = AllowList::Load((dir_ / "allow").string(), &skipped);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  EXPECT_TRUE(clients->HasId("site-0"));
+  EXPECT_FALSE(clients->HasId("alice"));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].message().find(
+                "alice.pub: role is 'operator'; the clients' allow-list takes only client keys "
+                "(`huddle keygen client`)"),
+            std::string::npos)
+      << skipped[0];
+  // The YAML form carries no role: an operators' list is an `operators:` mapping, never
+  // `clients:`.
+  const std::string file = (dir_ / "list.yaml").string();
+  const CurveKeyPair op = *ReadKeyFile((dir_ / "keys" / "alice.pub").string(), false);
+  ASSERT_TRUE(WriteFileAtomic(file, "clients:\n  alice: \"" + op.public_z85 + "\"\n").ok());
+  EXPECT_TRUE(IsError(AllowList::Load(file, AllowListRole::kOperator),
+                      absl::StatusCode::kInvalidArgument, "needs an `operators:` mapping"));
+  EXPECT_TRUE(IsError(AllowList::Load(file, AllowListRole::kOperator),
+                      absl::StatusCode::kInvalidArgument, "`clients:` mapping is the clients'"));
+  ASSERT_TRUE(WriteFileAtomic(file, "operators:\n  alice: \"" + op.public_z85 + "\"\n").ok());
+  auto from_file = AllowList::Load(file, AllowListRole::kOperator);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(from_file->Lookup(*DecodeZ85Key(op.public_z85, "k")), "alice");
+  EXPECT_TRUE(IsError(AllowList::Load(file), absl::StatusCode::kInvalidArgument,
+                      "needs a `clients:` mapping"));
+}
+
+// Captures what spdlog's default logger writes; read it once the threads that log have stopped.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    sink->set_pattern("%v");
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string Text() {
+    spdlog::default_logger()->flush();
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// A client's key relabelled as an operator's (its .pub edited to `role: operator`, and so its
+// .key, which its holder has) and copied into the operators' directory: the role in a file is only
+// what the file says, the key is what the handshake proves.
+TEST_F(SecureTransportTest, AKeyInBothAllowListsIsRefusedOnEitherSideAcrossReloads) {
+  CurveKeyPair site = Client("site-0", true);
+  CurveKeyPair alice = Generate("operator", "alice", "alice");
+  fs::create_directories(dir_ / "ops");
+  fs::copy_file(dir_ / "keys" / "alice.pub", dir_ / "ops" / "alice.pub");
+  std::string relabelled = *ReadFile((dir_ / "keys" / "site-0.pub").string());
+  relabelled.replace(relabelled.find("role: client"), 12, "role: operator");
+  relabelled.replace(relabelled.find("id: \"site-0\""), 12, "id: \"mallory\"");
+  ASSERT_TRUE(WriteFileAtomic((dir_ / "ops" / "mallory.pub").string(), relabelled).ok());
+  CurveKeyPair as_operator = site;
+  as_operator.role = "operator";
+
+  LogCapture log;
+  ZmqOptions operators = ServerOptions();
+  operators.curve_server->zap.allow_list_path = (dir_ / "ops").string();
+  operators.curve_server->zap.role = AllowListRole::kOperator;
+  operators.curve_server->zap.conflicting_path = (dir_ / "allow").string();
+  Bind(operators);
+  // The operator gets in; the key enrolled as a client does not, whatever its file here says.
+  auto op_client = Connect(ClientOptions(alice));
+  auto in = JoinAndReceive(*op_client, "alice");
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->auth_id, "alice");
+  auto refused = Connect(ClientOptions(as_operator));
+  Status err = ClientErrorWithin(*refused, kDeadline);
+  EXPECT_TRUE(absl::IsPermissionDenied(err)) << err;
+  EXPECT_EQ(server_saw_, 0);
+  // A reload keeps refusing it (here: one of the clients' list, whose files changed).
+  Client("site-1", true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  refused = Connect(ClientOptions(as_operator));
+  err = ClientErrorWithin(*refused, kDeadline);
+  EXPECT_TRUE(absl::IsPermissionDenied(err)) << err;
+  op_client.reset();
+  refused.reset();
+  server_.reset();
+  const std::string text = log.Text();
+  const std::string both = "is enrolled both as operator 'mallory' (" +
+                           (dir_ / "ops" / "mallory.pub").string() + ") and as client 'site-0' (" +
+                           (dir_ / "allow" / "site-0.pub").string() + ")";
+  EXPECT_NE(text.find(both), std::string::npos) << text;
+  EXPECT_NE(text.find("a client's key never acts as an operator"), std::string::npos) << text;
+  EXPECT_NE(text.find("operators' allow-list reloaded"), std::string::npos) << text;
+
+  // The clients' side refuses it too while it is enrolled as an operator; once the operators'
+  // copy is removed (a change to the other list alone), it is a client again.
+  ZmqOptions clients = ServerOptions();
+  clients.curve_server->zap.conflicting_path = (dir_ / "ops").string();
+  Bind(clients);
+  auto site_client = Connect(ClientOptions(site));
+  err = ClientErrorWithin(*site_client, kDeadline);
+  EXPECT_TRUE(absl::IsPermissionDenied(err)) << err;
+  fs::remove(dir_ / "ops" / "mallory.pub");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto site_again = Connect(ClientOptions(site));
+  in = JoinAndReceive(*site_again, "site-0");
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->auth_id, "site-0");
 }
 
 TEST_F(SecureTransportTest, EnrolledClientGetsInAndCarriesItsEnrolledId) {
