@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "common/time_format.h"
 
@@ -100,9 +103,33 @@ Json SecAggOutcome(const RoundMetrics::SecureAggregation& a) {
   return j;
 }
 
+// {"count", "sum", "p50", "max"} of the round's upload durations (p50 and max null when none).
+Json UploadSummary(const std::vector<double>& seconds) {
+  Json j;
+  j["count"] = seconds.size();
+  if (seconds.empty()) {
+    j["sum"] = 0.0;
+    j["p50"] = nullptr;
+    j["max"] = nullptr;
+    return j;
+  }
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  // Microseconds: a plain sum of millisecond values writes 0.30000000000000004.
+  j["sum"] = std::round(std::accumulate(sorted.begin(), sorted.end(), 0.0) * 1e6) / 1e6;
+  j["p50"] = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  j["max"] = sorted.back();
+  return j;
+}
+
 // ... and timings and traffic.
 void AddTimings(const RoundMetrics& m, Json* j) {
   (*j)["duration_s"] = m.duration_s;
+  (*j)["upload_s"] = UploadSummary(m.upload_seconds);
+  // The raw durations, one per contributing member (at most the cohort): the service's histogram
+  // observes each (service/service_metrics.h).
+  (*j)["upload_seconds"] = m.upload_seconds;
   (*j)["bytes_in"] = m.bytes_in;
   (*j)["bytes_out"] = m.bytes_out;
   (*j)["elapsed_s"] = m.elapsed_s;

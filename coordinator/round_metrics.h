@@ -6,8 +6,8 @@
 // of the released model on the coordinator's own test set, epsilon and the mechanism's settings,
 // the noised adaptive clip norm); operator_metrics.jsonl holds the operator-only diagnostics,
 // computed from the clients' data or behaviour without noise (OperatorJson: counts of clients,
-// results and examples, the raw adaptive-clipping count, timings, bytes). Without DP everything is
-// in metrics.jsonl (ToJson).
+// results and examples, the raw adaptive-clipping count, timings (the round's, each upload's),
+// bytes). Without DP everything is in metrics.jsonl (ToJson).
 //
 // `time` (wall_ms, ISO-8601 UTC) is when the row was written. Under DP it is in
 // operator_metrics.jsonl only: the times of successive rows give each round's duration, which
@@ -87,6 +87,13 @@ struct RoundMetrics {
   };
   std::optional<SecureAggregation> secure_aggregation;
   double duration_s = 0;
+  // Each accepted upload's duration in seconds (the coordinator's clock), in the order they
+  // completed: from the member's upload grant to its whole update received (a result folded, or
+  // under secure aggregation a masked input accepted). One per member at most, so at most
+  // clients_sampled. Operator-only, like duration_s: in operator_metrics.jsonl under DP (and in
+  // metrics.jsonl without), never in PublicJson; rows carry the list (`upload_seconds`, for the
+  // service's histogram) and its summary (`upload_s`: count, sum, p50, max).
+  std::vector<double> upload_seconds;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   double elapsed_s = 0;  // since the job started (across resumes)

@@ -173,6 +173,25 @@ size_t SecureRound::UploadBytes() const {
   return static_cast<size_t>(server_->config().length) * static_cast<size_t>(plan_.bits / 8);
 }
 
+void SecureRound::OnUploadGranted(const std::string& id, std::vector<double>* upload_seconds) {
+  upload_granted_ms_[id] = clock_->NowMs();
+  upload_seconds_ = upload_seconds;
+}
+
+void SecureRound::UploadReceived(const std::string& id) {
+  // The transport hands over a message once its last frame (chunk) arrived: the whole masked
+  // input is in now. A member always uploads under a grant (kUploading is reached only through the
+  // host's grant); one without a recorded grant (a host that grants without telling the session)
+  // has no duration rather than a made-up one.
+  auto granted = upload_granted_ms_.find(id);
+  if (granted == upload_granted_ms_.end()) return;
+  if (upload_seconds_ != nullptr) {
+    upload_seconds_->push_back(
+        static_cast<double>(std::max<int64_t>(0, clock_->NowMs() - granted->second)) / 1000.0);
+  }
+  upload_granted_ms_.erase(granted);
+}
+
 int64_t SecureRound::TimeoutMs() const {
   const int64_t deadline = stage_ == 0 ? settings_.deadline_ms : stage_deadline_ms_;
   return std::max<int64_t>(0, deadline - clock_->NowMs());

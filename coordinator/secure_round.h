@@ -27,7 +27,7 @@
 //   4. The members whose secrets enough others hold (U2) get U2, mask their input and ask for an
 //      upload slot (the host grants it); their masked words (SecAggMaskedInput, one uint32/uint64
 //      tensor per model tensor, then the weight word) are added to the sum as they arrive,
-//      O(model) memory.
+//      O(model) memory, each upload timed from its grant (OnUploadGranted).
 //   5. Each survivor gets U2 and S and signs them (the consistency round).
 //   6. Under distributed DP the release is accounted now (SecureRoundHost::Account), before any
 //      unmasking share is asked for; each survivor gets the signatures and answers with its
@@ -141,6 +141,11 @@ class SecureRound {
   wire::SecureAggregation Instruction(const std::string& id) const;
   // The bytes of one masked input (for the transport's allowance).
   size_t UploadBytes() const;
+  // Member `id` was granted its upload slot now (by the host's scheduler): once its masked input
+  // is accepted, the seconds since (the session's clock) are appended to `*upload_seconds`, the
+  // round's operator-only upload durations (RoundMetrics::upload_seconds), which must outlive the
+  // session.
+  void OnUploadGranted(const std::string& id, std::vector<double>* upload_seconds);
   // Over and released: the survivors' decoded (weighted) sum; nullopt otherwise.
   const std::optional<TensorList>& sum() const { return sum_; }
   // The released sum as the survivors' FedAvg mean (weighted: cap x sum / sum of weights;
@@ -170,6 +175,8 @@ class SecureRound {
   Status OnData(const std::string& id, const wire::Message& msg, const std::string& nonce);
   Status OnMaskedInput(const std::string& id, const wire::Message& msg, const std::string& nonce,
                        uint64_t model_version);
+  // Member `id`'s masked input was accepted: its upload's duration, since its grant.
+  void UploadReceived(const std::string& id);
   // Ends the session with `why`: nothing is released; members still in it fail. False.
   bool Refuse(const Status& why);
   // Starts the session again, with a new session id, for the members that revealed their
@@ -216,6 +223,10 @@ class SecureRound {
   std::optional<privacy::LedgerEntry> distributed_;
   bool accounted_ = false;
   RoundMetrics::SecureAggregation metrics_;
+  // Stage 4: when each member granted an upload slot got it, until its masked input arrives; where
+  // the durations go (OnUploadGranted).
+  std::map<std::string, int64_t> upload_granted_ms_;
+  std::vector<double>* upload_seconds_ = nullptr;
   // A masked input's words, gathered from its tensors (64-bit sessions; 32-bit ones).
   std::vector<uint64_t> scratch64_;
   std::vector<uint32_t> scratch32_;

@@ -140,6 +140,7 @@ Status SecureRound::OnMaskedInput(const std::string& id, const wire::Message& ms
           ? server_->OnMaskedInput(position, std::span<const uint64_t>(scratch64_))
           : server_->OnMaskedInput(position, std::span<const uint32_t>(scratch32_)));
   m->second = MemberState::kSecAgg;  // its upload is done
+  UploadReceived(id);
   return absl::OkStatus();
 }
 

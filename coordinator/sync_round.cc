@@ -175,6 +175,9 @@ void SyncRound::GrantSlots() {
       continue;
     }
     m->second = MemberState::kUploading;
+    // Its upload starts now (the grant): a masked input's duration is timed by the session, a
+    // result's by the slot (OnFitResult).
+    if (round.secure) round.secure->OnUploadGranted(id, &round.metrics.upload_seconds);
     // The transport holds undelivered bytes of this connection up to the result's size, and no
     // more (transport.h): a result (or a masked input) is the only large message a client sends.
     const size_t bytes = round.secure ? round.secure->UploadBytes()
@@ -215,12 +218,20 @@ void SyncRound::OnFitResult(const std::string& id, const wire::Message& msg) {
                   msg.round);
     return;
   }
+  // The upload ran from its grant to now: the transport hands over a message once its last frame
+  // (chunk) arrived, so this is when the whole update was received. (A member always uploads
+  // under a grant: kUploading is only ever reached through GrantSlots.)
+  const std::optional<int64_t> granted_ms = slots_->HeldSinceMs(id);
   slots_->Release(id);
   const auto& result = std::get<wire::FitResult>(msg.body);
   int64_t weight = 0;
   Status st = FoldResult(id, msg, result, &weight);
   if (st.ok()) {
     m->second = MemberState::kDone;
+    if (granted_ms) {
+      round.metrics.upload_seconds.push_back(
+          static_cast<double>(std::max<int64_t>(0, clock_->NowMs() - *granted_ms)) / 1000.0);
+    }
     round.metrics.results++;
     round.metrics.examples += weight;
     round.weighted_loss += result.train_loss * static_cast<double>(weight);

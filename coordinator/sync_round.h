@@ -3,9 +3,10 @@
 // parts share (Round).
 //
 // Owns: the handlers of a plain round's messages (upload requests, results, clients' errors), the
-// granting of upload slots in request order, the validation and folding of every result (FedAvg
-// weights capped by the cohort's median claim, norm-bounded clipping: UpdateNormBound, whose state
-// is job-long), and the end of a plain round (every member done or failed, or the deadline).
+// granting of upload slots in request order (each folded result's upload timed from its grant:
+// RoundMetrics::upload_seconds), the validation and folding of every result (FedAvg weights capped
+// by the cohort's median claim, norm-bounded clipping: UpdateNormBound, whose state is job-long),
+// and the end of a plain round (every member done or failed, or the deadline).
 // Borrows: the job's options, the transport and clock, the population (read only: connections,
 // liveness, claimed example counts), the upload slots, the aggregator and the privacy session (its
 // per-round settings and update check); and its host, the coordinator, for what leaves the round

@@ -25,6 +25,12 @@ bool UploadSlots::Release(const std::string& id) {
   return true;
 }
 
+std::optional<int64_t> UploadSlots::HeldSinceMs(const std::string& id) const {
+  auto it = holders_.find(id);
+  if (it == holders_.end()) return std::nullopt;
+  return it->second.since_ms;
+}
+
 std::vector<std::string> UploadSlots::Stale() const {
   const int64_t now = clock_->NowMs();
   std::vector<std::string> stale;

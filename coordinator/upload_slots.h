@@ -39,6 +39,9 @@ class UploadSlots {
   // `id` leaves the queue and gives its slot back (it uploaded, failed or rejoined): the
   // allowance of the connection it was granted on is withdrawn. True when it held a slot.
   bool Release(const std::string& id);
+  // When `id` was granted the slot it holds (Clock::NowMs at Hold), nullopt when it holds none:
+  // the start of its upload, for the round's upload durations.
+  std::optional<int64_t> HeldSinceMs(const std::string& id) const;
   // Members that have held their slot for longer than the timeout.
   std::vector<std::string> Stale() const;
   // Every slot given back and the queue emptied (a round's end or start).

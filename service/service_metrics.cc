@@ -15,6 +15,12 @@ double Number(const json& row, const char* key, double otherwise = 0) {
   return it != row.end() && it->is_number() ? it->get<double>() : otherwise;
 }
 
+// Bounds of the upload-duration histogram: Prometheus's default buckets (5 ms - 10 s), then up to
+// a minute (round.upload_timeout_s is 30 s by default); longer uploads count in +Inf.
+Histogram UploadHistogram() {
+  return *Histogram::Create({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+}
+
 }  // namespace
 
 ServiceMetrics::ServiceMetrics() = default;
@@ -24,6 +30,7 @@ void ServiceMetrics::OnJobStart(const std::string& job, int64_t planned_rounds) 
   Job& j = jobs_[job];
   j.planned_rounds = planned_rounds;
   if (!j.round_seconds) j.round_seconds = *Histogram::Exponential(0.05, 2, 14);  // 50 ms - 7 min
+  if (!j.upload_seconds) j.upload_seconds = UploadHistogram();
   finished_.erase(std::remove(finished_.begin(), finished_.end(), job), finished_.end());
 }
 
@@ -49,6 +56,13 @@ void ServiceMetrics::OnRound(const std::string& job, const std::string& public_r
   }
   if (!j.round_seconds) j.round_seconds = *Histogram::Exponential(0.05, 2, 14);
   j.round_seconds->Observe(Number(op, "duration_s"));
+  if (!j.upload_seconds) j.upload_seconds = UploadHistogram();
+  // One per contributing member (at most the round's cohort): each member's upload.
+  if (auto it = op.find("upload_seconds"); it != op.end() && it->is_array()) {
+    for (const json& seconds : *it) {
+      if (seconds.is_number()) j.upload_seconds->Observe(seconds.get<double>());
+    }
+  }
   j.members["contributed"] += Number(op, "results");
   for (const char* outcome : {"dropped", "rejected", "declined", "failed"}) {
     j.members[outcome] += Number(op, outcome);
@@ -125,6 +139,10 @@ std::vector<MetricFamily> ServiceMetrics::Families(const ServiceCounts& counts,
   // Operator-only: counts, traffic and timings computed without noise.
   MetricFamily seconds = MetricFamily::HistogramFamily(
       "huddle_operator_round_duration_seconds", "Operator-only: duration of the job's rounds");
+  MetricFamily uploads = MetricFamily::HistogramFamily(
+      "huddle_operator_upload_duration_seconds",
+      "Operator-only: duration of each contributing member's upload, from its upload grant to its "
+      "whole update received");
   MetricFamily members =
       MetricFamily::Counter("huddle_operator_round_members_total",
                             "Operator-only: sampled clients by what became of them in a round");
@@ -135,13 +153,14 @@ std::vector<MetricFamily> ServiceMetrics::Families(const ServiceCounts& counts,
   for (const auto& [name, j] : jobs_) {
     const Labels l = {{"huddle_job", name}};
     if (j.round_seconds) seconds.Add(l, *j.round_seconds);
+    if (j.upload_seconds) uploads.Add(l, *j.upload_seconds);
     for (const auto& [outcome, n] : j.members) {
       members.Add({{"huddle_job", name}, {"outcome", outcome}}, n);
     }
     in.Add(l, j.bytes_in);
     sent.Add(l, j.bytes_out);
   }
-  for (MetricFamily* f : {&seconds, &members, &in, &sent}) out.push_back(std::move(*f));
+  for (MetricFamily* f : {&seconds, &uploads, &members, &in, &sent}) out.push_back(std::move(*f));
   out.push_back(MetricFamily::Counter("huddle_operator_received_bytes_total",
                                       "Operator-only: bytes received on the agents' endpoint")
                     .Add(static_cast<double>(counts.bytes_in)));

@@ -74,6 +74,9 @@ class ServiceMetrics {
     double budget_epsilon = 0;
     // Operator-only.
     std::optional<Histogram> round_seconds;
+    // Each contributing member's upload, grant to update received (the operator row's
+    // `upload_seconds`: coordinator/round_metrics.h); 5 ms - 60 s.
+    std::optional<Histogram> upload_seconds;
     std::map<std::string, double> members;  // outcome -> cumulative count
     double bytes_in = 0;
     double bytes_out = 0;

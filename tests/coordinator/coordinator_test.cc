@@ -90,6 +90,9 @@ TEST_F(CoordinatorTest, RoundsCompleteAndApplyTheWeightedMean) {
   EXPECT_EQ(metrics[0].results, 4);
   EXPECT_EQ(metrics[0].dropped, 0);
   EXPECT_TRUE(metrics[0].updated);
+  // One upload duration per contributing member.
+  ASSERT_EQ(metrics[0].upload_seconds.size(), 4u);
+  for (double s : metrics[0].upload_seconds) EXPECT_GE(s, 0);
 
   // Expected: init + sum_k n_k d_k / sum_k n_k, in double.
   TensorList expected = models::InitModel(o.model, DeriveSeed(o.seed, 0x696e6974));
@@ -1045,8 +1048,9 @@ TEST_F(DpCoordinatorTest, MetricsSeparatePublicValuesFromOperatorDiagnostics) {
   RunJob(o, Clients(3), 1);
   const std::string pub = ReadFile(o.out_dir + "/metrics.jsonl").value();
   const std::string ops = ReadFile(o.out_dir + "/operator_metrics.jsonl").value();
-  for (const char* raw : {"clients_sampled", "results", "examples", "within_clip", "noise_seconds",
-                          "duration_s", "bytes_in", "clients_enrolled"}) {
+  for (const char* raw :
+       {"clients_sampled", "results", "examples", "within_clip", "noise_seconds", "duration_s",
+        "bytes_in", "clients_enrolled", "upload_s", "upload_seconds"}) {
     EXPECT_EQ(pub.find(raw), std::string::npos) << raw << " in metrics.jsonl: " << pub;
     EXPECT_NE(ops.find(raw), std::string::npos) << raw << " not in operator_metrics.jsonl";
   }

@@ -256,6 +256,14 @@ TEST_F(SecAggRefusalTest, AMemberWhoseUploadRequestIsMalformedDoesNotHoldTheMask
   ExpectNoStageTimedOut();
   EXPECT_EQ(metrics_[0].results, 7);
   EXPECT_EQ(metrics_[0].rejected, 1);
+  // Each masked input's upload is timed from its grant; site-3 was never granted one.
+  ASSERT_TRUE(metrics_[0].secure_aggregation.has_value());
+  EXPECT_EQ(metrics_[0].secure_aggregation->masked, 7);
+  ASSERT_EQ(metrics_[0].upload_seconds.size(), 7u);
+  for (double s : metrics_[0].upload_seconds) {
+    EXPECT_GE(s, 0);
+    EXPECT_LT(s * 1000, kStageTimeoutMs);
+  }
 }
 
 TEST_F(SecAggRefusalTest, AMemberWhoseConsistencyIsMalformedDoesNotHoldItsStageOpen) {

@@ -27,6 +27,7 @@ namespace secagg = aggregation::secagg;
 const ModelLayout kLayout = {{"w", DType::kFloat32, {8, 4}}, {"b", DType::kFloat32, {3}}};
 constexpr int64_t kStageTimeoutMs = 60'000;
 constexpr uint64_t kRound = 7;
+constexpr int64_t kUploadMs = 40;  // each member's upload, from its grant to its masked input
 
 // Member i's update: small values, distinct per member and coordinate.
 TensorList UpdateOf(int i) {
@@ -122,10 +123,17 @@ class Federation : public SecureRoundHost {
         }
         delivered = true;
       }
-      // Stage 4: every member asked to mask gets its upload slot at once.
+      // Stage 4: every member asked to mask gets its upload slot at once, and uploads in
+      // kUploadMs.
+      std::vector<std::string> granted;
       for (auto& [id, state] : members_) {
         if (state != MemberState::kSecAggMasking || silent.count(id) != 0) continue;
         state = MemberState::kUploading;
+        round.OnUploadGranted(id, &uploads_);
+        granted.push_back(id);
+      }
+      if (!granted.empty()) clock_.Advance(kUploadMs);
+      for (const std::string& id : granted) {
         ASSERT_TRUE(parts_.at(id).masked());
         Status st =
             round.OnMessage(id, parts_.at(id).MaskedInput(kRound, 0, id, kLayout), nonces_[id], 0);
@@ -209,6 +217,7 @@ class Federation : public SecureRoundHost {
   bool unmask_before_account_ = false;
   std::vector<privacy::LedgerEntry> ledger_;
   SecureRound* round_ptr_ = nullptr;  // the session FailMember reports to
+  std::vector<double> uploads_;       // the masked inputs' upload durations (OnUploadGranted)
 };
 
 void ExpectNear(const TensorList& got, const TensorList& want, double tolerance) {
@@ -245,6 +254,8 @@ TEST(SecureRound, ReleasesTheMembersSumAndTheirMean) {
   for (const auto& [id, state] : f.members_) EXPECT_EQ(state, MemberState::kDone) << id;
   EXPECT_TRUE(round->metrics().released);
   EXPECT_EQ(round->metrics().masked, 6);
+  // Each masked input's upload, timed from its grant.
+  EXPECT_EQ(f.uploads_, std::vector<double>(6, kUploadMs / 1000.0));
   EXPECT_TRUE(f.failed_.empty());
   EXPECT_EQ(f.accounted_, 0);  // no DP: nothing for the ledger
   EXPECT_FALSE(round->Step());
@@ -274,6 +285,7 @@ TEST(SecureRound, AMemberSilentAfterTheRevealIsADropoutAndTheOthersSumIsReleased
     if (id != "site-5") others.push_back(id);
   }
   EXPECT_EQ(round->survivors(), 7);
+  EXPECT_EQ(f.uploads_.size(), 7u) << "the silent member uploaded nothing";
   ExpectNear(*round->sum(), f.PlainSum(others), 1e-4);
 }
 

@@ -151,6 +151,25 @@ TEST_F(SyncRoundTest, SlotsAreGrantedInRequestOrderAndResultsFoldUnderTheirGrant
   EXPECT_FALSE(sync_->Step(&wait_ms)) << "every member is done";
 }
 
+TEST_F(SyncRoundTest, EachFoldedResultsUploadIsTimedFromItsGrant) {
+  Open(1, {"a", "b", "c"});
+  sync_->OnUploadRequest("b", UploadRequest("b"));  // granted now
+  sync_->OnUploadRequest("a", UploadRequest("a"));  // waits for b's slot
+  sync_->OnUploadRequest("c", UploadRequest("c"));
+  clock_.Advance(250);
+  sync_->OnFitResult("b", Result("b"));  // a is granted now
+  clock_.Advance(1'500);
+  sync_->OnFitResult("a", Result("a"));  // c is granted now
+  clock_.Advance(40);
+  wire::Message bad = Result("c");
+  std::get<wire::FitResult>(bad.body).model_version = 6;
+  sync_->OnFitResult("c", bad);
+  EXPECT_EQ(round_.members["c"], MemberState::kFailed);
+  EXPECT_EQ(round_.metrics.results, 2);
+  // The waits for a slot are not the uploads'; a refused result contributed nothing.
+  EXPECT_EQ(round_.metrics.upload_seconds, (std::vector<double>{0.25, 1.5}));
+}
+
 TEST_F(SyncRoundTest, StaleRoundsNoncesAndErrorsAreRefusedThroughTheHost) {
   Open(2, {"a", "b", "c"});
   wire::Message old = UploadRequest("a");

@@ -74,5 +74,21 @@ TEST(UploadSlotsTest, GrantsHeldPastTheTimeoutAreStale) {
   EXPECT_EQ(slots.Stale(), (std::vector<std::string>{"a", "b"}));
 }
 
+TEST(UploadSlotsTest, AHeldSlotKnowsWhenItWasGranted) {
+  testing::ManualClock clock;
+  AllowanceRecorder transport;
+  UploadSlots slots(&transport, &clock, 1, 1000);
+  const int64_t granted = clock.NowMs();
+  slots.Enqueue("a");
+  slots.Enqueue("b");
+  ASSERT_EQ(slots.NextWaiting(), "a");
+  slots.Hold("a", "peer-a", 1);
+  clock.Advance(300);
+  EXPECT_EQ(slots.HeldSinceMs("a"), granted);
+  EXPECT_EQ(slots.HeldSinceMs("b"), std::nullopt) << "waiting is not holding";
+  slots.Release("a");
+  EXPECT_EQ(slots.HeldSinceMs("a"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace huddle::coordinator

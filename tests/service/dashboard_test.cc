@@ -90,6 +90,47 @@ TEST(ServiceMetricsTest, PublicFamiliesHoldNoOperatorOnlyValue) {
       << *all;
 }
 
+// Each contributing member's upload (the operator row's `upload_seconds`) is one observation of
+// an operator-only histogram; a public scrape shows none of it.
+TEST(ServiceMetricsTest, UploadDurationsFeedAnOperatorOnlyHistogram) {
+  ServiceMetrics metrics;
+  metrics.OnJobStart("j", 10);
+  metrics.OnRound("j", R"({"round":1})",
+                  R"({"round":1,"results":3,"duration_s":4,"upload_s":{"count":3},)"
+                  R"("upload_seconds":[0.004,0.3,75]})");
+  metrics.OnRound("j", R"({"round":2})", R"({"round":2,"results":1,"upload_seconds":[2]})");
+  const MetricFamily* uploads = nullptr;
+  const std::vector<MetricFamily> families = metrics.Families(ServiceCounts{}, true);
+  for (const MetricFamily& f : families) {
+    if (f.name() == "huddle_operator_upload_duration_seconds") uploads = &f;
+  }
+  ASSERT_NE(uploads, nullptr);
+  EXPECT_EQ(uploads->type(), MetricType::kHistogram);
+  ASSERT_EQ(uploads->samples().size(), 1u);
+  EXPECT_EQ(uploads->samples()[0].labels, (Labels{{"huddle_job", "j"}}));
+  const Histogram& h = std::get<Histogram>(uploads->samples()[0].value);
+  EXPECT_EQ(h.upper_bounds(),
+            (std::vector<double>{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}));
+  EXPECT_EQ(h.count(), 4u);
+  EXPECT_DOUBLE_EQ(h.sum(), 77.304);
+  const auto rendered = Render(families);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  for (const char* line :
+       {"huddle_operator_upload_duration_seconds_bucket{huddle_job=\"j\",le=\"0.005\"} 1\n",
+        "huddle_operator_upload_duration_seconds_bucket{huddle_job=\"j\",le=\"0.25\"} 1\n",
+        "huddle_operator_upload_duration_seconds_bucket{huddle_job=\"j\",le=\"0.5\"} 2\n",
+        "huddle_operator_upload_duration_seconds_bucket{huddle_job=\"j\",le=\"2.5\"} 3\n",
+        "huddle_operator_upload_duration_seconds_bucket{huddle_job=\"j\",le=\"60\"} 3\n",
+        "huddle_operator_upload_duration_seconds_bucket{huddle_job=\"j\",le=\"+Inf\"} 4\n",
+        "huddle_operator_upload_duration_seconds_count{huddle_job=\"j\"} 4\n",
+        "# TYPE huddle_operator_upload_duration_seconds histogram\n"}) {
+    EXPECT_NE(rendered->find(line), std::string::npos) << line << " not in\n" << *rendered;
+  }
+  for (const MetricFamily& f : metrics.Families(ServiceCounts{}, /*operator_families=*/false)) {
+    EXPECT_NE(f.name(), "huddle_operator_upload_duration_seconds");
+  }
+}
+
 // A long-lived service keeps the series of its last 32 finished jobs, not of every job ever run.
 TEST(ServiceMetricsTest, FinishedJobsSeriesAreBounded) {
   ServiceMetrics metrics;
