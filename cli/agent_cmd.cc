@@ -9,6 +9,7 @@
 #include "client/agent.h"
 #include "client/runner.h"
 #include "client/service_agent.h"
+#include "client/silo.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_isa.h"
@@ -33,11 +34,6 @@ int RunAgentCommand(const AgentFlags& flags) {
     return usage(
         "datasets: an agent declares its data sets by name (datasets: {NAME: {path: ..., format: "
         "idx|csv}}); a job submitted to the service names the one it trains on");
-  }
-  if (config.silo_nproc > 1) {
-    return usage(
-        "silo: a service agent trains on one device for now; use `huddle client` for a "
-        "silo");
   }
   if (flags.insecure) WarnInsecure("agent");
   auto zopts = client::ClientTransportOptions(&config, flags.insecure);
@@ -66,13 +62,25 @@ int RunAgentCommand(const AgentFlags& flags) {
   }
   auto device = kernels::ParseDeviceRequest(config.device);
   if (!device.ok()) return usage(std::string(device.status().message()));
-  auto backend = kernels::OpenBackend(*device);
-  if (!backend.ok()) {
-    std::fprintf(stderr, "%s: %s\n", kCommand, std::string(backend.status().message()).c_str());
-    return kExitUsage;
+  // One device (or one silo of several ranks, connected once) for the agent's life, lent to each
+  // job's agent in turn (one job at a time).
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<client::Silo> silo;
+  if (config.silo_nproc > 1) {
+    client::SiloOptions silo_options;
+    silo_options.nproc = config.silo_nproc;
+    silo_options.device = *device;
+    auto created = client::Silo::Create(silo_options);
+    if (!created.ok()) return usage(std::string(created.status().message()));
+    silo = *std::move(created);
+    spdlog::info("training as a silo: {} (device: {})", silo->description(), config.device);
+  } else {
+    auto opened = kernels::OpenBackend(*device);
+    if (!opened.ok()) return usage(std::string(opened.status().message()));
+    backend = *std::move(opened);
+    spdlog::info("training on {} (device: {}; cpu kernels: {})", backend->name(), config.device,
+                 kernels::CpuIsaDescription());
   }
-  spdlog::info("training on {} (device: {}; cpu kernels: {})", (*backend)->name(), config.device,
-               kernels::CpuIsaDescription());
   auto guard = client::OpenPrivacyGuard(config);
   if (!guard.ok()) {
     std::fprintf(stderr, "%s: %s\n", kCommand, std::string(guard.status().message()).c_str());
@@ -80,7 +88,6 @@ int RunAgentCommand(const AgentFlags& flags) {
   }
   auto identity = client::SecAggIdentityOf(config);
   if (!identity.ok()) return usage(std::string(identity.status().message()));
-  kernels::Backend* b = backend->get();
   client::JobAgentFactory factory =
       [&](const std::string& job,
           const std::string& data) -> StatusOr<std::unique_ptr<client::ClientAgent>> {
@@ -89,7 +96,11 @@ int RunAgentCommand(const AgentFlags& flags) {
       return absl::NotFoundError(absl::StrCat("no data set '", data, "'"));
     }
     auto agent = std::make_unique<client::ClientAgent>(config.client_id, &view->second);
-    agent->builtin()->set_backend(b);
+    if (silo) {
+      agent->builtin()->set_silo(silo.get());
+    } else {
+      agent->builtin()->set_backend(backend.get());
+    }
     if (*identity) agent->set_secagg_identity(**identity);
     agent->set_max_sessions_per_round(config.secure_aggregation.max_sessions_per_round);
     spdlog::debug("job '{}': agent ready on '{}'", job, data);

@@ -13,6 +13,7 @@
 #include "common/member_certificate.h"
 #include "coordinator/coordinator.h"
 #include "service/operator_api.h"
+#include "service/service.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -194,5 +195,17 @@ Status GenerateLocalKeys(const std::string& dir, const std::vector<std::string>&
 StatusOr<coordinator::Evaluator> MakeEvaluator(const JobConfig& job);
 // Shared by the coordinator and simulation paths: loads the evaluation set and runs the job.
 int RunCoordinatorWith(JobConfig job, class transport::ServerTransport* transport);
+// The "done: ..." lines on stdout after a job (rounds, accuracy, privacy, traffic, outputs).
+void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator::JobSummary& s);
+
+// A loaded job as the service runs it (`huddle serve` and `huddle run`, cli/serve_cmd.cc): its
+// evaluator loaded, the agents it asks for, and a run that logs its start notes, runs its
+// Coordinator over the service's transport and hands each round's rows to the service.
+// `on_round` and `on_done` (optional) also get each round's metrics and the job's summary.
+struct PreparedHooks {
+  std::function<void(const coordinator::RoundMetrics&)> on_round;
+  std::function<void(const coordinator::JobSummary&)> on_done;
+};
+StatusOr<service::PreparedJob> PrepareLoadedJob(JobConfig job, PreparedHooks hooks = {});
 
 }  // namespace huddle::cli

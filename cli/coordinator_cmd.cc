@@ -65,30 +65,7 @@ StatusOr<coordinator::Evaluator> MakeEvaluator(const JobConfig& job) {
   });
 }
 
-int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
-  const coordinator::CoordinatorOptions& o = job.coordinator;
-  LogStartNotes(job);
-  StatusOr<coordinator::Evaluator> evaluator = MakeEvaluator(job);
-  if (!evaluator.ok()) {
-    std::fprintf(stderr, "huddle coordinator: %s\n",
-                 std::string(evaluator.status().message()).c_str());
-    return kExitFailed;
-  }
-  auto on_round = [](const coordinator::RoundMetrics& m) {
-    std::printf("%s\n", m.ProgressLine().c_str());
-    std::fflush(stdout);
-  };
-  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), *std::move(evaluator), on_round);
-  std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
-              static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
-  std::fflush(stdout);
-  Status st = coord.Run(&StopFlag());
-  if (!st.ok()) {
-    std::fprintf(stderr, "huddle coordinator: %s%s\n", absl::IsAborted(st) ? "job failed: " : "",
-                 std::string(st.message()).c_str());
-    return absl::IsCancelled(st) ? StopExitCode() : kExitFailed;
-  }
-  const coordinator::JobSummary& s = coord.summary();
+void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator::JobSummary& s) {
   std::printf("done: %llu rounds in %.1f s", static_cast<unsigned long long>(s.rounds_completed),
               s.elapsed_s);
   if (s.final_test_accuracy) {
@@ -122,6 +99,32 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
                     : "");
   }
   std::fflush(stdout);
+}
+
+int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
+  const coordinator::CoordinatorOptions& o = job.coordinator;
+  LogStartNotes(job);
+  StatusOr<coordinator::Evaluator> evaluator = MakeEvaluator(job);
+  if (!evaluator.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s\n",
+                 std::string(evaluator.status().message()).c_str());
+    return kExitFailed;
+  }
+  auto on_round = [](const coordinator::RoundMetrics& m) {
+    std::printf("%s\n", m.ProgressLine().c_str());
+    std::fflush(stdout);
+  };
+  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), *std::move(evaluator), on_round);
+  std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
+              static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
+  std::fflush(stdout);
+  Status st = coord.Run(&StopFlag());
+  if (!st.ok()) {
+    std::fprintf(stderr, "huddle coordinator: %s%s\n", absl::IsAborted(st) ? "job failed: " : "",
+                 std::string(st.message()).c_str());
+    return absl::IsCancelled(st) ? StopExitCode() : kExitFailed;
+  }
+  PrintJobSummary(o, coord.summary());
   return 0;
 }
 

@@ -1,6 +1,8 @@
 #include "cli/process.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,9 +36,13 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& l
   for (const std::string& x : extra_env) env.push_back(const_cast<char*>(x.c_str()));
   env.push_back(nullptr);
   const std::string failed = "cannot start " + argv[0] + "\n";
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
+    // A launcher's children never outlive it: killed (SIGKILL, a closed pipe), it takes them
+    // along (SIGTERM, their clean stop) rather than leaving agents or ranks running unowned.
+    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(127);
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       if (!keep_stdout) ::dup2(fd, STDOUT_FILENO);

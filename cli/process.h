@@ -14,6 +14,8 @@ namespace huddle::cli {
 // the file `log` (truncated). The child's environment is this process's plus `extra_env`
 // ("NAME=value", overriding): a way to hand a child a secret that the command line, which every
 // user can read in /proc, must not carry (a process's environment is readable by its owner only).
+// The child gets SIGTERM when the thread that started it ends (the launcher's main thread: when
+// the launcher exits, however it dies), so no child outlives its launcher.
 StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
                       bool keep_stdout, const std::vector<std::string>& extra_env = {});
 

@@ -1,14 +1,20 @@
 // `huddle run job.yaml --out DIR`: a whole federation on this machine.
 //
-// Without a `simulation` section: one coordinator process and `clients` client processes on
-// 127.0.0.1, each client loading only its own shard. Progress comes from the coordinator's
-// stdout; every process logs to DIR/logs/.
+// Without a `simulation` section: the service of `huddle serve` in this process, on a loopback
+// port with its state in DIR/service, and `clients` `huddle agent` processes, each declaring only
+// its own shard of the job's data; the job is submitted to the service and runs as any submitted
+// job does (service/service.h). Progress and the summary on stdout; the coordinator side logs to
+// DIR/logs/coordinator.log, each agent to DIR/logs/client-NNN.log.
 // With `simulation: {clients: N}`: the same coordinator and client agent code in this process,
-// over the in-process transport, N agents sharing one copy of the training set.
+// over the in-process transport, N agents sharing one copy of the training set (no sessions: the
+// simulated clients are the job's from the start).
 #include <signal.h>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +22,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "client/agent.h"
@@ -25,8 +34,12 @@
 #include "data/csv.h"
 #include "data/fashion_mnist.h"
 #include "data/partition.h"
+#include "models/model.h"
+#include "service/job_log.h"
+#include "service/service.h"
 #include "transport/inproc_transport.h"
 #include "transport/ports.h"
+#include "transport/zmq_transport.h"
 
 namespace huddle::cli {
 namespace {
@@ -90,19 +103,51 @@ client::ClientSecAgg SecAggForJob(const JobConfig& job) {
   return c;
 }
 
-// The policy as a client YAML (`huddle client --config`), numbers in round-trip form; with secure
-// aggregation, the client's assumptions and the project key it pins too.
-std::string ClientYaml(const client::ClientPrivacyPolicy& p, const JobConfig& job,
-                       const std::string& project_public_key) {
-  std::string y;
-  if (job.coordinator.secure_aggregation.enabled) {
+// A YAML double-quoted scalar of `s` (paths may hold any character).
+std::string Quoted(const std::string& s) {
+  YAML::Emitter e;
+  e << YAML::DoubleQuoted << s;
+  return e.c_str();
+}
+
+// The data set name the local agents declare and the job trains on.
+constexpr char kRunData[] = "local";
+
+// Agent `i`'s configuration (`huddle agent --config`): the service's endpoint and keys, its shard
+// of the job's data as the one data set it declares, its device, and, under DP or with secure
+// aggregation, the job's own policy and threat model as a client that protects itself would state
+// them (numbers in round-trip form).
+std::string AgentYaml(const JobConfig& job, const std::string& endpoint, const std::string& id,
+                      int64_t shard, const std::string& keys, bool insecure,
+                      const client::ClientPrivacyPolicy& p) {
+  const data::DataSpec& d = job.client_data;
+  std::string y = fmt::format("coordinator: {}\nclient_id: {}\ndevice: {}\n", Quoted(endpoint),
+                              Quoted(id), Quoted(job.client_device));
+  if (job.client_silo_nproc > 1) y += fmt::format("silo: {{nproc: {}}}\n", job.client_silo_nproc);
+  y += fmt::format("datasets:\n  {}:\n    path: {}\n    format: {}\n", kRunData,
+                   Quoted(std::filesystem::absolute(d.path).string()), d.format);
+  if (d.format == "csv") {
+    y += fmt::format("    num_classes: {}\n    scale_255: {}\n", d.num_classes, d.csv_scale_255);
+  }
+  if (d.partitioned) {
+    y += fmt::format(
+        "    partition: {}\n    num_shards: {}\n    shard: {}\n    alpha: {}\n    seed: {}\n",
+        d.partition.kind == data::PartitionOptions::Kind::kIid ? "iid" : "dirichlet",
+        job.local_clients, shard, d.partition.alpha, d.partition.seed);
+  }
+  const bool secagg = job.coordinator.secure_aggregation.enabled;
+  if (!insecure || secagg) {
+    y += fmt::format("security:\n  secret_key: {}\n", Quoted(keys + "/clients/" + id + ".key"));
+    if (!insecure) y += fmt::format("  server_public_key: {}\n", Quoted(keys + "/server.pub"));
+    if (secagg) y += fmt::format("  project_public_key: {}\n", Quoted(keys + "/project.pub"));
+  }
+  if (secagg) {
     const client::ClientSecAgg a = SecAggForJob(job);
-    y += fmt::format("security: {{project_public_key: \"{}\"}}\n", project_public_key);
     y += fmt::format("secure_aggregation: {{corrupt_fraction: {}, security_bits: {}}}\n",
                      a.corrupt_fraction, a.security_bits);
   }
   if (!p.any()) return y;
-  y += fmt::format("privacy:\n  ledger: \"{}\"\n  reply_after_s: {}\n", p.ledger_path,
+  y += fmt::format("privacy:\n  ledger: {}\n  reply_after_s: {}\n", Quoted(p.ledger_path),
                    static_cast<double>(p.reply_after_ms.value_or(0)) / 1000);
   if (p.local) {
     y += fmt::format(
@@ -124,152 +169,207 @@ std::string ClientYaml(const client::ClientPrivacyPolicy& p, const JobConfig& jo
   return y;
 }
 
-int RunProcesses(const JobConfig& job, const std::string& config, const std::string& out,
+std::string NowIso() {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+}
+
+// The local agents: started, watched, and stopped when the job is over.
+class LocalAgents {
+ public:
+  ~LocalAgents() { StopAll(); }
+  Status Start(const std::vector<std::string>& argv, const std::string& log) {
+    HUDDLE_ASSIGN_OR_RETURN(pid_t pid, Spawn(argv, log, /*keep_stdout=*/false));
+    pids_.push_back(pid);
+    logs_.push_back(log);
+    return absl::OkStatus();
+  }
+  // An agent that exited (agents stay until stopped: any exit is a failure), with its last line.
+  std::optional<std::string> Failed() {
+    for (size_t i = 0; i < pids_.size(); ++i) {
+      int status = 0;
+      if (pids_[i] > 0 && ::waitpid(pids_[i], &status, WNOHANG) == pids_[i]) {
+        pids_[i] = -1;
+        return fmt::format("an agent exited with {}: {} (see {})", ExitCode(status),
+                           LastLogLine(logs_[i]), logs_[i]);
+      }
+    }
+    return std::nullopt;
+  }
+  // SIGTERM to every agent (each leaves its session and exits), SIGKILL past 10 s.
+  void StopAll() {
+    for (pid_t pid : pids_) {
+      if (pid > 0) ::kill(pid, SIGTERM);
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (pid_t& pid : pids_) {
+      if (pid <= 0) continue;
+      int status = 0;
+      while (::waitpid(pid, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > give_up) {
+          ::kill(pid, SIGKILL);
+          ::waitpid(pid, &status, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      pid = -1;
+    }
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<std::string> logs_;
+};
+
+// A process federation on this machine, built on the service: this process hosts the service
+// (service/service.h) on a loopback port with its state in OUT/service, submits the job to it,
+// and starts `clients` `huddle agent` processes, each declaring its shard of the job's data; the
+// job runs exactly as a submitted job on `huddle serve`. Progress and the summary on stdout.
+int RunProcesses(JobConfig job, const std::string& config, const std::string& out,
                  const std::string& exe, const RunFlags& flags) {
   const bool insecure = flags.insecure;
+  auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "huddle run: %s\n", why.c_str());
+    return kExitFailed;
+  };
   auto port = transport::FreeLoopbackPort();
-  if (!port.ok()) {
-    std::fprintf(stderr, "huddle run: %s\n", std::string(port.status().message()).c_str());
-    return 1;
-  }
+  if (!port.ok()) return fail(std::string(port.status().message()));
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(*port);
   const std::string logs = out + "/logs";
-  if (Status st = MakeDirs(logs); !st.ok()) {
-    std::fprintf(stderr, "huddle run: %s\n", std::string(st.message()).c_str());
-    return 1;
-  }
+  if (Status st = MakeDirs(logs); !st.ok()) return fail(std::string(st.message()));
   std::vector<std::string> ids;
-  for (int64_t i = 0; i < job.local_clients; ++i) {
-    char id[32];
-    std::snprintf(id, sizeof(id), "client-%03lld", static_cast<long long>(i));
-    ids.push_back(id);
-  }
+  for (int64_t i = 0; i < job.local_clients; ++i) ids.push_back(fmt::format("client-{:03}", i));
   // Even a local federation is encrypted and authenticated: fresh keys for every run. Secure
   // aggregation needs them even in plaintext: its members sign with certified keys.
-  const std::string keys = out + "/keys";
+  const std::string keys = std::filesystem::absolute(out + "/keys").string();
   const bool secagg = job.coordinator.secure_aggregation.enabled;
   if (insecure) WarnInsecure("run");
   if (!insecure || secagg) {
     if (Status st = GenerateLocalKeys(keys, ids); !st.ok()) {
-      std::fprintf(stderr, "huddle run: generating keys: %s\n", std::string(st.message()).c_str());
-      return 1;
+      return fail("generating keys: " + std::string(st.message()));
     }
+    job.security.allowed_clients = keys + "/allowed";
+    job.security.server_secret_key = keys + "/server.key";
   }
-  std::printf("huddle run: coordinator on %s, %lld client processes, %s, logs in %s\n",
-              endpoint.c_str(), static_cast<long long>(job.local_clients),
+  // The coordinator side's log lines (the service's and its job's) go to OUT/logs/coordinator.log
+  // at the job's log level; the console shows warnings and errors.
+  if (Status st = SetupLogging(job.log_level, "run"); !st.ok())
+    return fail(std::string(st.message()));
+  try {
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(logs + "/coordinator.log",
+                                                                    /*truncate=*/true);
+    file->set_formatter(std::make_unique<spdlog::pattern_formatter>(
+        absl::StrCat(kLogTimePattern, " [coordinator] %l %v"), spdlog::pattern_time_type::utc));
+    for (auto& sink : spdlog::default_logger()->sinks()) sink->set_level(spdlog::level::warn);
+    spdlog::default_logger()->sinks().push_back(std::move(file));
+    spdlog::default_logger()->flush_on(spdlog::level::trace);  // a log to follow as it runs
+  } catch (const spdlog::spdlog_ex& e) {
+    return fail(absl::StrCat("cannot open ", logs, "/coordinator.log: ", e.what()));
+  }
+  (void)service::InstallJobLogRouting();
+
+  coordinator::CoordinatorOptions& o = job.coordinator;
+  if (secagg) o.secure_aggregation.certificates = AllowListCertificates(keys + "/allowed");
+  job.data_name = kRunData;
+  auto zopts = CoordinatorTransportOptions(job, insecure);
+  if (!zopts.ok()) return fail(std::string(zopts.status().message()));
+  auto server = transport::BindZmqServer(endpoint, *zopts);
+  if (!server.ok()) return fail(std::string(server.status().message()));
+  // The service's state (the job's record and its own log) is this run's alone: a fresh one
+  // each time (the job's outputs, its checkpoint and ledger included, are in OUT).
+  const std::string state = out + "/service";
+  std::error_code ec;
+  std::filesystem::remove_all(state, ec);
+  auto store = service::JobStore::Open(state);
+  if (!store.ok()) return fail("state directory: " + std::string(store.status().message()));
+
+  std::printf("huddle run: service on %s, %lld agent processes, %s, logs in %s\n", endpoint.c_str(),
+              static_cast<long long>(job.local_clients),
               insecure ? "PLAINTEXT (--insecure)" : "CurveZMQ with ephemeral keys", logs.c_str());
+  std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
+              static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
   std::fflush(stdout);
 
-  std::vector<std::string> coord_argv = {exe,     "coordinator", "--config", config,
-                                         "--out", out,           "--bind",   endpoint};
-  if (flags.resume) coord_argv.push_back("--resume");
-  if (flags.force) coord_argv.push_back("--force");
-  if (insecure) {
-    coord_argv.push_back("--insecure");
-    if (secagg) coord_argv.insert(coord_argv.end(), {"--allow", keys + "/allowed"});
-  } else {
-    coord_argv.insert(coord_argv.end(),
-                      {"--server-key", keys + "/server.key", "--allow", keys + "/allowed"});
-  }
-  auto coord = Spawn(coord_argv, logs + "/coordinator.log", /*keep_stdout=*/true);
-  if (!coord.ok()) return 1;
-  std::vector<pid_t> clients;
-  std::vector<std::string> client_logs;
-  const data::DataSpec& d = job.client_data;
+  // The agents first: they load their data while the job is prepared, and join once the service
+  // runs (the endpoint is bound: their sessions wait in its queue).
+  LocalAgents agents;
+  std::optional<std::string> failure;
   for (int64_t i = 0; i < job.local_clients; ++i) {
     const std::string& id = ids[static_cast<size_t>(i)];
-    std::vector<std::string> argv = {
-        exe,        "client",         "--coordinator", endpoint, "--client-id",     id,
-        "--data",   d.path,           "--format",      d.format, "--give-up-after", "120",
-        "--device", job.client_device};
-    if (d.format == "csv") {
-      argv.insert(argv.end(), {"--num-classes", std::to_string(d.num_classes)});
-      if (d.csv_scale_255) argv.push_back("--scale-255");
-    }
-    if (job.client_silo_nproc > 1) {
-      argv.insert(argv.end(), {"--silo-nproc", std::to_string(job.client_silo_nproc)});
-    }
-    if (insecure) {
-      argv.push_back("--insecure");
-      if (secagg) argv.insert(argv.end(), {"--key", keys + "/clients/" + id + ".key"});
-    } else {
-      argv.insert(argv.end(), {"--server-key", keys + "/server.pub", "--key",
-                               keys + "/clients/" + id + ".key"});
-    }
+    const std::string dir = fmt::format("{}/clients/{}", out, id);
     const client::ClientPrivacyPolicy policy =
-        PolicyForJob(job, fmt::format("{}/clients/{}/privacy_ledger.jsonl", out, id));
-    if (policy.any() || secagg) {
-      const std::string dir = fmt::format("{}/clients/{}", out, id);
-      const std::string yaml = dir + "/client.yaml";
-      const std::string text = ClientYaml(policy, job, keys + "/project.pub");
-      if (Status st = MakeDirs(dir); !st.ok() || !WriteFileAtomic(yaml, text).ok()) {
-        std::fprintf(stderr, "huddle run: cannot write %s\n", yaml.c_str());
-        ::kill(*coord, SIGTERM);
-        return 1;
-      }
-      argv.insert(argv.end(), {"--config", yaml});
+        PolicyForJob(job, std::filesystem::absolute(dir + "/privacy_ledger.jsonl").string());
+    const std::string yaml = dir + "/agent.yaml";
+    if (Status st = MakeDirs(dir); !st.ok()) {
+      failure = std::string(st.message());
+      break;
     }
-    if (d.partitioned) {
-      argv.insert(argv.end(),
-                  {"--partition",
-                   d.partition.kind == data::PartitionOptions::Kind::kIid ? "iid" : "dirichlet",
-                   "--num-shards", std::to_string(job.local_clients), "--shard", std::to_string(i),
-                   "--alpha", std::to_string(d.partition.alpha), "--partition-seed",
-                   std::to_string(d.partition.seed)});
+    if (Status st = WriteFileAtomic(yaml, AgentYaml(job, endpoint, id, i, keys, insecure, policy));
+        !st.ok()) {
+      failure = fmt::format("cannot write {}: {}", yaml, st.message());
+      break;
     }
-    auto pid = Spawn(argv, logs + "/" + id + ".log", /*keep_stdout=*/false);
-    if (pid.ok()) {
-      clients.push_back(*pid);
-      client_logs.push_back(logs + "/" + id + ".log");
+    std::vector<std::string> argv = {exe, "agent", "--config", yaml};
+    if (insecure) argv.push_back("--insecure");
+    if (Status st = agents.Start(argv, logs + "/" + id + ".log"); !st.ok()) {
+      failure = std::string(st.message());
+      break;
     }
   }
 
-  // Wait for the coordinator. A client that fails (bad data, bad flags) stops the job at once
-  // with its own error rather than leaving the coordinator waiting for it.
-  int status = 0;
-  bool client_failed = false;
-  while (true) {
-    pid_t r = ::waitpid(*coord, &status, WNOHANG);
-    if (r == *coord) break;
-    if (StopFlag().load()) ::kill(*coord, SIGTERM);
-    for (size_t i = 0; i < clients.size() && !client_failed; ++i) {
-      int cs = 0;
-      if (clients[i] > 0 && ::waitpid(clients[i], &cs, WNOHANG) == clients[i]) {
-        clients[i] = -1;
-        if (ExitCode(cs) != 0) {
-          const std::string last = LastLogLine(client_logs[i]);
-          std::fprintf(stderr, "huddle run: a client exited with %d: %s (see %s)\n", ExitCode(cs),
-                       last.c_str(), client_logs[i].c_str());
-          client_failed = true;
-          ::kill(*coord, SIGTERM);
-        }
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The job as submitted, run in OUT with this run's --resume/--force (checked before).
+  PreparedHooks hooks;
+  hooks.on_round = [](const coordinator::RoundMetrics& m) {
+    std::printf("%s\n", m.ProgressLine().c_str());
+    std::fflush(stdout);
+  };
+  hooks.on_done = [options = o](const coordinator::JobSummary& s) { PrintJobSummary(options, s); };
+  // Prepared (its test set loaded and checked) before the service starts: a job that cannot run
+  // fails here with its own error (and the agents are stopped).
+  auto prepared = failure ? StatusOr<service::PreparedJob>(absl::AbortedError(*failure))
+                          : PrepareLoadedJob(job, std::move(hooks));
+  if (!prepared.ok()) return fail(std::string(prepared.status().message()));
+  auto preparer = [&prepared](const std::string&, const std::string&, const std::string&, bool) {
+    return prepared;
+  };
+  service::ServiceOptions options;
+  service::Service svc(options, *std::move(store), server->get(), SteadyClock::Get(), preparer,
+                       NowIso);
+  const std::string name = o.job_name;
+  const std::string submitted = ReadFile(config, 1 << 20).value_or(std::string());
+  if (auto r = svc.Submit(name, submitted, submitted, "huddle run"); !r.ok()) {
+    return fail(std::string(r.status().message()));
   }
-  // Clients leave on the coordinator's Shutdown; give them a moment, then stop the rest.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (pid_t pid : clients) {
-    if (pid <= 0) continue;
-    if (client_failed) ::kill(pid, SIGTERM);
-    int cs;
-    while (::waitpid(pid, &cs, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > give_up) {
-        ::kill(pid, SIGTERM);
-        ::waitpid(pid, &cs, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+  std::atomic<bool> stop_service{false};
+  Status served;
+  std::thread dispatcher([&] { served = svc.Run(&stop_service); });
+
+  // Until the job ends. An agent that exits (bad data, bad settings) stops the job at once with
+  // its own error rather than leaving the job waiting for it.
+  StatusOr<service::JobView> view = svc.Job(name);
+  while (!failure && !StopFlag().load()) {
+    view = svc.Job(name);
+    if (!view.ok() || service::IsFinished(view->record.state)) break;
+    failure = agents.Failed();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (failure && view.ok() && !service::IsFinished(view->record.state)) {
+    (void)svc.Stop(name, "huddle run");
+  }
+  stop_service.store(true);
+  server->get()->Wake();
+  dispatcher.join();
+  agents.StopAll();
   if (StopFlag().load()) return StopExitCode();
-  if (client_failed) return 1;
-  const int code = ExitCode(status);
-  if (code != 0) {
-    std::fprintf(stderr, "huddle run: coordinator exited with %d; see %s/coordinator.log\n", code,
-                 logs.c_str());
+  if (failure) return fail(*failure);
+  if (!served.ok()) return fail(std::string(served.message()));
+  view = svc.Job(name);
+  if (!view.ok()) return fail(std::string(view.status().message()));
+  if (view->record.state != service::JobState::kCompleted) {
+    return fail(fmt::format("job {}: {} (see {}/coordinator.log)",
+                            service::JobStateName(view->record.state), view->record.reason, logs));
   }
-  return code;
+  return kExitOk;
 }
 
 // One simulated client: the real agent behind the in-process transport.
@@ -405,7 +505,7 @@ int RunLocalCommand(const RunFlags& flags, const std::string& self_exe) {
     return RunSimulation(std::move(job).value());
   }
   std::string out_dir = job->coordinator.out_dir;
-  return RunProcesses(*job, flags.config, out_dir, self_exe, flags);
+  return RunProcesses(*std::move(job), flags.config, out_dir, self_exe, flags);
 }
 
 }  // namespace huddle::cli

@@ -187,6 +187,39 @@ StatusOr<service::CheckedJob> CheckSubmission(const std::string& submitted,
   return service::CheckedJob{name, std::move(resolved)};
 }
 
+StatusOr<service::PreparedJob> PrepareLoadedJob(JobConfig job, PreparedHooks hooks) {
+  const coordinator::CoordinatorOptions& o = job.coordinator;
+  HUDDLE_ASSIGN_OR_RETURN(coordinator::Evaluator evaluator, MakeEvaluator(job));
+  service::PreparedJob p;
+  p.data = job.data_name;
+  p.rounds = o.rounds;
+  p.wanted_agents = o.min_clients;
+  if (o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed) {
+    p.wanted_agents = std::max(p.wanted_agents, o.cohort.size);
+  }
+  const bool dp = o.privacy.mode != privacy::PrivacyMode::kNone;
+  p.run = [evaluator, dp, job = std::move(job), hooks = std::move(hooks)](
+              transport::ServerTransport* transport, const std::atomic<bool>* stop,
+              const service::PreparedJob::RoundRows& on_round) -> Status {
+    LogStartNotes(job);  // on the job's thread: into its log
+    coordinator::Coordinator coord(job.coordinator, transport, SteadyClock::Get(), evaluator,
+                                   [&on_round, &hooks, dp](const coordinator::RoundMetrics& m) {
+                                     spdlog::info("{}", m.ProgressLine());
+                                     if (hooks.on_round) hooks.on_round(m);
+                                     if (dp) {
+                                       on_round(m.PublicJson(), m.OperatorJson());
+                                     } else {
+                                       const std::string row = m.ToJson();
+                                       on_round(row, row);
+                                     }
+                                   });
+    HUDDLE_RETURN_IF_ERROR(coord.Run(stop));
+    if (hooks.on_done) hooks.on_done(coord.summary());
+    return absl::OkStatus();
+  };
+  return p;
+}
+
 namespace {
 
 // A stored job made runnable: its configuration loaded, its outputs in `out_dir`.
@@ -210,32 +243,7 @@ StatusOr<service::PreparedJob> PrepareJob(const ServeConfig& serve, const std::s
     }
     o.secure_aggregation.certificates = AllowListCertificates(serve.security.allowed_clients);
   }
-  HUDDLE_ASSIGN_OR_RETURN(coordinator::Evaluator evaluator, MakeEvaluator(job));
-  service::PreparedJob p;
-  p.data = job.data_name;
-  p.rounds = o.rounds;
-  p.wanted_agents = o.min_clients;
-  if (o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed) {
-    p.wanted_agents = std::max(p.wanted_agents, o.cohort.size);
-  }
-  const bool dp = o.privacy.mode != privacy::PrivacyMode::kNone;
-  p.run = [options = o, evaluator, dp, job](
-              transport::ServerTransport* transport, const std::atomic<bool>* stop,
-              const service::PreparedJob::RoundRows& on_round) -> Status {
-    LogStartNotes(job);  // on the job's thread: into its log
-    coordinator::Coordinator coord(options, transport, SteadyClock::Get(), evaluator,
-                                   [&on_round, dp](const coordinator::RoundMetrics& m) {
-                                     spdlog::info("{}", m.ProgressLine());
-                                     if (dp) {
-                                       on_round(m.PublicJson(), m.OperatorJson());
-                                     } else {
-                                       const std::string row = m.ToJson();
-                                       on_round(row, row);
-                                     }
-                                   });
-    return coord.Run(stop);
-  };
-  return p;
+  return PrepareLoadedJob(std::move(job));
 }
 
 }  // namespace
@@ -267,15 +275,29 @@ int RunServeCommand(const ServeFlags& flags) {
     if (c.operators.empty()) {
       std::fprintf(stderr,
                    "%s: security.operators is required: a directory of operator .pub files "
-                   "(`huddle keygen client --id NAME --out keys/operators`); a client's key can "
+                   "(`huddle keygen operator --id NAME --out keys/operators`); a client's key can "
                    "never act as an operator\n",
                    kCommand);
       return kExitUsage;
     }
+    std::error_code ec;
+    if (std::filesystem::equivalent(c.operators, c.security.allowed_clients, ec)) {
+      std::fprintf(stderr,
+                   "%s: security.operators and security.allowed_clients are the same (%s): the "
+                   "operators' allow-list is its own directory of operator .pub files (`huddle "
+                   "keygen operator`), so that no client key is ever taken for an operator's\n",
+                   kCommand, c.operators.c_str());
+      return kExitUsage;
+    }
     op.server_key = zopts->curve_server->server;
+    // Each list takes only its own role's keys, and refuses a key enrolled in the other (whatever
+    // its file says): one key is one role, so a client's key never acts as an operator.
     op.zap.allow_list_path = c.operators;
+    op.zap.role = transport::AllowListRole::kOperator;
+    op.zap.conflicting_path = c.security.allowed_clients;
     op.zap.reload_interval_ms = c.security.reload_interval_ms;
     op.zap.reload_requests = &ReloadRequests();
+    zopts->curve_server->zap.conflicting_path = c.operators;
   }
   auto store = service::JobStore::Open(c.state_dir);
   if (!store.ok()) {

@@ -6,6 +6,8 @@
 
 #include <mutex>
 
+#include "common/log_context.h"
+
 namespace huddle::service {
 namespace {
 
@@ -45,7 +47,9 @@ Status InstallJobLogRouting() {
   return absl::OkStatus();
 }
 
-JobLogScope::JobLogScope(const std::string& job, const std::string& path) {
+JobLogScope::JobLogScope(const std::string& job, const std::string& path)
+    : context_("job '" + job + "'") {
+  SetThreadLogContext(&context_);
   file_ = std::fopen(path.c_str(), "ae");
   if (file_ == nullptr) {
     spdlog::warn("job '{}': cannot open its log {}; it logs to the service's log only", job, path);
@@ -54,6 +58,7 @@ JobLogScope::JobLogScope(const std::string& job, const std::string& path) {
 }
 
 JobLogScope::~JobLogScope() {
+  SetThreadLogContext(nullptr);
   tls_job_file = nullptr;
   if (file_ != nullptr) std::fclose(file_);
 }

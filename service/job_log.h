@@ -3,7 +3,8 @@
 // The job's Coordinator logs through spdlog's default logger like any other code. While a
 // JobLogScope lives on a thread, the lines that thread logs are also appended to the scope's
 // file (ISO-8601 UTC time, level, message); InstallJobLogRouting adds the sink that does this to
-// the default logger. Lines logged by other threads (the service's own) are not copied.
+// the default logger. Lines logged by other threads (the service's own) are not copied. The
+// service's own log (the console) names the job in each of its lines (SetThreadLogContext).
 //
 // Thread-safety: each scope's file is written by its own thread only.
 #pragma once
@@ -27,6 +28,7 @@ class JobLogScope {
   JobLogScope& operator=(const JobLogScope&) = delete;
 
  private:
+  std::string context_;  // "job 'NAME'": names the job in the thread's console lines
   std::FILE* file_ = nullptr;
 };
 
