@@ -198,6 +198,9 @@ int RunCoordinatorWith(JobConfig job, class transport::ServerTransport* transpor
 // The "done: ..." lines on stdout after a job (rounds, accuracy, privacy, traffic, outputs).
 void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator::JobSummary& s);
 
+// Now as ISO-8601 UTC with milliseconds (common/time_format.h), for the service's records.
+std::string NowIso8601();
+
 // A loaded job as the service runs it (`huddle serve` and `huddle run`, cli/serve_cmd.cc): its
 // evaluator loaded, the agents it asks for, and a run that logs its start notes, runs its
 // Coordinator over the service's transport and hands each round's rows to the service.

@@ -23,8 +23,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "client/agent.h"
@@ -167,10 +165,6 @@ std::string AgentYaml(const JobConfig& job, const std::string& endpoint, const s
                      p.dp_sgd->require, p.dp_sgd->min_noise_multiplier, p.dp_sgd->delta);
   }
   return y;
-}
-
-std::string NowIso() {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
 }
 
 // The local agents: started, watched, and stopped when the job is over.
@@ -334,7 +328,7 @@ int RunProcesses(JobConfig job, const std::string& config, const std::string& ou
   };
   service::ServiceOptions options;
   service::Service svc(options, *std::move(store), server->get(), SteadyClock::Get(), preparer,
-                       NowIso);
+                       NowIso8601);
   const std::string name = o.job_name;
   const std::string submitted = ReadFile(config, 1 << 20).value_or(std::string());
   if (auto r = svc.Submit(name, submitted, submitted, "huddle run"); !r.ok()) {

@@ -13,6 +13,7 @@
 #include "common/config_reader.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/time_format.h"
 #include "common/version.h"
 #include "service/http_endpoint.h"
 #include "service/job_log.h"
@@ -27,10 +28,6 @@ namespace {
 
 constexpr const char* kCommand = "huddle serve";
 constexpr size_t kMaxJobYamlBytes = 1 << 20;
-
-std::string NowIso() {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
-}
 
 struct ServeConfig {
   std::string bind = "tcp://127.0.0.1:5555";
@@ -187,6 +184,8 @@ StatusOr<service::CheckedJob> CheckSubmission(const std::string& submitted,
   return service::CheckedJob{name, std::move(resolved)};
 }
 
+std::string NowIso8601() { return Iso8601Utc(absl::ToUnixMillis(absl::Now())); }
+
 StatusOr<service::PreparedJob> PrepareLoadedJob(JobConfig job, PreparedHooks hooks) {
   const coordinator::CoordinatorOptions& o = job.coordinator;
   HUDDLE_ASSIGN_OR_RETURN(coordinator::Evaluator evaluator, MakeEvaluator(job));
@@ -315,10 +314,10 @@ int RunServeCommand(const ServeFlags& flags) {
       c.service, *std::move(store), server->get(), SteadyClock::Get(),
       [&c](const std::string& name, const std::string& config_path, const std::string& out_dir,
            bool resume) { return PrepareJob(c, name, config_path, out_dir, resume); },
-      NowIso, &metrics);
+      NowIso8601, &metrics);
   service::OperatorApi api(
-      &svc, [&c](const std::string& yaml) { return CheckSubmission(yaml, c.state_dir); }, NowIso,
-      &metrics);
+      &svc, [&c](const std::string& yaml) { return CheckSubmission(yaml, c.state_dir); },
+      NowIso8601, &metrics);
   // Prometheus and the probes (loopback by default; bounded connections and timeouts).
   std::unique_ptr<service::HttpEndpoint> http;
   if (c.http_enabled) {
