@@ -518,7 +518,8 @@ class ZmqClient final : public ClientTransport {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         handshake_failures_ = 0;
         retry_delay_ms_ = options_.reconnect_ivl_ms;
-        if (!problem_.empty()) spdlog::info("the coordinator at {} accepted this client's key", endpoint_);
+        if (!problem_.empty())
+          spdlog::info("the coordinator at {} accepted this client's key", endpoint_);
         problem_.clear();
         warned_refused_ = false;
         return absl::OkStatus();
@@ -597,7 +598,7 @@ class ZmqClient final : public ClientTransport {
   int handshake_failures_ = 0;
   bool warned_throttled_ = false;
   bool warned_refused_ = false;
-  std::string problem_;  // why handshakes are refused, until one succeeds
+  std::string problem_;       // why handshakes are refused, until one succeeds
   int64_t retry_at_ms_ = -1;  // when to reconnect after a handshake refused for now; -1: none
   int retry_delay_ms_ = options_.reconnect_ivl_ms;
 };
