@@ -1,5 +1,6 @@
-// Internal to transport/zmq_transport.cc: the server's per-connection bound on what libzmq
-// buffers for a peer (zmq_transport.h, "Limits"). Linux only (TCP_INFO, SIOCINQ).
+// Internal to the ZeroMQ transport (zmq_transport.cc, zmq_socket.cc): the server's
+// per-connection bound on what libzmq buffers for a peer (zmq_transport.h, "Limits"). Linux only
+// (TCP_INFO, SIOCINQ).
 //
 // Not thread-safe: the thread that owns the server socket calls it.
 #pragma once
