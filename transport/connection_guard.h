@@ -21,6 +21,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -166,6 +167,7 @@ class ConnectionGuard {
     const std::string& routing_id;
     const std::optional<std::string>& user_id;  // ZAP User-Id
     uint64_t wire_bytes = 0;                    // its frames as on the wire (WireBytes)
+    std::string_view auth_key = {};             // the key it was admitted with (Z85), if known
   };
 
   struct Connection {
@@ -173,6 +175,7 @@ class ConnectionGuard {
     uint64_t delivered_wire_bytes = 0;
     std::string routing_id;
     std::string auth_id;
+    std::string auth_key;  // Z85 of the key the handshake admitted ("" when unknown)
     bool cut = false;
     // The checks' bookkeeping ("What a check looks at").
     std::string owner;        // the group it counts in (Owner()), while counted
@@ -248,6 +251,7 @@ class ConnectionGuard {
         }
         if (m.user_id && c->auth_id != *m.user_id) {  // its first message: it counts for its key
           c->auth_id = *m.user_id;
+          c->auth_key = std::string(m.auth_key);
           c->verify = true;
           if (c->counted) {
             Uncount(*c);
@@ -339,7 +343,7 @@ class ConnectionGuard {
       Connection& c = it->second;
       c.queued = false;
       if (c.cut || c.address.empty()) continue;
-      if ((list_changed || c.verify) && !c.auth_id.empty() && !enrolled(c.auth_id)) {
+      if ((list_changed || c.verify) && !c.auth_id.empty() && !enrolled(c.auth_id, c.auth_key)) {
         if (Cut(now_ms, fd, c, "its key was revoked (removed from the allow-list)")) {
           revoked->push_back(c);
         } else {  // its fd was reused: the monitor reports its end; until then it counts nothing

@@ -75,9 +75,16 @@ size_t ZapHandler::enrolled() const {
   return list_.size();
 }
 
-bool ZapHandler::IsEnrolled(const std::string& id) const {
+bool ZapHandler::IsEnrolled(const std::string& id, const std::string& key_z85) const {
+  CurveKey key{};
+  if (!key_z85.empty()) {
+    StatusOr<CurveKey> decoded = DecodeZ85Key(key_z85, kZapKeyProperty);
+    if (!decoded.ok()) return false;  // not what this handler attached: not enrolled
+    key = *decoded;
+  }
   absl::MutexLock lock(&mu_);
-  return list_.HasId(id);
+  if (key_z85.empty()) return list_.HasId(id);
+  return list_.Lookup(key) == id;
 }
 
 std::string ZapHandler::CurrentSignature() const {
@@ -237,7 +244,19 @@ void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
               zmq::send_flags::sndmore);
   socket.send(zmq::buffer(text), zmq::send_flags::sndmore);
   socket.send(zmq::buffer(admit ? user_id : std::string()), zmq::send_flags::sndmore);
-  socket.send(zmq::str_buffer(""), zmq::send_flags::none);
+  // Metadata (ZMTP's property encoding): the admitted key, for the transport's revocation checks.
+  std::string metadata;
+  if (admit && request.curve_key) {
+    const std::string name = kZapKeyProperty;
+    const std::string value = EncodeZ85Key(*request.curve_key);
+    metadata.push_back(static_cast<char>(name.size()));
+    metadata += name;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      metadata.push_back(static_cast<char>((value.size() >> shift) & 0xff));
+    }
+    metadata += value;
+  }
+  socket.send(zmq::buffer(metadata), zmq::send_flags::none);
 }
 
 void ZapHandler::Serve(zmq::socket_t& socket) {

@@ -93,10 +93,14 @@ ZapRequest ReadZapRequest(zmq::socket_t& socket);
 inline constexpr uint32_t kZapRetryLater = 500;
 
 // The reply to `request`: "200" (admitted as `user_id`, which ZeroMQ attaches to every message of
-// the connection), "400" (refused) or kZapRetryLater (`retry_later`: refused for now), with
-// `text`.
+// the connection, with the admitted key's Z85 as the property kZapKeyProperty), "400" (refused) or
+// kZapRetryLater (`retry_later`: refused for now), with `text`.
 void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
                   const std::string& text, const std::string& user_id, bool retry_later = false);
+// The ZAP metadata property that names the key a connection was admitted with (zmq_msg_gets): a
+// live connection stays only while that key, not just its id, is enrolled, so rotating a client's
+// key cuts the connections the old key holds.
+inline constexpr const char* kZapKeyProperty = "X-Huddle-Key";
 
 class ZapHandler {
  public:
@@ -109,8 +113,10 @@ class ZapHandler {
 
   // Reloads now (same rules as the periodic reload) and returns its outcome.
   Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether `id` is still enrolled (false once its key has been removed and the list reloaded).
-  bool IsEnrolled(const std::string& id) const;
+  // Whether `id` is still enrolled with the key `key_z85` (the connection's kZapKeyProperty):
+  // false once that key has been removed or replaced (a rotated key) and the list reloaded. An
+  // empty `key_z85` (a connection without the property) asks for the id alone.
+  bool IsEnrolled(const std::string& id, const std::string& key_z85) const;
   // Handshakes refused so far (throttled ones included).
   uint64_t rejections() const { return rejections_.load(); }
   // Handshakes of enrolled keys refused for now, over handshakes_per_s.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "transport/connection_guard.h"
+#include "transport/zap_handler.h"
 
 namespace huddle::transport::zmq_internal {
 namespace {
@@ -103,6 +104,9 @@ RawMessage RecvRaw(zmq::socket_t& socket, bool has_prefix, const wire::CodecLimi
         // Set by the ZAP handler at the handshake; ZeroMQ attaches it to every message.
         if (const char* uid = zmq_msg_gets(msg->handle(), "User-Id"); uid != nullptr) {
           out.user_id = uid;
+          if (const char* key = zmq_msg_gets(msg->handle(), kZapKeyProperty); key != nullptr) {
+            out.auth_key = key;
+          }
         }
       }
       if (out.frames.size() < limits.max_frames) {

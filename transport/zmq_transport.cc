@@ -132,8 +132,8 @@ class ZmqServer final : public ServerTransport {
                                  options_.curve_server.has_value());
         bytes_in_ += raw.bytes;
         std::optional<Inbound> in;
-        if (guard_.OnDelivered(SteadyNowMs(),
-                               {raw.source_fd, raw.prefix, raw.user_id, raw.wire_bytes})) {
+        if (guard_.OnDelivered(SteadyNowMs(), {raw.source_fd, raw.prefix, raw.user_id,
+                                               raw.wire_bytes, raw.auth_key.value_or("")})) {
           in = Admit(std::move(raw));
         }
         if (in) return in;
@@ -185,7 +185,10 @@ class ZmqServer final : public ServerTransport {
     std::vector<ConnectionGuard::Connection> revoked;
     trim_pending_ |= guard_.Check(
         now, zap_ ? zap_->generation() : 0,
-        [&](const std::string& id) { return !zap_ || zap_->IsEnrolled(id); }, &revoked);
+        [&](const std::string& id, const std::string& key) {
+          return !zap_ || zap_->IsEnrolled(id, key);
+        },
+        &revoked);
     // The coordinator learns of the revocation as it would from the connection's next message.
     for (const ConnectionGuard::Connection& c : revoked) {
       if (c.routing_id.empty()) continue;
@@ -259,7 +262,7 @@ class ZmqServer final : public ServerTransport {
         return std::nullopt;
       }
       in.auth_id = *raw.user_id;
-      if (!zap_->IsEnrolled(in.auth_id)) {
+      if (!zap_->IsEnrolled(in.auth_id, raw.auth_key.value_or(""))) {
         in.message = RevokedError(in.auth_id);
         return in;
       }

@@ -145,7 +145,7 @@ class GuardTest : public ::testing::Test {
   bool Check() {
     return guard_->Check(
         now_ms_ += 25, generation_,
-        [&](const std::string& id) {
+        [&](const std::string& id, const std::string& /*key*/) {
           ++lookups_;
           return std::find(revoked_ids_.begin(), revoked_ids_.end(), id) == revoked_ids_.end();
         },

@@ -472,6 +472,53 @@ TEST_F(SecureTransportTest, RevokedKeyIsRefusedAfterReloadOnLiveAndNewConnection
   EXPECT_TRUE(in->message.ok()) << in->message.status();
 }
 
+// Rotating a client's key (`huddle provision --rotate`: the same id, a new .pub) cuts the live
+// connections of the old key, not only its next handshakes: a connection is enrolled by the key
+// it was admitted with (kZapKeyProperty), not by its id alone.
+TEST_F(SecureTransportTest, RotatingAKeyCutsTheOldKeysLiveConnectionAndAdmitsTheNewKey) {
+  CurveKeyPair old_key = Client("alice", true);
+  std::atomic<uint64_t> reloads{0};
+  ZmqOptions options = ServerOptions();
+  options.curve_server->zap.reload_interval_ms = 3'600'000;  // only on request (like SIGHUP)
+  options.curve_server->zap.reload_requests = &reloads;
+  Bind(options);
+  auto old_client = Connect(ClientOptions(old_key));
+  ASSERT_TRUE(JoinAndReceive(*old_client, "alice").has_value());
+
+  // The new key pair of the same id replaces the old .pub in the allow-list.
+  fs::remove(dir_ / "keys" / "alice.key");
+  fs::remove(dir_ / "keys" / "alice.pub");
+  CurveKeyPair new_key = Generate("client", "alice", "alice");
+  ASSERT_TRUE(WriteFileAtomic((dir_ / "allow" / "alice.pub").string(),
+                              ReadFile((dir_ / "keys" / "alice.pub").string()).value())
+                  .ok());
+  reloads++;
+  bool refused = false;
+  for (auto end = Clock::now() + kDeadline; Clock::now() < end && !refused;) {
+    (void)old_client->Send(wire::MakeMessage(wire::Heartbeat{}));
+    auto in = server_->Receive(100);
+    ASSERT_TRUE(in.ok());
+    if (in->has_value() && (*in)->auth_id == "alice") {
+      refused = absl::IsPermissionDenied((*in)->message.status());
+    }
+  }
+  EXPECT_TRUE(refused) << "the old key's live connection was still admitted after the rotation";
+  // A new handshake with the old key is refused; the new key joins as alice.
+  auto again = Connect(ClientOptions(old_key));
+  Status err = ClientErrorWithin(*again, kDeadline);
+  EXPECT_TRUE(IsError(err, absl::StatusCode::kPermissionDenied, "refused this client's key"))
+      << err;
+  auto new_client = Connect(ClientOptions(new_key));
+  std::optional<Inbound> in;
+  for (int tries = 0; tries < 1000; ++tries) {
+    in = JoinAndReceive(*new_client, "alice");
+    if (!in.has_value() || in->message.ok()) break;  // skip the old connections' refusals
+  }
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->auth_id, "alice");
+  EXPECT_TRUE(in->message.ok()) << in->message.status();
+}
+
 TEST_F(SecureTransportTest, AllowListChangesArePickedUpPeriodicallyAndBrokenFilesAreSkipped) {
   CurveKeyPair alice = Client("alice", true);
   CurveKeyPair bob = Client("bob", false);
