@@ -26,6 +26,8 @@ int RunAgentCommand(const AgentFlags& flags) {
   ClientConfig config = *std::move(loaded);
   if (!flags.service.empty()) config.coordinator = flags.service;
   if (!flags.log_level.empty()) config.log_level = flags.log_level;
+  if (!flags.key.empty()) config.security.secret_key = flags.key;
+  if (!flags.server_key.empty()) config.security.server_public_key = flags.server_key;
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr, "%s: %s\n", kCommand, why.c_str());
     return kExitUsage;

@@ -14,6 +14,7 @@
 #include "coordinator/coordinator.h"
 #include "service/operator_api.h"
 #include "service/service.h"
+#include "transport/curve_keys.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -100,6 +101,21 @@ struct CertifyFlags {
   std::vector<std::string> files;
 };
 int RunCertifyCommand(const CertifyFlags& flags);
+// `huddle provision project.yaml --out kits/` (cli/provision_cmd.cc, cli/provision.h): every
+// party's kit (server, sites, operators, the project key), idempotent; at most one action.
+struct ProvisionFlags {
+  std::string project;  // project.yaml
+  std::string out_dir;  // the kits' store
+  std::string etc_dir = "/etc/huddle";
+  std::string state_dir = "/var/lib/huddle";
+  std::string add_site;     // enrol a site not in project.yaml
+  std::string rotate;       // a new key pair for a site, an operator, the server or the project
+  std::string remove_site;  // revoke a site
+};
+int RunProvisionCommand(const ProvisionFlags& flags);
+// What the project key certifies of a client's key pair (`huddle certify`, `huddle provision`):
+// its id, transport key and signing key, valid until `not_after` (0: no expiry).
+StatusOr<MemberCertificate> CertificateFor(const transport::CurveKeyPair& keys, uint64_t not_after);
 // The certificates in an allow-list directory (re-read when its files change, at most once a
 // second), for the coordinator's secure-aggregation sessions.
 std::function<std::optional<MemberCertificate>(const std::string&)> AllowListCertificates(
@@ -111,6 +127,7 @@ struct ServeFlags {
   std::string bind;           // overrides service.bind
   std::string operator_bind;  // overrides service.operator_bind
   std::string http_bind;      // overrides http.bind
+  std::string server_key;     // overrides security.server_secret_key (systemd's credentials)
   bool insecure = false;
 };
 int RunServeCommand(const ServeFlags& flags);
@@ -123,14 +140,16 @@ StatusOr<service::CheckedJob> CheckSubmission(const std::string& submitted,
 // `huddle agent --config agent.yaml` (cli/agent_cmd.cc): a client agent that stays.
 struct AgentFlags {
   std::string config;
-  std::string service;  // overrides `coordinator:`, the service's endpoint
+  std::string service;     // overrides `coordinator:`, the service's endpoint
+  std::string key;         // overrides security.secret_key (systemd's credentials)
+  std::string server_key;  // overrides security.server_public_key
   std::string log_level;
   bool insecure = false;
 };
 int RunAgentCommand(const AgentFlags& flags);
 
 // The operator commands (cli/operator_cmd.cc): submit FILE, jobs, status JOB, stop JOB,
-// logs JOB [--follow], clients.
+// logs JOB [--follow], clients, and report (`huddle report --job JOB`: cli/report_cmd.cc).
 struct OperatorFlags {
   std::string command;
   std::string argument;  // the job file (submit) or the job's name
@@ -141,8 +160,28 @@ struct OperatorFlags {
   bool json = false;
   bool follow = false;
   double timeout_s = 10;
+  std::string output;          // report: the page's file ("": JOB-report.html here)
+  bool operator_view = false;  // report: with the operator-only plots (labelled)
 };
 int RunOperatorCommand(const OperatorFlags& flags);
+
+// `huddle report OUT` (cli/report_cmd.cc): OUT/report.html, one self-contained page of the job's
+// plots (report/report.h); `--job NAME` with the operator flags asks the service for its job's.
+struct ReportFlags {
+  std::string out_dir;  // a job's output directory (or --job)
+  std::string job;      // a service's job
+  std::string output;   // the page's file (default OUT/report.html, or NAME-report.html)
+  bool operator_view = false;
+  std::string service;  // "" when not given (then tcp://127.0.0.1:5556 with --job)
+  std::string server_key;
+  std::string key;
+  double timeout_s = 30;
+  bool insecure = false;
+};
+int RunReportCommand(const ReportFlags& flags);
+// stderr lines about a page: it holds operator-only values (do not publish), or which plots DP
+// left out of it.
+void PrintReportNotes(bool operator_only, const std::vector<std::string>& left_out);
 
 // `huddle run`: the whole federation on this machine (processes, or in-process simulation).
 int RunLocalCommand(const RunFlags& flags, const std::string& self_exe);

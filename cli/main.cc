@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
                     "The operators' endpoint (overrides service.operator_bind)");
   serve->add_option("--http-bind", sf.http_bind,
                     "HOST:PORT of /metrics, /healthz, /readyz (overrides http.bind)");
+  serve->add_option("--server-key", sf.server_key,
+                    "The service's secret key file (overrides security.server_secret_key; the "
+                    "systemd unit passes its credential)");
   serve->add_flag("--insecure", sf.insecure,
                   "Plaintext, unauthenticated agents and operators (debug only; the operators' "
                   "endpoint must then be loopback)");
@@ -105,6 +108,11 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   agent->add_option("--service", af.service, "The service's endpoint tcp://HOST:PORT");
+  agent->add_option("--key", af.key,
+                    "This agent's secret key file (overrides security.secret_key; the systemd "
+                    "unit passes its credential)");
+  agent->add_option("--server-key", af.server_key,
+                    "The service's public key file, pinned (overrides security.server_public_key)");
   agent->add_option("--log-level", af.log_level, "trace, debug, info, warn, error, off");
   agent->add_flag("--insecure", af.insecure, "Plaintext, unauthenticated transport (debug only)");
 
@@ -134,6 +142,27 @@ int main(int argc, char** argv) {
     }
     operator_commands.push_back(sub);
   }
+
+  huddle::cli::ReportFlags rpf;
+  CLI::App* report = app.add_subcommand(
+      "report",
+      "Write a job's report: one self-contained HTML page of its plots (OUT/report.html), or with "
+      "--job the service's page of one of its jobs");
+  report->add_option("out", rpf.out_dir, "The job's output directory (a running job's too)");
+  report->add_option("--job", rpf.job, "A service's job, by name (with the operator flags)");
+  report->add_option("--output", rpf.output,
+                     "The page's file (default OUT/report.html; with --job NAME-report.html)");
+  report->add_flag("--operator", rpf.operator_view,
+                   "Under DP, also the operator-only plots (computed without noise), each marked "
+                   "so: not for publication");
+  report->add_option("--service", rpf.service,
+                     "The service's operators' endpoint (default tcp://127.0.0.1:5556)");
+  report->add_option("--server-key", rpf.server_key, "The service's public key file (server.pub)");
+  report->add_option("--key", rpf.key, "This operator's key file (enrolled in security.operators)");
+  report->add_option("--timeout", rpf.timeout_s, "Seconds to wait for the service's page")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  report->add_flag("--insecure", rpf.insecure, "Plaintext (a service started with --insecure)");
 
   huddle::cli::DatacenterFlags df;
   CLI::App* dc = app.add_subcommand(
@@ -193,6 +222,29 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 36500));
   certify->add_option("pub", tf.files, "Client .pub files to certify")->required();
 
+  huddle::cli::ProvisionFlags vf;
+  CLI::App* provision = app.add_subcommand(
+      "provision",
+      "Make the kits that install a federation from project.yaml: the server's, each site's and "
+      "each operator's (a directory and a tarball each, keys included); idempotent");
+  provision->add_option("project", vf.project, "project.yaml")
+      ->required()
+      ->check(CLI::ExistingFile);
+  provision->add_option("--out", vf.out_dir, "The kits' store (kept between runs)")->required();
+  provision->add_option("--etc-dir", vf.etc_dir, "Where the kits are installed")
+      ->capture_default_str();
+  provision->add_option("--state-dir", vf.state_dir, "The service's and agents' state")
+      ->capture_default_str();
+  CLI::Option* add_site = provision->add_option(
+      "--add-site", vf.add_site, "Enrol a site not in project.yaml (kept on later runs)");
+  CLI::Option* rotate = provision->add_option(
+      "--rotate", vf.rotate, "A new key pair for a site, an operator, the server or the project");
+  CLI::Option* remove_site =
+      provision->add_option("--remove-site", vf.remove_site,
+                            "Revoke a site: its key leaves the allow-list, its kit goes");
+  add_site->excludes(rotate)->excludes(remove_site);
+  rotate->excludes(remove_site);
+
   huddle::cli::PrivacyFlags pf;
   CLI::App* privacy =
       app.add_subcommand("privacy", "Privacy accounting for the subsampled Gaussian");
@@ -235,9 +287,11 @@ int main(int argc, char** argv) {
       return huddle::cli::RunOperatorCommand(of);
     }
   }
+  if (*report) return huddle::cli::RunReportCommand(rpf);
   if (*client) return huddle::cli::RunClientCommand(kf);
   if (*keygen) return huddle::cli::RunKeygenCommand(gf);
   if (*certify) return huddle::cli::RunCertifyCommand(tf);
+  if (*provision) return huddle::cli::RunProvisionCommand(vf);
   if (*privacy) {
     pf.command = *privacy_eps ? "epsilon" : *privacy_rdp ? "rdp" : "noise";
     return huddle::cli::RunPrivacyCommand(pf);

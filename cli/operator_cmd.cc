@@ -1,5 +1,6 @@
 // The operator commands of a service (`huddle submit`, `jobs`, `status`, `stop`, `logs`,
-// `clients`): one authenticated request each (service/operator_api.h), a table or --json.
+// `clients`, and `huddle report --job`): one authenticated request each
+// (service/operator_api.h), a table or --json (a report: its page, written to a file).
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -108,6 +109,7 @@ int RunOperatorCommand(const OperatorFlags& f) {
     request["job"] = f.argument;
   }
   if (f.command == "logs") request["offset"] = 0;
+  if (f.command == "report") request["operator"] = f.operator_view;
   StatusOr<json> reply = Ask(f, request);
   if (!reply.ok()) return Fail(f, reply.status());
   if (f.command == "logs") {
@@ -136,6 +138,22 @@ int RunOperatorCommand(const OperatorFlags& f) {
       reply = Ask(f, {{"command", "logs"}, {"job", f.argument}, {"offset", next}});
       if (!reply.ok()) return Fail(f, reply.status());
     }
+  }
+  if (f.command == "report") {
+    // The page is written only once the service answered with it (its name checked there).
+    const std::string path = f.output.empty() ? f.argument + "-report.html" : f.output;
+    if (Status st = WriteFileAtomic(path, (*reply).value("html", "")); !st.ok()) {
+      return Fail(f, absl::FailedPreconditionError(absl::StrCat(path, ": ", st.message())));
+    }
+    std::vector<std::string> left_out;
+    if (const auto it = reply->find("left_out"); it != reply->end() && it->is_array()) {
+      for (const json& t : *it) {
+        if (t.is_string()) left_out.push_back(t.get<std::string>());
+      }
+    }
+    PrintReportNotes((*reply).value("operator_only", false), left_out);
+    std::printf("%s\n", path.c_str());
+    return kExitOk;
   }
   if (f.json) {
     std::printf("%s\n", reply->dump(2).c_str());

@@ -18,7 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A client's key pair as the project certifies it: its id, transport and signing keys.
+}  // namespace
+
 StatusOr<MemberCertificate> CertificateFor(const transport::CurveKeyPair& keys,
                                            uint64_t not_after) {
   MemberCertificate c;
@@ -28,8 +29,6 @@ StatusOr<MemberCertificate> CertificateFor(const transport::CurveKeyPair& keys,
   c.not_after = not_after;
   return c;
 }
-
-}  // namespace
 
 void WarnInsecure(const char* command) {
   std::fprintf(stderr,

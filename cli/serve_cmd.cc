@@ -258,6 +258,7 @@ int RunServeCommand(const ServeFlags& flags) {
   if (!flags.bind.empty()) c.bind = flags.bind;
   if (!flags.operator_bind.empty()) c.operator_bind = flags.operator_bind;
   if (!flags.http_bind.empty()) c.http.bind = flags.http_bind;
+  if (!flags.server_key.empty()) c.security.server_secret_key = flags.server_key;
   if (Status st = SetupLogging(c.log_level, "serve"); !st.ok()) return kExitUsage;
   (void)service::InstallJobLogRouting();
   // The agents' endpoint: the same transport security as `huddle coordinator`.

@@ -7,6 +7,7 @@
 #include "client/runner.h"
 #include "common/config_reader.h"
 #include "common/logging.h"
+#include "common/version.h"
 #include "huddle/client/client.h"
 
 namespace huddle::client {
@@ -78,6 +79,8 @@ void Run(Trainer& trainer, const ClientOptions& options) {
   if (!st.ok()) throw Error(std::string(st.message()));
 }
 
-const char* Version() { return "0.1.0"; }
+const char* Version() { return huddle::Version(); }
+
+const char* BuildRevision() { return huddle::BuildRevision(); }
 
 }  // namespace huddle::client

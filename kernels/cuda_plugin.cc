@@ -1,5 +1,6 @@
-// Finding and loading the CUDA plugin (kernels/cuda_plugin.h). HUDDLE_CUDA_PLUGIN_BUILD_ID and
-// HUDDLE_BUILT_CUDA_PLUGIN (0 where this build made no plugin) come from kernels/CMakeLists.txt.
+// Finding and loading the CUDA plugin (kernels/cuda_plugin.h). HUDDLE_CUDA_PLUGIN_BUILD_ID,
+// HUDDLE_BUILT_CUDA_PLUGIN (0 where this build made no plugin) and HUDDLE_CUDA_PLUGIN_INSTALL_DIR
+// come from kernels/CMakeLists.txt.
 #include "kernels/cuda_plugin.h"
 
 #include <dlfcn.h>
@@ -102,8 +103,12 @@ std::vector<std::string> CudaPluginCandidates(std::string_view override_path,
                                               std::string_view exe) {
   if (!override_path.empty()) return {std::string(override_path)};
   if (exe.empty()) return {};
-  return {(fs::path(exe).parent_path() / kCudaPluginFile).string()};
+  const fs::path dir = fs::path(exe).parent_path();
+  return {(dir / kCudaPluginFile).string(),
+          (dir / CudaPluginInstallDir() / kCudaPluginFile).lexically_normal().string()};
 }
+
+const char* CudaPluginInstallDir() { return HUDDLE_CUDA_PLUGIN_INSTALL_DIR; }
 
 StatusOr<const CudaPlugin*> LoadCudaPlugin() {
   const StatusOr<Loaded>& loaded = LoadOnce();

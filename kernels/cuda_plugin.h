@@ -8,10 +8,12 @@
 // Where it is looked for (CudaPluginCandidates; a file that exists but does not load is an error):
 //   1. $HUDDLE_CUDA_PLUGIN, when set and not empty: that file alone;
 //   2. otherwise libhuddle_cuda.so in the directory of the running executable (/proc/self/exe),
-//      where both the build (build/cli/) and `cmake --install` (PREFIX/bin/) put it.
-// Never at a path compiled into the binary: a `huddle` copied to another machine or directory
-// must not map a plugin left in the build tree it came from. The tests and benches, which run
-// from their own directories, are given the build's plugin through $HUDDLE_CUDA_PLUGIN (CTest
+//      where the build puts it (build/cli/), then in EXE_DIR/../LIBDIR/huddle/, where
+//      `cmake --install` and the huddle-cuda package put it (/usr/lib/x86_64-linux-gnu/huddle/
+//      for /usr/bin/huddle; CudaPluginInstallDir(), relative to the binary's directory).
+// Never at an absolute path compiled into the binary: a `huddle` copied to another machine or
+// directory must not map a plugin left in the build tree it came from. The tests and benches, which
+// run from their own directories, are given the build's plugin through $HUDDLE_CUDA_PLUGIN (CTest
 // sets it, tests/CMakeLists.txt).
 //
 // The plugin exports one C symbol per module that puts code in it, each returning that module's
@@ -56,6 +58,9 @@ struct CudaPlugin {
 // when unset) and the running executable's path (`exe`, "" when unknown). Pure: it touches no
 // file.
 std::vector<std::string> CudaPluginCandidates(std::string_view override_path, std::string_view exe);
+// The installed plugin's directory relative to the installed binary's ("../lib/x86_64-linux-gnu/
+// huddle" for the usual GNU install directories; kernels/CMakeLists.txt computes it).
+const char* CudaPluginInstallDir();
 
 // The plugin, loaded on the first call (the later ones return the same plugin or the same error).
 // FailedPrecondition says what is missing: this build made no plugin, no file at the places

@@ -4,7 +4,7 @@
 # MLP on Fashion-MNIST (examples/fashion_mnist.yaml). Outputs land in runs/quickstart/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh quickstart
 BUILD_DIR="${BUILD_DIR:-build}" scripts/build.sh -DHUDDLE_BUILD_TESTS=OFF -DHUDDLE_BUILD_BENCH=OFF \
   -DHUDDLE_SANITIZE=OFF
 exec "${BUILD_DIR:-build}/cli/huddle" run examples/fashion_mnist.yaml --out "${OUT:-runs/quickstart}"

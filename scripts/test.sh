@@ -5,7 +5,7 @@
 # (scripts/fuzz.sh: clang, libFuzzer, ASan+UBSan), unless HUDDLE_SKIP_FUZZ=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh test
 JOBS="${JOBS:-$(nproc)}"
 
 # Options are explicit: build/ may hold a cache from quickstart.sh, which builds without tests.

@@ -62,7 +62,9 @@ for header in client.h trainer.h; do
   [ -f "$PREFIX/include/huddle/client/$header" ] || fail "no include/huddle/client/$header"
 done
 if [ -f "$BUILD_DIR/cli/libhuddle_cuda.so" ]; then
-  [ -f "$PREFIX/bin/libhuddle_cuda.so" ] || fail "the CUDA plugin is not installed next to huddle"
+  # LIBDIR/huddle/, where the installed binary looks relative to itself (kernels/cuda_plugin.h).
+  [ -n "$(find "$PREFIX" -path '*/lib*/huddle/libhuddle_cuda.so')" ] ||
+    fail "the CUDA plugin is not installed in LIBDIR/huddle/"
 fi
 config="$(find "$PREFIX" -path '*/cmake/Huddle/HuddleConfig.cmake' | head -n 1)"
 [ -n "$config" ] || fail "no lib*/cmake/Huddle/HuddleConfig.cmake in the prefix"

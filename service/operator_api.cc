@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/version.h"
+#include "report/report.h"
 
 namespace huddle::service {
 namespace {
@@ -56,6 +58,42 @@ StatusOr<std::string> Field(const json& request, const char* key) {
   return it->get<std::string>();
 }
 
+// {"command": "report", "job": NAME, "operator": BOOL}: the job's report page, rendered from its
+// outputs as they stand (report/report.h), with the service's record of its state.
+StatusOr<json> ReportReply(const Service& service, const std::string& now_iso, const json& request,
+                           const std::string& job, bool* operator_view) {
+  if (auto it = request.find("operator"); it != request.end()) {
+    if (!it->is_boolean()) {
+      return absl::InvalidArgumentError("the request's \"operator\" is not true or false");
+    }
+    *operator_view = it->get<bool>();
+  }
+  HUDDLE_ASSIGN_OR_RETURN(JobView v, service.Job(job));
+  report::ReportOptions options;
+  options.operator_view = *operator_view;
+  options.build = VersionLine();
+  options.generated_at = now_iso;
+  options.job_name = job;
+  options.state = JobStateName(v.record.state);
+  options.state_reason = v.record.reason;
+  StatusOr<report::Report> page = report::RenderReport(service.OutDir(job), options);
+  if (!page.ok()) {
+    // The outputs are the service's: a missing or unreadable directory is its failure, not a
+    // usage error of the operator's.
+    const std::string why =
+        absl::StrCat("the report of job '", job, "': ", page.status().message());
+    if (absl::IsNotFound(page.status()) || absl::IsInvalidArgument(page.status())) {
+      return absl::FailedPreconditionError(why);
+    }
+    return Status(page.status().code(), why);
+  }
+  return json{{"ok", true},
+              {"html", page->html},
+              {"state", page->state},
+              {"operator_only", page->holds_operator_only},
+              {"left_out", page->left_out}};
+}
+
 }  // namespace
 
 OperatorApi::OperatorApi(Service* service, SubmissionChecker checker,
@@ -69,6 +107,7 @@ OperatorApi::OperatorApi(Service* service, SubmissionChecker checker,
 std::string OperatorApi::Handle(const std::string& operator_id, const std::string& request) {
   std::string command;
   std::string job;
+  bool operator_view = false;  // a report with the operator-only values (audited as such)
   auto answer = [&]() -> StatusOr<json> {
     const json r = json::parse(request, nullptr, /*allow_exceptions=*/false);
     if (r.is_discarded() || !r.is_object()) {
@@ -95,7 +134,7 @@ std::string OperatorApi::Handle(const std::string& operator_id, const std::strin
       for (const AgentView& a : service_->Agents()) agents.push_back(AgentJson(a));
       return json{{"ok", true}, {"clients", agents}};
     }
-    if (command == "status" || command == "stop" || command == "logs") {
+    if (command == "status" || command == "stop" || command == "logs" || command == "report") {
       HUDDLE_ASSIGN_OR_RETURN(job, Field(r, "job"));
       if (!IsValidJobName(job)) {
         const std::string shown = job.substr(0, 64);
@@ -111,6 +150,7 @@ std::string OperatorApi::Handle(const std::string& operator_id, const std::strin
         HUDDLE_ASSIGN_OR_RETURN(JobRecord record, service_->Stop(job, operator_id));
         return json{{"ok", true}, {"job", RecordJson(record)}};
       }
+      if (command == "report") return ReportReply(*service_, now_iso_(), r, job, &operator_view);
       HUDDLE_RETURN_IF_ERROR(service_->Job(job).status());
       uint64_t offset = 0;
       if (auto it = r.find("offset"); it != r.end() && it->is_number_unsigned()) {
@@ -129,8 +169,8 @@ std::string OperatorApi::Handle(const std::string& operator_id, const std::strin
     }
     const std::string shown = command;
     command = "unknown";
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown command '", shown, "' (submit, jobs, status, stop, logs, clients)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown command '", shown, "' (submit, jobs, status, stop, logs, report, clients)"));
   };
   StatusOr<json> reply = answer();
   if (metrics_ != nullptr)
@@ -142,6 +182,7 @@ std::string OperatorApi::Handle(const std::string& operator_id, const std::strin
               {"command", command},
               {"job", job},
               {"ok", reply.ok()}};
+  if (operator_view) row["operator_view"] = true;
   if (!reply.ok()) row["error"] = std::string(reply.status().message());
   if (Status st = AppendLine(audit_path_, row.dump(-1, ' ', false, json::error_handler_t::replace));
       !st.ok()) {

@@ -5,8 +5,14 @@
 //   {"command": "stop", "job": NAME}                -> {"ok": true, "job": RECORD}
 //   {"command": "logs", "job": NAME, "offset": N}   -> {"ok": true, "text": ..., "next_offset": M}
 //   {"command": "clients"}                          -> {"ok": true, "clients": [AGENT...]}
+//   {"command": "report", "job": NAME, "operator": B} -> {"ok": true, "html": PAGE, "state": ...,
+//                                                       "operator_only": B, "left_out": [...]}
+//     the job's report page (report/report.h) from STATE/jobs/NAME/out as it stands; "operator"
+//     true draws the operator-only plots (labelled); at most report::kMaxReportBytes of HTML,
+//     rendered on the operator server's thread (a large job's page takes it a moment)
 // and {"ok": false, "error": TEXT} for anything refused. Every request, answered or refused, is
-// one line of the audit log (STATE/audit.jsonl: time, operator, command, job, ok, error), written
+// one line of the audit log (STATE/audit.jsonl: time, operator, command, job, ok, error, and
+// operator_view for a report with the operator-only values), written
 // after the request took effect and before its reply leaves (a request whose line cannot be
 // written is answered as refused, and the service logs the failure).
 //

@@ -555,4 +555,9 @@ std::string Service::LogPath(const std::string& name) const {
   return store_.LogPath(name);
 }
 
+std::string Service::OutDir(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  return store_.OutDir(name);
+}
+
 }  // namespace huddle::service

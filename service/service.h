@@ -115,6 +115,7 @@ class Service {
   std::vector<AgentView> Agents() const;
   const std::string& state_dir() const { return state_dir_; }
   std::string LogPath(const std::string& name) const;
+  std::string OutDir(const std::string& name) const;  // the job's outputs (STATE/jobs/NAME/out)
   bool ready() const { return ready_.load(); }
   // The dispatcher went round its loop within `within_ms` (liveness: /healthz).
   bool healthy(int64_t within_ms) const {

@@ -308,5 +308,7 @@ KeyboardInterrupt. Call it from the main thread for Ctrl-C to reach it.)");
 dict name -> tensor) for a model of `like` (JobInfo.tensors); raises TypeError or ValueError
 naming the tensor otherwise. fit's result goes through the same check.)");
   m.def("version", &Version, "The client SDK's version.");
+  m.def("build_revision", &BuildRevision,
+        "The git revision the client SDK was built from (as `huddle --version` prints it).");
   m.attr("__version__") = Version();
 }

@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "--version") {
-      std::cout << "embed_client (Huddle client SDK " << huddle::client::Version() << ")\n";
+      std::cout << "embed_client (Huddle client SDK " << huddle::client::Version() << ", git "
+                << huddle::client::BuildRevision() << ")\n";
       return 0;
     }
     if (flag == "--help" || flag == "-h") {

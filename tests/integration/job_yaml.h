@@ -126,4 +126,28 @@ inline JobYaml ClientYaml(const std::string& keys, const std::string& id, int sh
   return yaml;
 }
 
+// A small job for the service's agents (a 3-agent cohort on their `fmnist` data set): `rounds`
+// rounds of an MLP with 16 hidden units, evaluated every round.
+inline JobYaml ServiceJobYaml(const std::string& name, int rounds, int seed) {
+  JobYaml yaml;
+  yaml.Set("name", name)
+      .Set("seed", seed)
+      .Set("rounds", rounds)
+      .Set("model.kind", "mlp")
+      .Set("model.hidden", "[16]")
+      .Set("train.epochs", 1)
+      .Set("train.batch_size", 64)
+      .Set("train.learning_rate", 0.05)
+      .Set("cohort.sampling", "fixed")
+      .Set("cohort.size", 3)
+      .Set("round.deadline_s", 60)
+      .Set("round.quorum", 3)
+      .Set("round.upload_slots", 3)
+      .Set("evaluation.every", 1)
+      .Set("coordinator.min_clients", 3)
+      .Set("coordinator.wait_for_clients_s", 60)
+      .Set("data.name", "fmnist");
+  return yaml;
+}
+
 }  // namespace huddle::testing

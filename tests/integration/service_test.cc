@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "tests/integration/job_yaml.h"
 #include "tests/integration/process.h"
 
 namespace huddle::testing {
@@ -105,15 +106,7 @@ class ServiceTest : public ::testing::Test {
   }
   std::string WriteJobFile(const std::string& name, int rounds, const std::string& extra = "") {
     const std::string path = dir_ + "/" + name + ".yaml";
-    WriteText(path, "name: " + name + "\nseed: 5\nrounds: " + std::to_string(rounds) +
-                        "\nmodel: {kind: mlp, hidden: [16]}\n"
-                        "train: {epochs: 1, batch_size: 64, learning_rate: 0.05}\n"
-                        "cohort: {sampling: fixed, size: 3}\n"
-                        "round: {deadline_s: 60, quorum: 3, upload_slots: 3}\n"
-                        "evaluation: {every: 1}\n"
-                        "coordinator: {min_clients: 3, wait_for_clients_s: 60}\n"
-                        "data: {name: fmnist}\n" +
-                        extra);
+    WriteText(path, ServiceJobYaml(name, rounds, /*seed=*/5).Text() + extra);
     return path;
   }
   std::string State(const std::string& job) {

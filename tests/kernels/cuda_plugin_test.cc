@@ -17,12 +17,18 @@ TEST(CudaPluginCandidates, TheEnvironmentVariableAloneWhenSet) {
             Paths{"/opt/gpu/libhuddle_cuda.so"});
 }
 
-TEST(CudaPluginCandidates, BesideTheRunningBinaryOtherwise) {
-  EXPECT_EQ(CudaPluginCandidates("", "/usr/local/bin/huddle"),
-            Paths{"/usr/local/bin/libhuddle_cuda.so"});
-  // A binary copied elsewhere looks beside its copy, and only there.
-  EXPECT_EQ(CudaPluginCandidates("", "/home/me/tools/huddle"),
-            Paths{"/home/me/tools/libhuddle_cuda.so"});
+TEST(CudaPluginCandidates, BesideTheRunningBinaryThenInItsInstalledPlace) {
+  // LIBDIR/huddle relative to BINDIR: "../lib/x86_64-linux-gnu/huddle" on Debian.
+  const std::string installed = CudaPluginInstallDir();
+  ASSERT_EQ(installed.rfind("../lib", 0), 0u) << installed;
+  ASSERT_EQ(installed.substr(installed.size() - 7), "/huddle") << installed;
+  const std::string lib = installed.substr(3);  // "lib/.../huddle"
+  EXPECT_EQ(CudaPluginCandidates("", "/usr/bin/huddle"),
+            (Paths{"/usr/bin/libhuddle_cuda.so", "/usr/" + lib + "/libhuddle_cuda.so"}));
+  // A binary copied elsewhere looks beside its copy and relative to it, and only there.
+  EXPECT_EQ(CudaPluginCandidates("", "/home/me/tools/bin/huddle"),
+            (Paths{"/home/me/tools/bin/libhuddle_cuda.so",
+                   "/home/me/tools/" + lib + "/libhuddle_cuda.so"}));
 }
 
 TEST(CudaPluginCandidates, NothingWhenTheBinaryIsUnknownAndNoVariableIsSet) {

@@ -101,6 +101,8 @@ class TypesTest(unittest.TestCase):
     def test_version_and_error(self):
         self.assertEqual(huddle_client.version(), "0.1.0")
         self.assertEqual(huddle_client.__version__, "0.1.0")
+        # The revision `huddle --version` prints: 12 hex digits (or "unknown" outside git).
+        self.assertRegex(huddle_client.build_revision(), r"^([0-9a-f]{12}(-dirty)?|unknown)$")
         self.assertTrue(issubclass(huddle_client.Error, RuntimeError))
 
     def test_trainer_defaults(self):

@@ -70,5 +70,8 @@ void Run(Trainer& trainer, const ClientOptions& options);
 
 // The SDK's version, "0.1.0".
 const char* Version();
+// The git revision the library was built from (12 hex digits, "-dirty" when the tree had
+// changes; "unknown" outside a git checkout), as `huddle --version` prints it.
+const char* BuildRevision();
 
 }  // namespace huddle::client
