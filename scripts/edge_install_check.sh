@@ -67,7 +67,7 @@ cmake -S "$SOURCE_DIR/examples/embed_client" -B "$SCRATCH/example" \
 cmake --build "$SCRATCH/example" -j 2 >"$SCRATCH/build.log"
 rm -rf "$ROOT/opt/huddle" "$ROOT/data"
 mkdir -p "$ROOT/opt/huddle/lib" "$ROOT/opt/huddle/bin" "$ROOT/data"
-cp -a "$SCRATCH/prefix"/lib*/libhuddle_client.so* "$ROOT/opt/huddle/lib/"
+find "$SCRATCH/prefix" -name 'libhuddle_client.so*' -exec cp -a {} "$ROOT/opt/huddle/lib/" \;
 strip --strip-debug "$ROOT/opt/huddle/lib/libhuddle_client.so.0."*
 cp "$SCRATCH/example/embed_client" "$ROOT/opt/huddle/bin/"
 cp "$DATA"/*-ubyte.gz "$ROOT/data/"

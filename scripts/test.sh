@@ -9,7 +9,8 @@ scripts/setup.sh test
 JOBS="${JOBS:-$(nproc)}"
 
 # Options are explicit: build/ may hold a cache from quickstart.sh, which builds without tests.
-BUILD_DIR=build scripts/build.sh -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=ON -DHUDDLE_SANITIZE=OFF
+BUILD_DIR=build scripts/build.sh -DHUDDLE_BUILD_TESTS=ON -DHUDDLE_BUILD_BENCH=ON -DHUDDLE_SANITIZE=OFF \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g -DNDEBUG"
 (cd build && ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 300)
 
 if [ "${HUDDLE_SKIP_SANITIZE:-0}" != "1" ]; then
