@@ -10,8 +10,11 @@
 #
 # It also checks every package's Depends (no -dev package, no build tool, no CUDA outside
 # huddle-cuda), that the version names the binary's revision, `systemd-analyze verify` and
-# `systemd-analyze security` on the installed units, and prints the figures of issue 35: the time
-# from nothing to the first round, and the installed size of the packages' closure over minbase.
+# `systemd-analyze security` on the installed units, that the units run as non-root users, and the
+# restart policy (a crash restarts an agent, a configuration error does not); it writes an OCI image
+# of the minbase + huddle root (umoci, when installed) and runs its huddle once unpacked; and it
+# prints the figures of issue 35: the time from nothing to the first round, and the installed size
+# of the huddle package's closure over minbase.
 # CTest runs it (package_install, label package). KEEP_ROOT=1 keeps the root for a look.
 set -euo pipefail
 
