@@ -41,7 +41,7 @@ struct RawMessage {
   std::string prefix;
   std::vector<wire::Frame> frames;
   std::optional<std::string> user_id;  // ZAP User-Id of the connection, when authenticated
-  std::optional<std::string> auth_key;  // the key it was admitted with (kZapKeyProperty), Z85
+  std::string auth_key;  // the key it was admitted with (kZapKeyProperty), Z85; "" when unknown
   size_t bytes = 0;
   uint64_t wire_bytes = 0;  // what its frames took on the wire (WireBytes), the prefix excluded
   int source_fd = -1;       // the connection's socket (ZMQ_SRCFD), -1 if unknown

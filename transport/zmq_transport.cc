@@ -133,7 +133,7 @@ class ZmqServer final : public ServerTransport {
         bytes_in_ += raw.bytes;
         std::optional<Inbound> in;
         if (guard_.OnDelivered(SteadyNowMs(), {raw.source_fd, raw.prefix, raw.user_id,
-                                               raw.wire_bytes, raw.auth_key.value_or("")})) {
+                                               raw.wire_bytes, raw.auth_key})) {
           in = Admit(std::move(raw));
         }
         if (in) return in;
@@ -262,7 +262,7 @@ class ZmqServer final : public ServerTransport {
         return std::nullopt;
       }
       in.auth_id = *raw.user_id;
-      if (!zap_->IsEnrolled(in.auth_id, raw.auth_key.value_or(""))) {
+      if (!zap_->IsEnrolled(in.auth_id, raw.auth_key)) {
         in.message = RevokedError(in.auth_id);
         return in;
       }
