@@ -109,7 +109,8 @@ namespace {
 // Walks the headers of the model file `file` (its magic, then each tensor's name, rank and dims)
 // with small reads, checking each tensor's data against the file's size: the file is read whole
 // only once its headers account for every one of its bytes. The limits are ByteReader's.
-Status CheckModelFileLayout(const ReadableFile& file, const std::string& path) {
+StatusOr<std::vector<TensorSpec>> CheckModelFileLayout(const ReadableFile& file,
+                                                       const std::string& path) {
   const uint64_t size = file.size();
   uint64_t offset = 0;
   std::string header;
@@ -139,6 +140,8 @@ Status CheckModelFileLayout(const ReadableFile& file, const std::string& path) {
   if (count > kMaxTensors) {
     return absl::DataLossError(absl::StrCat(path, ": ", count, " tensors exceeds the limit"));
   }
+  std::vector<TensorSpec> layout;
+  layout.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
     const std::string where = absl::StrCat("the header of tensor ", i);
     HUDDLE_ASSIGN_OR_RETURN(uint32_t name_len, u32(where));
@@ -164,15 +167,21 @@ Status CheckModelFileLayout(const ReadableFile& file, const std::string& path) {
                        ", the file holds ", size - offset));
     }
     offset += bytes;
+    layout.push_back(TensorSpec{name, DType::kFloat32, std::move(shape)});
   }
   if (offset != size) {
     return absl::DataLossError(absl::StrCat(path, ": its tensors end at byte ", offset,
                                             ", followed by ", size - offset, " trailing bytes"));
   }
-  return absl::OkStatus();
+  return layout;
 }
 
 }  // namespace
+
+StatusOr<std::vector<TensorSpec>> ReadModelFileLayout(const std::string& path) {
+  HUDDLE_ASSIGN_OR_RETURN(ReadableFile file, ReadableFile::Open(path));
+  return CheckModelFileLayout(file, path);
+}
 
 StatusOr<TensorList> ReadModelFile(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ReadableFile file, ReadableFile::Open(path));
@@ -181,7 +190,7 @@ StatusOr<TensorList> ReadModelFile(const std::string& path) {
                                                       " bytes, more than the model-file limit of ",
                                                       kMaxModelFileBytes, " bytes"));
   }
-  HUDDLE_RETURN_IF_ERROR(CheckModelFileLayout(file, path));
+  HUDDLE_RETURN_IF_ERROR(CheckModelFileLayout(file, path).status());
   // The headers account for every byte: read them all, and decode (checked again, as any input).
   std::string bytes(static_cast<size_t>(file.size()), '\0');
   HUDDLE_RETURN_IF_ERROR(file.ReadAt(0, bytes.size(), bytes.data()));

@@ -53,5 +53,9 @@ inline constexpr uint64_t kMaxModelFileBytes = (uint64_t{1} << 31) * sizeof(floa
 // holds, or a file with bytes after its last tensor, is DataLoss naming both sizes.
 Status WriteModelFile(const std::string& path, const TensorList& tensors);
 StatusOr<TensorList> ReadModelFile(const std::string& path);
+// The tensors of a model file, by name and shape, from its headers alone (small reads, no tensor
+// data read, whatever the file's size), with ReadModelFile's checks of the headers against the
+// file: a summary of a model too large to read (huddle report).
+StatusOr<std::vector<TensorSpec>> ReadModelFileLayout(const std::string& path);
 
 }  // namespace huddle

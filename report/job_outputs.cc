@@ -3,10 +3,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 
 #include "common/file_util.h"
+#include "common/tensor_io.h"
 
 namespace huddle::report {
 namespace {
@@ -71,12 +71,6 @@ void Participation(const json& object, Row* row) {
     if (!row->numbers.count(outcome)) outcome = "dropped";
     row->numbers[outcome] += 1;
   }
-}
-
-uint64_t LittleEndian(const unsigned char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
 }
 
 // The service's record and job.yaml of the job whose OUT this is: STATE/jobs/NAME/{state.json,
@@ -193,49 +187,13 @@ StatusOr<std::optional<json>> ReadJsonObject(const std::string& path, uint64_t m
 }
 
 StatusOr<std::optional<ModelFileInfo>> ReadModelHeader(const std::string& path) {
-  StatusOr<ReadableFile> file = ReadableFile::Open(path);
-  if (absl::IsNotFound(file.status())) return std::optional<ModelFileInfo>();
-  if (!file.ok()) return file.status();
-  const uint64_t size = file->size();
-  uint64_t offset = 0;
-  unsigned char buf[8];
-  auto read = [&](int n) -> StatusOr<uint64_t> {
-    if (offset + n > size) {
-      return absl::DataLossError(absl::StrCat(path, ": ends inside a tensor header (offset ",
-                                              offset, ", ", size, " bytes)"));
-    }
-    HUDDLE_RETURN_IF_ERROR(file->ReadAt(offset, n, reinterpret_cast<char*>(buf)));
-    offset += n;
-    return LittleEndian(buf, n);
-  };
-  HUDDLE_ASSIGN_OR_RETURN(const uint64_t magic, read(8));
-  (void)magic;
-  if (std::memcmp(buf, "HUDDLEM1", 8) != 0) {
-    return absl::DataLossError(absl::StrCat(path, ": not a model file (no HUDDLEM1 magic)"));
-  }
+  StatusOr<std::vector<TensorSpec>> layout = ReadModelFileLayout(path);
+  if (absl::IsNotFound(layout.status())) return std::optional<ModelFileInfo>();
+  if (!layout.ok()) return layout.status();
   ModelFileInfo info;
-  HUDDLE_ASSIGN_OR_RETURN(const uint64_t count, read(4));
-  if (count > (1u << 20)) return absl::DataLossError(absl::StrCat(path, ": ", count, " tensors"));
-  for (uint64_t t = 0; t < count; ++t) {
-    HUDDLE_ASSIGN_OR_RETURN(const uint64_t name_len, read(4));
-    offset += name_len;
-    HUDDLE_ASSIGN_OR_RETURN(const uint64_t rank, read(4));
-    if (rank > 16) return absl::DataLossError(absl::StrCat(path, ": a tensor of rank ", rank));
-    uint64_t elements = 1;
-    for (uint64_t d = 0; d < rank; ++d) {
-      HUDDLE_ASSIGN_OR_RETURN(const uint64_t dim, read(8));
-      if (dim > (uint64_t{1} << 40) || (dim > 0 && elements > (uint64_t{1} << 40) / dim)) {
-        return absl::DataLossError(absl::StrCat(path, ": a tensor dimension of ", dim));
-      }
-      elements *= dim;
-    }
-    offset += elements * sizeof(float);
-    if (offset > size) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": its tensors need ", offset, " bytes, the file has ", size));
-    }
+  for (const TensorSpec& t : *layout) {
     ++info.tensors;
-    info.parameters += static_cast<int64_t>(elements);
+    info.parameters += t.NumElements();
   }
   return std::optional<ModelFileInfo>(info);
 }
