@@ -153,7 +153,7 @@ int RunAgentCommand(const AgentFlags& flags);
 struct OperatorFlags {
   std::string command;
   std::string argument;  // the job file (submit) or the job's name
-  std::string service = "tcp://127.0.0.1:5556";
+  std::string service;     // the operators' endpoint ("": kDefaultOperatorEndpoint)
   std::string server_key;  // the service's .pub
   std::string key;         // this operator's .key
   bool insecure = false;
@@ -164,19 +164,15 @@ struct OperatorFlags {
   bool operator_view = false;  // report: with the operator-only plots (labelled)
 };
 int RunOperatorCommand(const OperatorFlags& flags);
+inline constexpr const char* kDefaultOperatorEndpoint = "tcp://127.0.0.1:5556";
 
 // `huddle report OUT` (cli/report_cmd.cc): OUT/report.html, one self-contained page of the job's
 // plots (report/report.h); `--job NAME` with the operator flags asks the service for its job's.
 struct ReportFlags {
   std::string out_dir;  // a job's output directory (or --job)
-  std::string job;      // a service's job
-  std::string output;   // the page's file (default OUT/report.html, or NAME-report.html)
-  bool operator_view = false;
-  std::string service;  // "" when not given (then tcp://127.0.0.1:5556 with --job)
-  std::string server_key;
-  std::string key;
-  double timeout_s = 30;
-  bool insecure = false;
+  // --job NAME (`argument`), the page's file (`output`: default OUT/report.html, or
+  // NAME-report.html), --operator, and the service's connection as the operator commands'.
+  OperatorFlags remote = {.command = "report", .timeout_s = 30};
 };
 int RunReportCommand(const ReportFlags& flags);
 // stderr lines about a page: it holds operator-only values (do not publish), or which plots DP

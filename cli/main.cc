@@ -116,6 +116,18 @@ int main(int argc, char** argv) {
   agent->add_option("--log-level", af.log_level, "trace, debug, info, warn, error, off");
   agent->add_flag("--insecure", af.insecure, "Plaintext, unauthenticated transport (debug only)");
 
+  // The service's connection, the same for every operator command and `report --job`.
+  auto add_connection_options = [](CLI::App* sub, huddle::cli::OperatorFlags& f) {
+    sub->add_option("--service", f.service,
+                    std::string("The service's operators' endpoint (default ") +
+                        huddle::cli::kDefaultOperatorEndpoint + ")");
+    sub->add_option("--server-key", f.server_key, "The service's public key file (server.pub)");
+    sub->add_option("--key", f.key, "This operator's key file (enrolled in security.operators)");
+    sub->add_option("--timeout", f.timeout_s, "Seconds to wait for the answer")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+    sub->add_flag("--insecure", f.insecure, "Plaintext (a service started with --insecure)");
+  };
   huddle::cli::OperatorFlags of;
   std::vector<CLI::App*> operator_commands;
   for (const auto& [name, help, arg, arg_help] :
@@ -128,14 +140,7 @@ int main(int argc, char** argv) {
            {"clients", "The service's agents: live, last seen, job", nullptr, nullptr}}) {
     CLI::App* sub = app.add_subcommand(name, help);
     if (arg != nullptr) sub->add_option(arg, of.argument, arg_help)->required();
-    sub->add_option("--service", of.service, "The service's operators' endpoint")
-        ->capture_default_str();
-    sub->add_option("--server-key", of.server_key, "The service's public key file (server.pub)");
-    sub->add_option("--key", of.key, "This operator's key file (enrolled in security.operators)");
-    sub->add_option("--timeout", of.timeout_s, "Seconds to wait for the answer")
-        ->capture_default_str()
-        ->check(CLI::Range(0.1, 3600.0));
-    sub->add_flag("--insecure", of.insecure, "Plaintext (a service started with --insecure)");
+    add_connection_options(sub, of);
     sub->add_flag("--json", of.json, "Print the service's answer as JSON");
     if (std::string(name) == "logs") {
       sub->add_flag("--follow,-f", of.follow, "Keep printing new lines until the job ends");
@@ -149,20 +154,14 @@ int main(int argc, char** argv) {
       "Write a job's report: one self-contained HTML page of its plots (OUT/report.html), or with "
       "--job the service's page of one of its jobs");
   report->add_option("out", rpf.out_dir, "The job's output directory (a running job's too)");
-  report->add_option("--job", rpf.job, "A service's job, by name (with the operator flags)");
-  report->add_option("--output", rpf.output,
+  report->add_option("--job", rpf.remote.argument,
+                     "A service's job, by name (with the operator flags)");
+  report->add_option("--output", rpf.remote.output,
                      "The page's file (default OUT/report.html; with --job NAME-report.html)");
-  report->add_flag("--operator", rpf.operator_view,
+  report->add_flag("--operator", rpf.remote.operator_view,
                    "Under DP, also the operator-only plots (computed without noise), each marked "
                    "so: not for publication");
-  report->add_option("--service", rpf.service,
-                     "The service's operators' endpoint (default tcp://127.0.0.1:5556)");
-  report->add_option("--server-key", rpf.server_key, "The service's public key file (server.pub)");
-  report->add_option("--key", rpf.key, "This operator's key file (enrolled in security.operators)");
-  report->add_option("--timeout", rpf.timeout_s, "Seconds to wait for the service's page")
-      ->capture_default_str()
-      ->check(CLI::Range(0.1, 3600.0));
-  report->add_flag("--insecure", rpf.insecure, "Plaintext (a service started with --insecure)");
+  add_connection_options(report, rpf.remote);
 
   huddle::cli::DatacenterFlags df;
   CLI::App* dc = app.add_subcommand(

@@ -18,7 +18,7 @@ using nlohmann::json;
 
 StatusOr<service::OperatorClientOptions> ClientOptions(const OperatorFlags& f) {
   service::OperatorClientOptions o;
-  o.endpoint = f.service;
+  o.endpoint = f.service.empty() ? kDefaultOperatorEndpoint : f.service;
   o.timeout_ms = static_cast<int64_t>(f.timeout_s * 1000);
   if (f.insecure) return o;
   if (f.server_key.empty() || f.key.empty()) {

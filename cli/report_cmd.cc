@@ -39,13 +39,14 @@ void PrintReportNotes(bool operator_only, const std::vector<std::string>& left_o
   }
 }
 
-int RunReportCommand(const ReportFlags& f) {
-  if (f.out_dir.empty() == f.job.empty()) {
+int RunReportCommand(const ReportFlags& flags) {
+  const OperatorFlags& f = flags.remote;
+  if (flags.out_dir.empty() == f.argument.empty()) {
     return Usage(
         "give a job's output directory (huddle report OUT) or a service's job (huddle report "
         "--job NAME --service ... --server-key ... --key ...), not both");
   }
-  if (!f.out_dir.empty() &&
+  if (!flags.out_dir.empty() &&
       (!f.service.empty() || !f.server_key.empty() || !f.key.empty() || f.insecure)) {
     return Usage(
         "--service, --server-key, --key and --insecure go with --job NAME (a service's job); an "
@@ -62,26 +63,14 @@ int RunReportCommand(const ReportFlags& f) {
                    " does not exist");
     }
   }
-  if (!f.job.empty()) {
-    OperatorFlags of;
-    of.command = "report";
-    of.argument = f.job;
-    if (!f.service.empty()) of.service = f.service;
-    of.server_key = f.server_key;
-    of.key = f.key;
-    of.timeout_s = f.timeout_s;
-    of.insecure = f.insecure;
-    of.output = f.output;
-    of.operator_view = f.operator_view;
-    return RunOperatorCommand(of);
-  }
+  if (!f.argument.empty()) return RunOperatorCommand(f);
 
   report::ReportOptions options;
   options.operator_view = f.operator_view;
   options.build = VersionLine();
   options.generated_at = NowIso8601();
-  options.source = f.out_dir;
-  StatusOr<report::Report> page = report::RenderReport(f.out_dir, options);
+  options.source = flags.out_dir;
+  StatusOr<report::Report> page = report::RenderReport(flags.out_dir, options);
   if (!page.ok()) {
     std::fprintf(stderr, "%s: %s\n", kCommand, std::string(page.status().message()).c_str());
     // No such OUT is the caller's to fix; a file that cannot be read is the job's outputs'.
@@ -89,7 +78,7 @@ int RunReportCommand(const ReportFlags& f) {
                                                                                      : kExitFailed;
   }
   const std::string path =
-      f.output.empty() ? (std::filesystem::path(f.out_dir) / "report.html").string() : f.output;
+      f.output.empty() ? (std::filesystem::path(flags.out_dir) / "report.html").string() : f.output;
   if (Status st = WriteFileAtomic(path, page->html); !st.ok()) {
     std::fprintf(stderr, "%s: %s: %s\n", kCommand, path.c_str(), std::string(st.message()).c_str());
     return kExitFailed;
