@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "data/client_data.h"
 #include "proto/messages.h"
+#include "service/http_endpoint.h"
 
 namespace huddle::cli {
 namespace {
@@ -185,9 +186,11 @@ Status ReadServer(ConfigMap& top, ProjectServer* s) {
         "' is not tcp://HOST:PORT (default tcp://127.0.0.1:5556: operators on the server host)"));
   }
   HUDDLE_RETURN_IF_ERROR(server.Optional("http_bind", &s->http_bind));
-  if (!IsValidHostPort(s->http_bind, /*any=*/false)) {
-    return absl::InvalidArgumentError(absl::StrCat(server.Where("http_bind"), ": '", s->http_bind,
-                                                   "' is not HOST:PORT (default 127.0.0.1:9464)"));
+  // The service's own rule for http.bind, so that no kit holds one the service refuses.
+  if (StatusOr<service::BindAddress> bind = service::ParseBindAddress(s->http_bind); !bind.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(server.Where("http_bind"), ": ",
+                                                   bind.status().message(),
+                                                   " (default 127.0.0.1:9464)"));
   }
   HUDDLE_RETURN_IF_ERROR(server.Optional("state_dir", &s->state_dir));
   if (!s->state_dir.empty() && !fs::path(s->state_dir).is_absolute()) {
@@ -219,11 +222,10 @@ Status ReadOperators(const std::string& origin, const YAML::Node& raw, ProjectSp
 }  // namespace
 
 bool IsValidPartyName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  if (!std::isalnum(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-  });
+  // A client id (the wire's alphabet), short enough for a tar header, starting with a letter or a
+  // digit (so that no kit is named ".", "..", or like a flag).
+  return wire::IsValidClientId(name) && name.size() <= 64 &&
+         std::isalnum(static_cast<unsigned char>(name[0]));
 }
 
 namespace {
