@@ -165,6 +165,15 @@ Status StreamingAggregator::AddUnits(size_t offset, std::span<const int64_t> uni
 }
 
 Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors, int64_t weight) {
+  return Fold(tensors, weight, 1.0);
+}
+
+Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors, int64_t weight,
+                                 double discount) {
+  if (!(discount > 0 && discount <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("discount ", discount, " is out of range (0, 1]"));
+  }
   if (weight < 1 || weight > options_.max_weight) {
     return absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is out of range [1, ",
                                                    options_.max_weight, "] (max_weight)"));
@@ -191,7 +200,7 @@ Status StreamingAggregator::Fold(std::span<const std::span<const float>> tensors
         ") could overflow the exact sum; Finalize and Reset, or lower max_abs_value/max_weight"));
   }
 
-  const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
+  const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_) * discount;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const std::span<const float> x = tensors[t];
     for (size_t begin = 0, chunk = chunk_offsets_[t]; begin < x.size(); begin += kChunk, ++chunk) {

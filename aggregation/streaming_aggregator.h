@@ -91,6 +91,11 @@ class StreamingAggregator {
   // ResourceExhausted. On any error the sums, count and total weight are unchanged (Finalize
   // gives bitwise the same result).
   Status Fold(std::span<const std::span<const float>> tensors, int64_t weight);
+  // As Fold, with every term discounted: each value x adds x * weight * discount (rounded once,
+  // as above) while the total weight grows by `weight`, so WeightedMean gives
+  // sum_k w_k d_k x_k / sum_k w_k (buffered asynchronous training's staleness factor).
+  // `discount` must lie in (0, 1] (InvalidArgument otherwise), so no term exceeds Fold's bound.
+  Status Fold(std::span<const std::span<const float>> tensors, int64_t weight, double discount);
 
   // Updates folded since Create/Reset.
   int64_t count() const { return count_; }

@@ -28,6 +28,7 @@ int RunAgentCommand(const AgentFlags& flags) {
   if (!flags.log_level.empty()) config.log_level = flags.log_level;
   if (!flags.key.empty()) config.security.secret_key = flags.key;
   if (!flags.server_key.empty()) config.security.server_public_key = flags.server_key;
+  if (flags.slowdown > 0) config.slowdown = flags.slowdown;
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr, "%s: %s\n", kCommand, why.c_str());
     return kExitUsage;
@@ -105,6 +106,7 @@ int RunAgentCommand(const AgentFlags& flags) {
     }
     if (*identity) agent->set_secagg_identity(**identity);
     agent->set_max_sessions_per_round(config.secure_aggregation.max_sessions_per_round);
+    if (config.slowdown > 1) agent->set_slowdown(config.slowdown);
     spdlog::debug("job '{}': agent ready on '{}'", job, data);
     return agent;
   };

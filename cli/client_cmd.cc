@@ -55,6 +55,7 @@ Status ApplyFlags(const ClientFlags& f, ClientConfig* c) {
     c->device = f.device;
   }
   if (f.silo_nproc > 0) c->silo_nproc = f.silo_nproc;
+  if (f.slowdown > 0) c->slowdown = f.slowdown;
   return absl::OkStatus();
 }
 
@@ -114,6 +115,11 @@ int RunClientCommand(const ClientFlags& flags) {
   if (!identity.ok()) return SetupError(config, identity.status());
   if (*identity) agent.set_secagg_identity(**std::move(identity));
   agent.set_max_sessions_per_round(config.secure_aggregation.max_sessions_per_round);
+  if (config.slowdown > 1) {
+    agent.set_slowdown(config.slowdown);
+    spdlog::info("slowdown {}: each round's training is followed by {} x its time waited",
+                 config.slowdown, config.slowdown - 1);
+  }
   if (config.silo_nproc > 1) {
     // A silo: several ranks train as this one client; they connect once, here.
     client::SiloOptions silo_options;

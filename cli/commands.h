@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/job_config.h"
+#include "common/clock.h"
 #include "common/member_certificate.h"
 #include "coordinator/coordinator.h"
 #include "service/operator_api.h"
@@ -75,6 +76,7 @@ struct ClientFlags {
   std::string project_key;  // the project's .pub (overrides security.project_public_key)
   std::string device;       // auto | cpu | cuda[:N] (overrides the config's device)
   int64_t silo_nproc = 0;   // > 0: overrides silo.nproc
+  double slowdown = 0;      // >= 1: overrides `slowdown` (ClientAgent::set_slowdown)
   bool insecure = false;
 };
 int RunClientCommand(const ClientFlags& flags);
@@ -144,6 +146,7 @@ struct AgentFlags {
   std::string key;         // overrides security.secret_key (systemd's credentials)
   std::string server_key;  // overrides security.server_public_key
   std::string log_level;
+  double slowdown = 0;  // >= 1: overrides `slowdown` (ClientAgent::set_slowdown)
   bool insecure = false;
 };
 int RunAgentCommand(const AgentFlags& flags);
@@ -228,10 +231,17 @@ Status GenerateLocalKeys(const std::string& dir, const std::vector<std::string>&
 // The job's server-side evaluator on its test set (empty when the job has none: federated
 // evaluation, an external model, evaluation.every 0). Shared by every path that runs a job.
 StatusOr<coordinator::Evaluator> MakeEvaluator(const JobConfig& job);
-// Shared by the coordinator and simulation paths: loads the evaluation set and runs the job.
-int RunCoordinatorWith(JobConfig job, class transport::ServerTransport* transport);
-// The "done: ..." lines on stdout after a job (rounds, accuracy, privacy, traffic, outputs).
-void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator::JobSummary& s);
+// Shared by the coordinator and simulation paths: loads the evaluation set and runs the job over
+// `transport` on `clock` (a simulation's virtual clock, or real time).
+int RunCoordinatorWith(JobConfig job, class transport::ServerTransport* transport,
+                       const Clock* clock = SteadyClock::Get());
+// "job 'NAME': 20 rounds, model mlp 784-128-10" (or "... asynchronous steps (concurrency C,
+// buffer K) ..."): the line a job starts with on stdout.
+std::string JobHeadline(const coordinator::CoordinatorOptions& o);
+// The "done: ..." lines on stdout after a job (rounds or server steps, accuracy, privacy,
+// traffic, outputs); `clock_simulated`: its times are a simulation's virtual seconds.
+void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator::JobSummary& s,
+                     bool clock_simulated = false);
 
 // Now as ISO-8601 UTC with milliseconds (common/time_format.h), for the service's records.
 std::string NowIso8601();

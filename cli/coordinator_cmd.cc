@@ -65,12 +65,24 @@ StatusOr<coordinator::Evaluator> MakeEvaluator(const JobConfig& job) {
   });
 }
 
-void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator::JobSummary& s) {
-  std::printf("done: %llu rounds in %.1f s", static_cast<unsigned long long>(s.rounds_completed),
-              s.elapsed_s);
+std::string JobHeadline(const coordinator::CoordinatorOptions& o) {
+  const std::string what = o.async.enabled
+                               ? absl::StrCat("asynchronous steps (concurrency ",
+                                              o.async.concurrency, ", buffer ", o.async.buffer, ")")
+                               : "rounds";
+  return absl::StrCat("job '", o.job_name, "': ", o.rounds, " ", what, ", model ",
+                      models::DescribeModel(o.model));
+}
+
+void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator::JobSummary& s,
+                     bool clock_simulated) {
+  // An asynchronous job's rounds are its server steps.
+  const char* unit = o.async.enabled ? "step" : "round";
+  std::printf("done: %llu %ss in %.1f s%s", static_cast<unsigned long long>(s.rounds_completed),
+              unit, s.elapsed_s, clock_simulated ? " (virtual)" : "");
   if (s.final_test_accuracy) {
-    std::printf(" | final test accuracy %.4f (best %.4f at round %llu)", *s.final_test_accuracy,
-                *s.best_test_accuracy, static_cast<unsigned long long>(*s.best_round));
+    std::printf(" | final test accuracy %.4f (best %.4f at %s %llu)", *s.final_test_accuracy,
+                *s.best_test_accuracy, unit, static_cast<unsigned long long>(*s.best_round));
   }
   if (s.final_test_accuracy &&
       o.eval_mode == coordinator::CoordinatorOptions::EvalMode::kFederated) {
@@ -101,7 +113,7 @@ void PrintJobSummary(const coordinator::CoordinatorOptions& o, const coordinator
   std::fflush(stdout);
 }
 
-int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
+int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport, const Clock* clock) {
   const coordinator::CoordinatorOptions& o = job.coordinator;
   LogStartNotes(job);
   StatusOr<coordinator::Evaluator> evaluator = MakeEvaluator(job);
@@ -114,9 +126,8 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
     std::printf("%s\n", m.ProgressLine().c_str());
     std::fflush(stdout);
   };
-  coordinator::Coordinator coord(o, transport, SteadyClock::Get(), *std::move(evaluator), on_round);
-  std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
-              static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
+  coordinator::Coordinator coord(o, transport, clock, *std::move(evaluator), on_round);
+  std::printf("%s\n", JobHeadline(o).c_str());
   std::fflush(stdout);
   Status st = coord.Run(&StopFlag());
   if (!st.ok()) {
@@ -124,7 +135,7 @@ int RunCoordinatorWith(JobConfig job, transport::ServerTransport* transport) {
                  std::string(st.message()).c_str());
     return absl::IsCancelled(st) ? StopExitCode() : kExitFailed;
   }
-  PrintJobSummary(o, coord.summary());
+  PrintJobSummary(o, coord.summary(), clock->simulated());
   return 0;
 }
 

@@ -99,6 +99,44 @@ Status ReadDpSgd(ConfigMap& m, wire::TrainConfig* t) {
   return absl::OkStatus();
 }
 
+// The `simulation` section (SimulationOptions). The virtual clock's settings are refused with
+// `clock: real`, naming both keys.
+Status ReadSimulation(ConfigMap& sim, SimulationOptions* s) {
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("clients", &s->clients, 1, 1 << 20));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("threads", &s->threads, 1, 256));
+  std::string clock = "real";
+  HUDDLE_RETURN_IF_ERROR(sim.OptionalChoice("clock", &clock, {"real", "virtual"}));
+  s->virtual_clock = clock == "virtual";
+  if (!s->virtual_clock) {
+    for (std::string_view key :
+         {"slowdown", "seconds_per_example", "latency_s", "bandwidth_mbit_s", "dropout"}) {
+      if (sim.Has(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(sim.Where(key), " needs ", sim.Where("clock"),
+                         ": virtual (with clock: real the simulated clients work in real time)"));
+      }
+    }
+    return sim.Finish();
+  }
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap slowdown, sim.Child("slowdown"));
+  std::string distribution = "constant";
+  HUDDLE_RETURN_IF_ERROR(
+      slowdown.OptionalChoice("distribution", &distribution, {"constant", "lognormal"}));
+  s->lognormal_slowdown = distribution == "lognormal";
+  if (!s->lognormal_slowdown && slowdown.Has("sigma")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(slowdown.Where("sigma"), " needs ", slowdown.Where("distribution"),
+                     ": lognormal (a constant slowdown is 1 for every client)"));
+  }
+  HUDDLE_RETURN_IF_ERROR(slowdown.Optional("sigma", &s->slowdown_sigma, 0.0, 5.0));
+  HUDDLE_RETURN_IF_ERROR(slowdown.Finish());
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("seconds_per_example", &s->seconds_per_example, 0.0, 3600.0));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("latency_s", &s->latency_s, 0.0, 3600.0));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("bandwidth_mbit_s", &s->bandwidth_mbit_s, 1e-3, 1e6));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("dropout", &s->dropout, 0.0, 1.0));
+  return sim.Finish();
+}
+
 // A key that must be present, in [lo, hi].
 template <typename T>
 Status Required(ConfigMap& m, std::string_view key, T* out, std::type_identity_t<T> lo,
@@ -324,6 +362,40 @@ Status DpSgdFitsModel(ConfigMap& train, const models::ModelSpec& model) {
 
 namespace {
 
+// `async:` (coordinator::AsyncOptions): buffered asynchronous training.
+Status ReadAsync(ConfigMap& top, coordinator::AsyncOptions* a) {
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap async, top.Child("async"));
+  a->enabled = true;
+  HUDDLE_RETURN_IF_ERROR(async.Optional("concurrency", &a->concurrency, 1, 1 << 20));
+  HUDDLE_RETURN_IF_ERROR(async.Optional("buffer", &a->buffer, 1, 1 << 20));
+  HUDDLE_RETURN_IF_ERROR(async.Optional("max_staleness", &a->max_staleness, 0, 1 << 20));
+  if (async.Has("staleness")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap st, async.Child("staleness"));
+    std::string weight = "polynomial";
+    HUDDLE_RETURN_IF_ERROR(
+        st.OptionalChoice("weight", &weight, {"constant", "polynomial", "hinge"}));
+    using S = coordinator::AsyncOptions::Staleness;
+    a->weight = weight == "constant" ? S::kConstant
+                : weight == "hinge"  ? S::kHinge
+                                     : S::kPolynomial;
+    if (a->weight != S::kPolynomial && st.Has("exponent")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          st.Where("exponent"), " applies to staleness.weight polynomial, not ", weight));
+    }
+    for (const char* key : {"hinge_after", "hinge_slope"}) {
+      if (a->weight != S::kHinge && st.Has(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(st.Where(key), " applies to staleness.weight hinge, not ", weight));
+      }
+    }
+    HUDDLE_RETURN_IF_ERROR(st.Optional("exponent", &a->exponent, 0.0, 16.0));
+    HUDDLE_RETURN_IF_ERROR(st.Optional("hinge_after", &a->hinge_after, 0, 1 << 20));
+    HUDDLE_RETURN_IF_ERROR(st.Optional("hinge_slope", &a->hinge_slope, 1e-6, 1e6));
+    HUDDLE_RETURN_IF_ERROR(st.Finish());
+  }
+  return async.Finish();
+}
+
 // The `evaluation` section: every `every` rounds and after the last, by the coordinator on its
 // test set (`mode: server`, the default: `data`, `format`, `scale_255`; ResolveEvaluationData
 // settles them once the data section is read) or by the clients on their own data
@@ -442,7 +514,25 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(round.Optional("upload_slots", &o.upload_slots, 1, 4096));
   HUDDLE_RETURN_IF_ERROR(
       round.OptionalSeconds("upload_timeout_s", &o.upload_timeout_ms, 0.1, 7 * 86400));
+  const bool has_quorum = round.Has("quorum");
   HUDDLE_RETURN_IF_ERROR(round.Finish());
+  if (top.Has("async")) {
+    HUDDLE_RETURN_IF_ERROR(ReadAsync(top, &o.async));
+    // What lock-step rounds alone use: refused rather than silently ignored.
+    for (const char* key : {"size", "rate", "sampling"}) {
+      if (cohort.Has(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(cohort.Where(key),
+                         " does not apply with async (its clients are drawn one task at a "
+                         "time: async.concurrency sets how many train at once)"));
+      }
+    }
+    if (has_quorum) {
+      return absl::InvalidArgumentError(
+          "round.quorum does not apply with async (every server step takes async.buffer "
+          "updates)");
+    }
+  }
 
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap server, top.Child("server"));
   HUDDLE_RETURN_IF_ERROR(server.Optional("learning_rate", &o.server.learning_rate, 1e-9, 100.0));
@@ -485,9 +575,12 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap coord, top.Child("coordinator"));
   const bool coord_has_min_clients = coord.Has("min_clients");
   HUDDLE_RETURN_IF_ERROR(coord.Optional("bind", &job.bind));
-  // Default: a fixed-size cohort waits for a full cohort; Poisson sampling for one client.
+  // Default: a fixed-size cohort waits for a full cohort; Poisson sampling and asynchronous
+  // training (which sends work to each client as it joins) for one client.
   o.min_clients =
-      o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed ? o.cohort.size : 1;
+      o.cohort.sampling == coordinator::CohortOptions::Sampling::kFixed && !o.async.enabled
+          ? o.cohort.size
+          : 1;
   HUDDLE_RETURN_IF_ERROR(coord.Optional("min_clients", &o.min_clients, 1, 1 << 24));
   HUDDLE_RETURN_IF_ERROR(
       coord.OptionalSeconds("wait_for_clients_s", &o.wait_for_clients_ms, 0.1, 7 * 86400));
@@ -522,9 +615,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   if (top.Has("simulation")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap sim, top.Child("simulation"));
     SimulationOptions s;
-    HUDDLE_RETURN_IF_ERROR(sim.Optional("clients", &s.clients, 1, 1 << 20));
-    HUDDLE_RETURN_IF_ERROR(sim.Optional("threads", &s.threads, 1, 256));
-    HUDDLE_RETURN_IF_ERROR(sim.Finish());
+    HUDDLE_RETURN_IF_ERROR(ReadSimulation(sim, &s));
     job.simulation = s;
     if (!coord_has_min_clients) o.min_clients = s.clients;
   } else {

@@ -19,9 +19,27 @@
 
 namespace huddle::cli {
 
+// `simulation:` the job's clients simulated in `huddle run`'s own process (cli/run_cmd.cc).
 struct SimulationOptions {
   int64_t clients = 0;  // simulated clients (in one process)
   int64_t threads = 2;  // pool threads running them
+  // `clock: real` (the default): the clients work in real time over the in-process transport.
+  // `clock: virtual`: a discrete-event simulation (transport/sim_transport.h) in which the
+  // settings below give each client's compute and link times; nothing waits in real time for them,
+  // and the same job and seed give the same run. Those settings are refused with `clock: real`.
+  bool virtual_clock = false;
+  // `slowdown: {distribution: constant | lognormal, sigma}`: each client's multiplier on its
+  // compute time, drawn once per client from the job seed (lognormal: exp(sigma * N(0, 1)), median
+  // 1; constant: 1 for every client).
+  bool lognormal_slowdown = false;
+  double slowdown_sigma = 1.0;  // lognormal only
+  // Virtual seconds of one example's forward and backward pass on a client of slowdown 1 (a
+  // round's training costs that times the examples it passes over; an evaluation a third of it
+  // per example).
+  double seconds_per_example = 0.001;
+  double latency_s = 0.05;        // one-way, per message
+  double bandwidth_mbit_s = 100;  // each client's link, each way
+  double dropout = 0;             // probability that a training instruction is never answered
 };
 
 // The coordinator's transport security (docs/security.md). Paths are relative to the working

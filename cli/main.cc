@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
                    "Ranks (CPU ranks or GPUs) that train as this one client, data-parallel "
                    "(overrides silo.nproc)")
       ->check(CLI::Range(int64_t{1}, huddle::client::kMaxSiloRanks));
+  client
+      ->add_option("--slowdown", kf.slowdown,
+                   "Behave like a device X times slower: after local training, wait (X - 1) x "
+                   "its time before asking to upload (overrides slowdown; default 1)")
+      ->check(CLI::Range(1.0, huddle::client::kMaxSlowdown));
   client->add_flag("--insecure", kf.insecure, "Plaintext, unauthenticated transport (debug only)");
 
   huddle::cli::RunFlags rf;
@@ -114,6 +119,11 @@ int main(int argc, char** argv) {
   agent->add_option("--server-key", af.server_key,
                     "The service's public key file, pinned (overrides security.server_public_key)");
   agent->add_option("--log-level", af.log_level, "trace, debug, info, warn, error, off");
+  agent
+      ->add_option("--slowdown", af.slowdown,
+                   "Behave like a device X times slower: after local training, wait (X - 1) x "
+                   "its time before asking to upload (overrides slowdown; default 1)")
+      ->check(CLI::Range(1.0, huddle::client::kMaxSlowdown));
   agent->add_flag("--insecure", af.insecure, "Plaintext, unauthenticated transport (debug only)");
 
   // The service's connection, the same for every operator command and `report --job`.

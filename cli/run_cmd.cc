@@ -7,7 +7,9 @@
 // DIR/logs/coordinator.log, each agent to DIR/logs/client-NNN.log.
 // With `simulation: {clients: N}`: the same coordinator and client agent code in this process,
 // over the in-process transport, N agents sharing one copy of the training set (no sessions: the
-// simulated clients are the job's from the start).
+// simulated clients are the job's from the start). With `clock: virtual` the transport is a
+// discrete-event simulation on a virtual clock (transport/sim_transport.h, cli/simulation.h), and
+// OUT/simulation.json records its settings and each client's drawn slowdown.
 #include <signal.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -25,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/process.h"
+#include "cli/simulation.h"
 #include "client/agent.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -37,6 +40,7 @@
 #include "service/service.h"
 #include "transport/inproc_transport.h"
 #include "transport/ports.h"
+#include "transport/sim_transport.h"
 #include "transport/zmq_transport.h"
 
 namespace huddle::cli {
@@ -280,8 +284,7 @@ int RunProcesses(JobConfig job, const std::string& config, const std::string& ou
   std::printf("huddle run: service on %s, %lld agent processes, %s, logs in %s\n", endpoint.c_str(),
               static_cast<long long>(job.local_clients),
               insecure ? "PLAINTEXT (--insecure)" : "CurveZMQ with ephemeral keys", logs.c_str());
-  std::printf("job '%s': %lld rounds, model %s\n", o.job_name.c_str(),
-              static_cast<long long>(o.rounds), models::DescribeModel(o.model).c_str());
+  std::printf("%s\n", JobHeadline(o).c_str());
   std::fflush(stdout);
 
   // The agents first: they load their data while the job is prepared, and join once the service
@@ -381,12 +384,38 @@ class SimulatedClient final : public transport::InProcPeer {
     return out;
   }
   StatusOr<std::vector<wire::Message>> OnMessage(const wire::Message& msg) override {
-    return agent_.Handle(msg);
+    if (virtual_cost_ && msg.type() == wire::MessageType::kFitInstruction) {
+      const auto& fit = std::get<wire::FitInstruction>(msg.body);
+      using Mode = wire::UpdatePrivacy::Mode;
+      // Under local or distributed DP or DP-SGD the agent reports no timing: that stays so.
+      reports_time_ = fit.privacy.mode != Mode::kLocal && fit.privacy.mode != Mode::kDistributed &&
+                      !fit.train.dp_sgd;
+      train_seconds_ = ComputeSeconds(msg, static_cast<int64_t>(view_.size()), virtual_cost_->first,
+                                      virtual_cost_->second);
+    }
+    StatusOr<std::vector<wire::Message>> replies = agent_.Handle(msg);
+    if (virtual_cost_ && reports_time_ && replies.ok()) {
+      for (wire::Message& m : *replies) {
+        if (auto* result = std::get_if<wire::FitResult>(&m.body)) {
+          result->train_seconds = train_seconds_;
+        }
+      }
+    }
+    return replies;
+  }
+  // On the virtual clock: the training seconds a FitResult reports are the simulated device's
+  // (its compute time: `slowdown` x `seconds_per_example` per example), not this machine's, so
+  // that the run stays the same, bitwise (cli/simulation.h).
+  void set_virtual_cost(double slowdown, double seconds_per_example) {
+    virtual_cost_.emplace(slowdown, seconds_per_example);
   }
 
  private:
   data::DatasetView view_;
   client::ClientAgent agent_;
+  std::optional<std::pair<double, double>> virtual_cost_;  // slowdown, seconds per example
+  bool reports_time_ = false;
+  double train_seconds_ = 0;  // the last training instruction's, in virtual seconds
 };
 
 int RunSimulation(JobConfig job) {
@@ -410,6 +439,10 @@ int RunSimulation(JobConfig job) {
   }
   std::vector<std::unique_ptr<SimulatedClient>> clients;
   std::vector<transport::InProcPeer*> peers;
+  std::vector<std::string> ids;
+  std::vector<int64_t> shard_sizes;  // for the virtual clock's compute times
+  const uint64_t seed = job.coordinator.seed;
+  const std::vector<double> slowdowns = DrawSlowdowns(sim, seed);  // all 1 unless lognormal
   // Secure aggregation: an ephemeral project key certifies every simulated client (held by this
   // process alone); the members share one cache of verified signatures (every member verifies
   // the same member list's n signatures; a deployed client verifies them itself).
@@ -421,8 +454,10 @@ int RunSimulation(JobConfig job) {
     data::DatasetView view;
     view.base = &train.value();
     view.indices = std::move((*shards)[static_cast<size_t>(i)]);
+    shard_sizes.push_back(static_cast<int64_t>(view.size()));
     char id[32];
     std::snprintf(id, sizeof(id), "sim-%05lld", static_cast<long long>(i));
+    ids.push_back(id);
     // The job's policy with an in-memory ledger: a thousand simulated clients keep no files.
     auto guard = client::PrivacyGuard::Open(PolicyForJob(job, ""));
     if (!guard.ok()) {
@@ -447,6 +482,9 @@ int RunSimulation(JobConfig job) {
     }
     clients.push_back(std::make_unique<SimulatedClient>(id, std::move(view), *std::move(guard),
                                                         std::move(identity)));
+    if (sim.virtual_clock) {
+      clients.back()->set_virtual_cost(slowdowns[static_cast<size_t>(i)], sim.seconds_per_example);
+    }
     peers.push_back(clients.back().get());
   }
   if (secagg) {
@@ -457,13 +495,36 @@ int RunSimulation(JobConfig job) {
       return it->second;
     };
   }
-  std::printf("huddle run: simulating %lld clients in-process on %lld threads\n",
-              static_cast<long long>(sim.clients), static_cast<long long>(sim.threads));
-  std::fflush(stdout);
   job.coordinator.client_timeout_ms = 0;  // simulated clients do not heartbeat
-  transport::InProcServerTransport transport(peers, static_cast<int>(sim.threads));
+  if (!sim.virtual_clock) {
+    std::printf("huddle run: simulating %lld clients in-process on %lld threads\n",
+                static_cast<long long>(sim.clients), static_cast<long long>(sim.threads));
+    std::fflush(stdout);
+    transport::InProcServerTransport transport(peers, static_cast<int>(sim.threads));
+    transport.Start();
+    return RunCoordinatorWith(std::move(job), &transport);
+  }
+  // A discrete-event simulation (transport/sim_transport.h): each client's compute and link times
+  // in virtual time, so the job's times are simulated and the run is the same every time.
+  const std::string record = job.coordinator.out_dir + "/simulation.json";
+  if (Status st = WriteFileAtomic(record, SimulationJson(sim, seed, ids, slowdowns)); !st.ok()) {
+    std::fprintf(stderr, "huddle run: cannot write %s: %s\n", record.c_str(),
+                 std::string(st.message()).c_str());
+    return kExitFailed;
+  }
+  std::printf("huddle run: %s\n", DescribeVirtualSimulation(sim, slowdowns).c_str());
+  std::fflush(stdout);
+  transport::SimulatedServerTransport transport(
+      peers, TransportOptions(sim, seed, std::move(shard_sizes), slowdowns));
   transport.Start();
-  return RunCoordinatorWith(std::move(job), &transport);
+  const int code = RunCoordinatorWith(std::move(job), &transport, transport.clock());
+  if (transport.dropouts() > 0) {
+    std::printf("simulation: %llu training instructions dropped (simulation.dropout)\n",
+                static_cast<unsigned long long>(transport.dropouts()));
+  }
+  // The record again, with what the run dropped.
+  (void)WriteFileAtomic(record, SimulationJson(sim, seed, ids, slowdowns, transport.dropouts()));
+  return code;
 }
 
 }  // namespace

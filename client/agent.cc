@@ -193,10 +193,15 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
           absl::StrCat("local training failed: ", update.status().message()), msg.round)};
     }
     const models::TrainStats& stats = update->train;
+    if (slowdown_ > 1) {
+      // A slower device's training: the rest of its time, waited out before it answers.
+      const int64_t extra_ms = std::llround((slowdown_ - 1) * stats.seconds * 1000);
+      if (extra_ms > 0) sleep_(extra_ms);
+    }
     pending.result.num_examples = static_cast<uint64_t>(stats.examples);  // the FedAvg weight
     pending.result.train_loss = stats.loss;
     pending.result.train_accuracy = stats.accuracy;
-    pending.result.train_seconds = stats.seconds;
+    pending.result.train_seconds = stats.seconds * slowdown_;
     // The clip bit is what adaptive clipping noises centrally; under local or distributed DP
     // nothing noises it.
     pending.result.within_clip = !local && !distributed && !update->clipped;
@@ -246,6 +251,14 @@ StatusOr<std::vector<wire::Message>> ClientAgent::OnFit(const wire::Message& msg
   return Replies{
       wire::MakeMessage(wire::UploadRequest{pending_->result.num_examples, pending_->result.nonce},
                         msg.round, client_id_)};
+}
+
+void ClientAgent::set_slowdown(double factor, std::function<void(int64_t ms)> sleep) {
+  slowdown_ = std::isfinite(factor) ? std::max(1.0, factor) : 1.0;
+  sleep_ = std::move(sleep);
+  if (!sleep_) {
+    sleep_ = [](int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  }
 }
 
 void ClientAgent::set_secagg_identity(SecAggIdentity identity) {

@@ -44,6 +44,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,6 +117,12 @@ class ClientAgent {
   // Sessions of secure aggregation this client joins for one round at most (a coordinator that
   // aborts sessions to draw other graphs gets no more; default 4).
   void set_max_sessions_per_round(int64_t n) { max_sessions_per_round_ = n; }
+  // Makes this client behave like a device `factor` (>= 1; default 1) times slower: after each
+  // round's local training it waits (factor - 1) x the training's wall time before it asks to
+  // upload (or advertises, in secure aggregation), and reports factor x that time as its training
+  // seconds. `sleep` (default: std::this_thread::sleep_for) waits the given milliseconds; tests
+  // pass one that records instead.
+  void set_slowdown(double factor, std::function<void(int64_t ms)> sleep = {});
 
  private:
   StatusOr<std::vector<wire::Message>> OnFit(const wire::Message& msg,
@@ -188,6 +195,8 @@ class ClientAgent {
   std::unique_ptr<aggregation::secagg::SignatureCache> own_cache_;
   int64_t max_sessions_per_round_ = 4;
   std::optional<int64_t> reply_hold_ms_;  // the job's, fixed at its first instruction
+  double slowdown_ = 1;                   // set_slowdown
+  std::function<void(int64_t ms)> sleep_;
   uint64_t sessions_round_ = 0;           // the round sessions_joined_ counts for
   int64_t sessions_joined_ = 0;
 };

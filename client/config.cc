@@ -110,6 +110,7 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   HUDDLE_RETURN_IF_ERROR(top.Optional("client_id", &c.client_id));
   HUDDLE_RETURN_IF_ERROR(ReadDevice(top, &c.device));
   HUDDLE_RETURN_IF_ERROR(ReadSilo(top, &c.silo_nproc));
+  HUDDLE_RETURN_IF_ERROR(top.Optional("slowdown", &c.slowdown, 1.0, kMaxSlowdown));
   HUDDLE_RETURN_IF_ERROR(top.OptionalChoice("log_level", &c.log_level,
                                             {"trace", "debug", "info", "warn", "error", "off"}));
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap data, top.Child("data"));

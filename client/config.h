@@ -41,6 +41,9 @@ struct ClientSecAgg {
   int64_t max_sessions_per_round = 4;
 };
 
+// The largest `slowdown` (and --slowdown) a client takes.
+inline constexpr double kMaxSlowdown = 1000;
+
 struct ClientConfig {
   std::string coordinator;  // tcp://HOST:PORT
   std::string client_id;    // defaults to the id in the client's key file
@@ -55,6 +58,10 @@ struct ClientConfig {
   // `silo: {nproc: N}`: N ranks (CPU ranks, or GPUs from `device`'s ordinal on) train as this
   // one client, synchronous data-parallel (client/silo.h). 1: one device, no silo.
   int64_t silo_nproc = 1;
+  // `slowdown: X` (>= 1): behave like a device X times slower (ClientAgent::set_slowdown: after
+  // local training, wait (X - 1) x its wall time before asking to upload). For experiments with
+  // stragglers; 1: no wait.
+  double slowdown = 1;
   // `privacy:` the client's own policy and ledger (client/privacy_guard.h). Empty: the
   // coordinator's settings are trusted and releases are accounted in memory only.
   ClientPrivacyPolicy privacy;

@@ -16,6 +16,11 @@ class Clock {
   // Milliseconds since the Unix epoch (UTC). It may step (NTP, an operator), so it only labels
   // records (a metrics row's or ledger entry's `time`); never a deadline or a duration.
   virtual int64_t WallMs() const = 0;
+  // True for a clock that only advances when its transport lets it (a discrete-event simulation,
+  // transport/sim_transport.h): NowMs() then moves only while the owner waits in that transport's
+  // Receive, so a wait in real time (a sleep, a poll of a worker thread) measures nothing and must
+  // not be mistaken for virtual time passing. False for every clock of real time.
+  virtual bool simulated() const { return false; }
 };
 
 // std::chrono::steady_clock (NowMs) and std::chrono::system_clock (WallMs).

@@ -108,6 +108,10 @@ Status Coordinator::Initialise() {
   privacy_.emplace(std::move(privacy));
   sync_.emplace(SyncRound::Parts{&options_, transport_, clock_, &population_, &slots_,
                                  &*aggregator_, &*privacy_, layout_, this});
+  if (options_.async.enabled) {
+    async_.emplace(AsyncRound::Parts{&options_, transport_, clock_, &population_, &slots_,
+                                     &*aggregator_, &rng_, layout_, this});
+  }
   NoteSpend();
   return absl::OkStatus();
 }
@@ -133,7 +137,8 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
       break;
     }
     HUDDLE_RETURN_IF_ERROR(WaitForClients(stop, /*started=*/r > first));
-    HUDDLE_RETURN_IF_ERROR(RunRound(r));
+    HUDDLE_RETURN_IF_ERROR(async_ ? RunFlush(r, stop) : RunRound(r));
+    if (!summary_.failure.empty()) break;
     if (rounds_without_update_ >= options_.max_rounds_without_update) {
       summary_.failure = absl::StrCat(
           rounds_without_update_, " rounds in a row accepted no update (",
@@ -210,15 +215,8 @@ Status Coordinator::WaitForClients(const std::atomic<bool>* stop, bool started) 
 //   4. Close: with >= quorum results, mean delta (weighted by examples) -> server optimizer;
 //      otherwise the model is unchanged. Stragglers' later messages are refused as stale.
 //   5. Evaluate (when due), checkpoint, append metrics, report progress.
-Status Coordinator::RunRound(uint64_t number) {
-  const int64_t start_ms = clock_->NowMs();
-  const uint64_t in0 = transport_->bytes_in();
-  const uint64_t out0 = transport_->bytes_out();
-  round_.emplace();
-  Round& round = *round_;
-  sync_->Begin(&round, model_version_);
+void Coordinator::BeginRound(Round& round, uint64_t number) {
   round.number = number;
-  round.deadline_ms = start_ms + options_.round_deadline_ms;
   round.global = std::make_shared<const TensorList>(model_);
   round.metrics.round = number;
   round.metrics.total_rounds = static_cast<uint64_t>(options_.rounds);
@@ -226,6 +224,33 @@ Status Coordinator::RunRound(uint64_t number) {
   round.metrics.stale = std::exchange(pending_stale_, 0);
   round.metrics.malformed = std::exchange(pending_malformed_, 0);
   round.metrics.auth_rejected = std::exchange(pending_auth_rejected_, 0);
+}
+
+void Coordinator::EndRoundMetrics(Round& round, int64_t start_ms, uint64_t in0, uint64_t out0) {
+  round.metrics.duration_s = (clock_->NowMs() - start_ms) / 1000.0;
+  round.metrics.bytes_in = transport_->bytes_in() - in0;
+  round.metrics.bytes_out = transport_->bytes_out() - out0;
+  // Transport counters since the previous round closed (so refusals between rounds count too).
+  round.metrics.auth_rejected +=
+      static_cast<int64_t>(transport_->auth_rejections() - auth_rejections_seen_);
+  round.metrics.rate_limited =
+      static_cast<int64_t>(transport_->rate_limited() - rate_limited_seen_);
+  round.metrics.connections_cut =
+      static_cast<int64_t>(transport_->connections_cut() - connections_cut_seen_);
+  auth_rejections_seen_ = transport_->auth_rejections();
+  rate_limited_seen_ = transport_->rate_limited();
+  connections_cut_seen_ = transport_->connections_cut();
+}
+
+Status Coordinator::RunRound(uint64_t number) {
+  const int64_t start_ms = clock_->NowMs();
+  const uint64_t in0 = transport_->bytes_in();
+  const uint64_t out0 = transport_->bytes_out();
+  round_.emplace();
+  Round& round = *round_;
+  sync_->Begin(&round, model_version_);
+  BeginRound(round, number);
+  round.deadline_ms = start_ms + options_.round_deadline_ms;
   if (dp()) {
     HUDDLE_RETURN_IF_ERROR(privacy_->Configure(number, &round.privacy, &*aggregator_));
   } else {
@@ -272,22 +297,79 @@ Status Coordinator::RunRound(uint64_t number) {
   }
 
   // 4-5.
-  round.metrics.duration_s = (clock_->NowMs() - start_ms) / 1000.0;
-  round.metrics.bytes_in = transport_->bytes_in() - in0;
-  round.metrics.bytes_out = transport_->bytes_out() - out0;
-  // Transport counters since the previous round closed (so refusals between rounds count too).
-  round.metrics.auth_rejected +=
-      static_cast<int64_t>(transport_->auth_rejections() - auth_rejections_seen_);
-  round.metrics.rate_limited =
-      static_cast<int64_t>(transport_->rate_limited() - rate_limited_seen_);
-  round.metrics.connections_cut =
-      static_cast<int64_t>(transport_->connections_cut() - connections_cut_seen_);
-  auth_rejections_seen_ = transport_->auth_rejections();
-  rate_limited_seen_ = transport_->rate_limited();
-  connections_cut_seen_ = transport_->connections_cut();
+  EndRoundMetrics(round, start_ms, in0, out0);
   slots_.Reset();
   Status st = FinishRound(round);
   sync_->End();
+  round_.reset();
+  return st;
+}
+
+// One server step of buffered asynchronous training (async_round.h):
+//   1. Open the flush on the current model (results kept since the last one fold now).
+//   2. Keep async.concurrency clients training (idle eligible clients drawn uniformly); fold each
+//      result as it arrives, discounted by its staleness, until async.buffer are in. A flush that
+//      cannot fill (every live client already trained on this model, none in flight) closes with
+//      what it has; one that accepts nothing for max_rounds_without_update x round.deadline_s
+//      ends the job.
+//   3. Close (tasks go on training), then as a round: release, server step, evaluation,
+//      metrics, checkpoint.
+Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
+  const int64_t start_ms = clock_->NowMs();
+  const uint64_t in0 = transport_->bytes_in();
+  const uint64_t out0 = transport_->bytes_out();
+  round_.emplace();
+  Round& flush = *round_;
+  BeginRound(flush, number);
+  aggregator_->Reset();
+  async_->Open(&flush, model_version_, flush.global);
+  const int64_t patience_ms =
+      std::max<int64_t>(1, options_.max_rounds_without_update) * options_.round_deadline_ms;
+  int64_t last_progress_ms = start_ms;
+  int64_t results_seen = flush.metrics.results;
+  while (!async_->Full()) {
+    if (stop != nullptr && stop->load()) {
+      // The step's partial sum is dropped (nothing was released from it); a resume continues
+      // from the last step's checkpoint.
+      async_->Close();
+      round_.reset();
+      return absl::CancelledError(absl::StrCat("stopped during step ", number));
+    }
+    async_->TopUp(secagg_excluded_);
+    if (async_->Starved(secagg_excluded_) && flush.metrics.results > 0) {
+      if (!std::exchange(warned_small_population_, true)) {
+        spdlog::warn(
+            "step {}: every live client already trained on this model and none is in flight: "
+            "the step is taken with {} of async.buffer {} updates (a client is sent each model "
+            "version once; more clients, or a smaller buffer, fill it)",
+            number, flush.metrics.results, options_.async.buffer);
+      }
+      break;
+    }
+    Pump(async_->WaitMs(100));
+    async_->Expire();
+    const int64_t now = clock_->NowMs();
+    if (flush.metrics.results != results_seen) {
+      results_seen = flush.metrics.results;
+      last_progress_ms = now;
+    }
+    if (now - last_progress_ms >= patience_ms) {
+      summary_.failure = absl::StrCat(
+          "no update was accepted for ", patience_ms / 1000,
+          " s (coordinator.max_rounds_without_update x round.deadline_s) while step ", number,
+          " was open (", population_.LiveCount(), " live clients, ", async_->in_flight(),
+          " tasks in flight",
+          flush.first_rejection.empty() ? ""
+                                        : absl::StrCat("; first refusal: ", flush.first_rejection),
+          "); stopping");
+      async_->Close();
+      round_.reset();
+      return absl::OkStatus();
+    }
+  }
+  async_->Close();
+  EndRoundMetrics(flush, start_ms, in0, out0);
+  Status st = FinishRound(flush);
   round_.reset();
   return st;
 }
@@ -322,7 +404,13 @@ std::vector<std::string> Coordinator::SampleCohort() {
   return cohort;
 }
 
-void Coordinator::FailMember(const std::string& id, const char* why) { sync_->FailMember(id, why); }
+void Coordinator::FailMember(const std::string& id, const char* why) {
+  if (async_) {
+    async_->FailMember(id, why);
+  } else {
+    sync_->FailMember(id, why);
+  }
+}
 
 StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
   const RoundMetrics& m = round.metrics;
@@ -374,7 +462,7 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
 
 Status Coordinator::FinishRound(Round& round) {
   RoundMetrics& m = round.metrics;
-  m.dropped = m.clients_sampled - m.results;
+  if (!async_) m.dropped = m.clients_sampled - m.results;  // (a flush counts its own: Close)
   // Secure aggregation's members report no loss (and, weighing uniformly, no example count).
   if (m.results > 0 && !dp() && !round.secure && m.examples > 0) {
     m.train_loss = round.weighted_loss / static_cast<double>(m.examples);
@@ -452,12 +540,21 @@ Status Coordinator::FinishRound(Round& round) {
 
 Status Coordinator::Evaluate(uint64_t round, RoundMetrics* m) {
   // On a worker thread, answering heartbeats and joins meanwhile: a long evaluation must not look
-  // like a dead coordinator to the clients.
+  // like a dead coordinator to the clients. On a simulated clock it takes no virtual time and
+  // receives nothing (what arrives meanwhile would depend on how long it ran in real time).
+  if (clock_->simulated()) {
+    HUDDLE_ASSIGN_OR_RETURN(models::EvalStats eval, evaluator_(model_));
+    return NoteEvaluation(round, eval, m);
+  }
   auto pending = std::async(std::launch::async, [this] { return evaluator_(model_); });
   while (pending.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
     Pump(20);
   }
   HUDDLE_ASSIGN_OR_RETURN(models::EvalStats eval, pending.get());
+  return NoteEvaluation(round, eval, m);
+}
+
+Status Coordinator::NoteEvaluation(uint64_t round, const models::EvalStats& eval, RoundMetrics* m) {
   evaluated_version_ = model_version_;
   m->test_accuracy = eval.accuracy;
   m->test_loss = eval.loss;

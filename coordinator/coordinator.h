@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/rng.h"
+#include "coordinator/async_round.h"
 #include "coordinator/job_summary.h"
 #include "coordinator/member_state.h"
 #include "coordinator/options.h"
@@ -79,6 +80,16 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   // `started`: a round of this run has already run (min_clients then no longer applies).
   Status WaitForClients(const std::atomic<bool>* stop, bool started);
   Status RunRound(uint64_t number);
+  // Buffered asynchronous training (async:, coordinator/async_round.h): one server step (a
+  // flush): open, keep `concurrency` clients training, fold results as they arrive until `buffer`
+  // are in, close, then the same release, step, evaluation, metrics and checkpoint as a round
+  // (FinishRound). When no update was accepted for max_rounds_without_update x round.deadline_s
+  // it sets summary_.failure instead (the job then ends); Cancelled when `stop` is set meanwhile.
+  Status RunFlush(uint64_t number, const std::atomic<bool>* stop);
+  // The round's or the flush's common start: metrics, counters carried from between rounds.
+  void BeginRound(Round& round, uint64_t number);
+  // Its common end: durations, traffic and the transport's counters into its metrics.
+  void EndRoundMetrics(Round& round, int64_t start_ms, uint64_t in0, uint64_t out0);
   // One step of the round's scheduler (step 3 of RunRound): the secure aggregation's stage, or the
   // plain round's deadline. False once the round is over; `wait_ms`: how long to wait for
   // messages before the next step.
@@ -132,6 +143,7 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   Status SaveCheckpoint();
   // The global model after `round`, on the evaluator: into *metrics and the summary.
   Status Evaluate(uint64_t round, RoundMetrics* metrics);
+  Status NoteEvaluation(uint64_t round, const models::EvalStats& eval, RoundMetrics* metrics);
   // Federated evaluation (coordinator/federated_eval.cc): the global model after `round` sent to
   // up to federated_eval.clients live clients, their answers validated and averaged (weights
   // capped) until all answered or the evaluation's deadline: into *metrics and the summary.
@@ -166,6 +178,9 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   // The synchronous round's scheduler (sync_round.h), from Initialise on: the plain round's
   // handlers, its upload grants and failures.
   std::optional<SyncRound> sync_;
+  // The asynchronous scheduler, with async: enabled (from Initialise on).
+  std::optional<AsyncRound> async_;
+  bool warned_small_population_ = false;
   // An open federated evaluation (between rounds).
   enum class EvalState { kPending, kAnswered, kFailed };
   struct EvalAnswer {

@@ -64,7 +64,8 @@ void Coordinator::Handle(transport::Inbound in) {
       // A member holding an upload slot that sends garbage gives the slot back now, not at
       // round.upload_timeout_s: it cannot hold up the others.
       auto m = round_->members.find(id);
-      if (m != round_->members.end() && m->second == MemberState::kUploading) {
+      if (async_ ? async_->Uploading(id)
+                 : m != round_->members.end() && m->second == MemberState::kUploading) {
         round_->metrics.rejected++;
         if (round_->first_rejection.empty()) {
           round_->first_rejection = absl::StrCat("malformed: ", err.message());
@@ -100,14 +101,24 @@ void Coordinator::Handle(transport::Inbound in) {
       Reply(in.peer, wire::MakeMessage(wire::Heartbeat{}, current, "coordinator"));
       return;
     case wire::MessageType::kUploadRequest:
-      sync_->OnUploadRequest(id, msg);
+      if (async_) {
+        async_->OnUploadRequest(id, msg);
+      } else {
+        sync_->OnUploadRequest(id, msg);
+      }
       return;
     case wire::MessageType::kFitResult:
-      sync_->OnFitResult(id, msg);
+      if (async_) {
+        async_->OnFitResult(id, msg);
+      } else {
+        sync_->OnFitResult(id, msg);
+      }
       return;
     case wire::MessageType::kError:
       if (EvaluationPending(id) && msg.round == eval_->round) {
         OnEvaluateError(id, msg);
+      } else if (async_) {
+        async_->OnClientError(id, msg);
       } else {
         sync_->OnClientError(id, msg);
       }
@@ -194,6 +205,12 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
   welcome.model = models::ModelSpecToWire(options_.model);
   welcome.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval_ms);
   Reply(peer, wire::MakeMessage(std::move(welcome), 0, "coordinator"));
+  // An asynchronous task's client that comes back (it restarted, or lost us) lost its task: it
+  // is free for a new one once the model moves on.
+  if (async_) {
+    async_->FailMember(join.client_id, "rejoined: its task is dropped");
+    return;
+  }
   // A cohort member that comes back mid-round (it restarted, or lost us) gets its work again.
   if (round_) {
     auto m = round_->members.find(join.client_id);
@@ -234,7 +251,7 @@ void Coordinator::OnRevokedKey(const transport::Inbound& in) {
     // The key was removed from the allow-list: the client leaves the population now, and its
     // work in the open round or evaluation (if any) fails.
     spdlog::warn("client {}: {}; removing it from the federation", in.auth_id, why);
-    if (round_) FailMember(in.auth_id, "lost its enrollment (key revoked)");
+    if (round_ || async_) FailMember(in.auth_id, "lost its enrollment (key revoked)");
     FailEvaluator(in.auth_id, "lost its enrollment (key revoked)");
     population_.Remove(in.auth_id, in.peer);
   } else {

@@ -51,6 +51,19 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
     j["bytes_out"] = bytes_out;
   }
   j["model_file"] = "model.bin";
+  // How the job trained: lock-step rounds, or buffered asynchronous steps (`rounds` then counts
+  // server steps).
+  if (options.async.enabled) {
+    const AsyncOptions& a = options.async;
+    static constexpr const char* kWeights[] = {"constant", "polynomial", "hinge"};
+    j["training"] = {{"mode", "async"},
+                     {"concurrency", a.concurrency},
+                     {"buffer", a.buffer},
+                     {"staleness_weight", kWeights[static_cast<int>(a.weight)]},
+                     {"max_staleness", a.max_staleness}};
+  } else {
+    j["training"] = {{"mode", "sync"}};
+  }
   if (dp) {
     nlohmann::ordered_json p;
     p["mode"] = privacy::PrivacyModeName(options.privacy.mode);

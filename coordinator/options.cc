@@ -1,5 +1,7 @@
 #include "coordinator/options.h"
 
+#include <cmath>
+
 namespace huddle::coordinator {
 
 namespace {
@@ -61,7 +63,55 @@ Status CheckSecureAggregation(const CoordinatorOptions& o) {
   return absl::OkStatus();
 }
 
+Status CheckAsync(const CoordinatorOptions& o) {
+  const AsyncOptions& a = o.async;
+  if (!a.enabled) return absl::OkStatus();
+  if (a.concurrency < 1 || a.buffer < 1 || a.max_staleness < 0 || !(a.exponent >= 0) ||
+      !std::isfinite(a.exponent) || a.hinge_after < 0 || !(a.hinge_slope > 0) ||
+      !std::isfinite(a.hinge_slope)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "async: concurrency (", a.concurrency, ") and buffer (", a.buffer,
+        ") must be >= 1, max_staleness (", a.max_staleness, ") and staleness.hinge_after (",
+        a.hinge_after, ") >= 0, staleness.exponent (", a.exponent,
+        ") finite and >= 0, staleness.hinge_slope (", a.hinge_slope, ") finite and > 0"));
+  }
+  if (o.privacy.mode != privacy::PrivacyMode::kNone) {
+    return absl::InvalidArgumentError(
+        "async with privacy.mode is not supported yet: asynchronous arrival is not Poisson "
+        "sampling, so its releases need per-client accounting without amplification "
+        "(privacy.max_participations), which is not built; run DP jobs in synchronous rounds "
+        "(remove async)");
+  }
+  if (o.secure_aggregation.enabled) {
+    return absl::InvalidArgumentError(
+        "async with secure_aggregation is not supported yet (flushes as SecAgg+ sessions are not "
+        "built); remove one of them");
+  }
+  if (o.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
+    return absl::InvalidArgumentError(
+        "async with evaluation.mode federated is not supported: federated evaluation asks idle "
+        "clients between rounds, and an asynchronous job has no between; evaluate on the "
+        "coordinator (evaluation.data)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+double StalenessFactor(const AsyncOptions& async, uint64_t staleness) {
+  const double tau = static_cast<double>(staleness);
+  switch (async.weight) {
+    case AsyncOptions::Staleness::kConstant:
+      return 1;
+    case AsyncOptions::Staleness::kPolynomial:
+      return std::pow(1 + tau, -async.exponent);
+    case AsyncOptions::Staleness::kHinge: {
+      const double after = static_cast<double>(async.hinge_after);
+      return tau <= after ? 1 : 1 / (async.hinge_slope * (tau - after) + 1);
+    }
+  }
+  return 1;
+}
 
 Status ValidateOptions(const CoordinatorOptions& o) {
   if (o.quorum > o.cohort.size && o.cohort.sampling == CohortOptions::Sampling::kFixed) {
@@ -81,6 +131,7 @@ Status ValidateOptions(const CoordinatorOptions& o) {
         "privacy.mode central needs cohort.sampling: poisson (the accountant's amplification by "
         "sampling holds only for Poisson-sampled cohorts)");
   }
+  HUDDLE_RETURN_IF_ERROR(CheckAsync(o));
   return CheckSecureAggregation(o);
 }
 

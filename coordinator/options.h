@@ -64,6 +64,33 @@ struct SecureAggregationOptions {
   std::function<std::optional<MemberCertificate>(const std::string& id)> certificates;
 };
 
+// Buffered asynchronous training (`async:`; FedBuff, Nguyen et al. 2022;
+// coordinator/async_round.h): instead of lock-step rounds, `concurrency` clients train at all
+// times, each result is folded as it arrives (its delta against the model version that client was
+// sent, discounted by its staleness), and every `buffer` accepted results make one server step.
+// `rounds` then counts server steps (flushes); `round.deadline_s` bounds each task from its
+// dispatch.
+struct AsyncOptions {
+  bool enabled = false;
+  int64_t concurrency = 10;  // C: clients training at once (fewer when fewer are eligible)
+  int64_t buffer = 5;        // K: accepted updates per server step
+  // s(tau), the factor a result of staleness tau (server steps since its model was sent) is
+  // scaled by before it is folded; in (0, 1], so a stale update never weighs more than a fresh one:
+  //   constant:   1
+  //   polynomial: (1 + tau)^-exponent (FedBuff's default, exponent 0.5)
+  //   hinge:      1 for tau <= hinge_after, else 1 / (hinge_slope (tau - hinge_after) + 1)
+  enum class Staleness { kConstant, kPolynomial, kHinge };
+  Staleness weight = Staleness::kPolynomial;
+  double exponent = 0.5;
+  int64_t hinge_after = 4;
+  double hinge_slope = 1;
+  // Results staler than this are refused (the client is free for a new task).
+  int64_t max_staleness = 20;
+};
+
+// s(tau) of `async` (above).
+double StalenessFactor(const AsyncOptions& async, uint64_t staleness);
+
 struct CoordinatorOptions {
   std::string job_name = "huddle";
   uint64_t seed = 1;  // model init, cohort sampling, client seeds
@@ -100,6 +127,7 @@ struct CoordinatorOptions {
   double max_weight_ratio = 4;
   privacy::PrivacyOptions privacy;  // client-level DP (docs/privacy.md); mode none by default
   SecureAggregationOptions secure_aggregation;
+  AsyncOptions async;
 
   enum class EvalMode { kServer, kFederated };
   // kServer: the Evaluator given to the Coordinator (e.g. on the test set); kFederated: the

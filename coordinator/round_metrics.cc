@@ -179,6 +179,15 @@ std::string RoundMetrics::ToJson() const {
   j["test_accuracy"] = Maybe(test_accuracy);
   j["test_loss"] = Maybe(test_loss);
   if (federated_eval) j["evaluation"] = FederatedJson(*federated_eval);
+  if (async) {
+    j["async"] = {{"buffer", async->buffer},
+                  {"concurrency", async->concurrency},
+                  {"in_flight", async->in_flight},
+                  {"refused_stale", async->refused_stale},
+                  {"staleness_mean", async->staleness_mean},
+                  {"staleness_max", async->staleness_max},
+                  {"discount_mean", async->discount_mean}};
+  }
   if (secure_aggregation) {
     Json a = SecAggSettings(*secure_aggregation);
     a.update(SecAggOutcome(*secure_aggregation));
@@ -189,9 +198,17 @@ std::string RoundMetrics::ToJson() const {
 }
 
 std::string RoundMetrics::ProgressLine() const {
-  std::string line =
-      fmt::format("round {}/{} | updates {}/{}", round, total_rounds, results, clients_sampled);
+  std::string line = async ? fmt::format(
+                                 "step {}/{} | updates {}/{} (staleness mean {:.1f}, max {}), {} "
+                                 "dispatched, {} in flight",
+                                 round, total_rounds, results, async->buffer, async->staleness_mean,
+                                 async->staleness_max, clients_sampled, async->in_flight)
+                           : fmt::format("round {}/{} | updates {}/{}", round, total_rounds,
+                                         results, clients_sampled);
   if (dropped > 0) line += fmt::format(" ({} dropped)", dropped);
+  if (async && async->refused_stale > 0) {
+    line += fmt::format(" | {} too stale", async->refused_stale);
+  }
   if (rejected + stale + malformed > 0) {
     line +=
         fmt::format(" | refused {} rejected, {} stale, {} malformed", rejected, stale, malformed);

@@ -86,6 +86,19 @@ struct RoundMetrics {
     std::string failure;    // why it was not ("" when it was)
   };
   std::optional<SecureAggregation> secure_aggregation;
+  // Buffered asynchronous training (async:): the row is one server step (flush), `round` its
+  // number; clients_sampled counts the tasks dispatched while it was open, `results` the updates
+  // it folded, `dropped` the tasks that ended without one (deadline, silence, refusal).
+  struct Async {
+    int64_t buffer = 0;         // K
+    int64_t concurrency = 0;    // C
+    int64_t in_flight = 0;      // tasks still training when it closed
+    int64_t refused_stale = 0;  // results staler than max_staleness, refused
+    double staleness_mean = 0;  // of the folded results (server steps since their model)
+    int64_t staleness_max = 0;
+    double discount_mean = 0;  // mean staleness factor s(tau) of the folded results
+  };
+  std::optional<Async> async;
   double duration_s = 0;
   // Each accepted upload's duration in seconds (the coordinator's clock), in the order they
   // completed: from the member's upload grant to its whole update received (a result folded, or

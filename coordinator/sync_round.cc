@@ -10,12 +10,6 @@
 #include "privacy/clip.h"
 
 namespace huddle::coordinator {
-namespace {
-
-// Upload allowance beyond the model's tensor bytes: the FitResult header and framing.
-constexpr size_t kResultOverheadBytes = size_t{64} << 10;
-
-}  // namespace
 
 SyncRound::SyncRound(Parts parts)
     : options_(parts.options),
@@ -36,16 +30,14 @@ void SyncRound::Begin(Round* round, uint64_t model_version) {
 
 int64_t SyncRound::WeightCap() const {
   const int64_t max_weight = options_->aggregation.max_weight;
-  if (dp() || options_->max_weight_ratio <= 0 || round_->members.empty()) return max_weight;
-  // The median of the counts the cohort claimed when joining: a minority of liars cannot move it.
+  if (dp()) return max_weight;
+  // The median of the counts the cohort claimed when joining.
   std::vector<uint64_t> claims;
   for (const auto& [id, state] : round_->members) {
     const Population::Client* c = population_->Find(id);
     claims.push_back(c != nullptr ? c->num_examples : 0);
   }
-  std::nth_element(claims.begin(), claims.begin() + claims.size() / 2, claims.end());
-  const double cap = options_->max_weight_ratio * static_cast<double>(claims[claims.size() / 2]);
-  return std::clamp<int64_t>(static_cast<int64_t>(std::min(cap, 9e15)), 1, max_weight);
+  return MedianWeightCap(std::move(claims), options_->max_weight_ratio, max_weight);
 }
 
 void SyncRound::SendFit(const std::string& id) {
@@ -266,23 +258,11 @@ Status SyncRound::FoldResult(const std::string& id, const wire::Message& msg,
   }
   // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
   *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);
-  bool clipped = false;
   const double norm = norm_bound_.enabled() ? privacy::L2Norm(spans) : 0;
-  if (const double bound = norm_bound_.BoundFor(round_->number, norm); bound > 0) {
-    // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused
-    // (a refusal by size would lock honest clients out after one bad round moved the model). A
-    // non-finite norm is left to Fold, which refuses it naming the element.
-    if (std::isfinite(norm) && norm > bound) {
-      clip_scratch_.resize(spans.size());
-      for (size_t i = 0; i < spans.size(); ++i) {
-        clip_scratch_[i].spec = layout_[i];
-        clip_scratch_[i].data.assign(spans[i].begin(), spans[i].end());
-      }
-      privacy::ClipToNorm(&clip_scratch_, bound);
-      for (size_t i = 0; i < spans.size(); ++i) spans[i] = clip_scratch_[i].data;
-      clipped = true;
-    }
-  }
+  // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused (a
+  // refusal by size would lock honest clients out after one bad round moved the model).
+  const bool clipped = ClipUpdateToBound(
+      spans, layout_, norm, norm_bound_.BoundFor(round_->number, norm), &clip_scratch_);
   HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight));
   norm_bound_.Accepted(round_->number, norm);
   if (clipped) round_->metrics.clipped++;
@@ -302,6 +282,26 @@ void SyncRound::FailMember(const std::string& id, const char* why) {
   if (round.secure) round.secure->OnMemberFailed(id);  // a stage no longer waits for it
   spdlog::warn("round {}: client {} {}", round.number, id, why);
   GrantSlots();
+}
+
+bool ClipUpdateToBound(std::vector<std::span<const float>>& spans, const ModelLayout& layout,
+                       double norm, double bound, TensorList* scratch) {
+  if (!(bound > 0) || !std::isfinite(norm) || norm <= bound) return false;
+  scratch->resize(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    (*scratch)[i].spec = layout[i];
+    (*scratch)[i].data.assign(spans[i].begin(), spans[i].end());
+  }
+  privacy::ClipToNorm(scratch, bound);
+  for (size_t i = 0; i < spans.size(); ++i) spans[i] = (*scratch)[i].data;
+  return true;
+}
+
+int64_t MedianWeightCap(std::vector<uint64_t> claims, double ratio, int64_t max_weight) {
+  if (ratio <= 0 || claims.empty()) return max_weight;
+  std::nth_element(claims.begin(), claims.begin() + claims.size() / 2, claims.end());
+  const double cap = ratio * static_cast<double>(claims[claims.size() / 2]);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min(cap, 9e15)), 1, max_weight);
 }
 
 std::string ParticipationJson(const Round& round, const std::string& time) {

@@ -71,6 +71,19 @@ struct Round {
 inline constexpr char kParticipationFile[] = "participation.jsonl";
 std::string ParticipationJson(const Round& round, const std::string& time);
 
+// Norm-bounded aggregation's clip of one update (both schedulers: this one and async_round.h): when
+// `norm`, the L2 norm of `spans` (an update in `layout` order), is finite and above `bound` > 0,
+// the update is copied into `scratch` (reused), scaled to `bound` (privacy::ClipToNorm) and `spans`
+// pointed at the copy; true then. Otherwise nothing changes (a non-finite norm is left to the
+// aggregator, which refuses it naming the element).
+bool ClipUpdateToBound(std::vector<std::span<const float>>& spans, const ModelLayout& layout,
+                       double norm, double bound, TensorList* scratch);
+
+// The largest FedAvg weight of one result: `ratio` times the median of `claims` (the example
+// counts clients claimed when joining: a minority of liars cannot move it), within
+// [1, max_weight]; max_weight when ratio <= 0 or there are no claims.
+int64_t MedianWeightCap(std::vector<uint64_t> claims, double ratio, int64_t max_weight);
+
 // What the synchronous round asks of the coordinator.
 class SyncRoundHost {
  public:

@@ -22,6 +22,9 @@
 
 namespace huddle::coordinator {
 
+// Upload allowance beyond a result's tensor bytes: the FitResult header and framing.
+inline constexpr size_t kResultOverheadBytes = size_t{64} << 10;
+
 class UploadSlots {
  public:
   // `transport` and `clock` must outlive the slots.

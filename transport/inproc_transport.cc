@@ -5,29 +5,11 @@
 #include <chrono>
 
 #include "absl/strings/numbers.h"
-#include "proto/codec.h"
+#include "transport/internal/through_codec.h"
 
 namespace huddle::transport {
-namespace {
 
-// Passes a message through the wire codec as the ZeroMQ transport would (the header is encoded
-// and decoded; payload frames are shared, not copied), so simulated peers meet exactly the same
-// validation as real ones. Returns the decoded message and its wire size.
-StatusOr<wire::Message> ThroughCodec(const wire::Message& m, size_t* wire_bytes) {
-  std::vector<wire::Frame> frames;
-  auto header = std::make_shared<std::string>(wire::EncodeHeader(m));
-  frames.push_back({header, std::as_bytes(std::span<const char>(*header))});
-  *wire_bytes = header->size();
-  for (const wire::TensorPayload& t : m.tensors) {
-    // In chunks, as on the wire: a tensor above wire::kMaxChunkBytes in one frame is malformed.
-    for (std::span<const std::byte> chunk : wire::Chunks(t.bytes))
-      frames.push_back({t.owner, chunk});
-    *wire_bytes += t.bytes.size();
-  }
-  return wire::Decode(frames);
-}
-
-}  // namespace
+using internal::ThroughCodec;
 
 InProcServerTransport::InProcServerTransport(std::vector<InProcPeer*> peers, int threads)
     : peers_(std::move(peers)), threads_(std::max(1, threads)), mailboxes_(peers_.size()) {}

@@ -1,7 +1,7 @@
 // Transports move wire::Messages between the coordinator and its clients. The coordinator and the
 // client agent are written once against these interfaces; ZeroMQ carries them between processes
 // (zmq_transport.h), and an in-process transport carries them inside one process for simulations of
-// large populations (inproc_transport.h).
+// large populations (inproc_transport.h: in real time; sim_transport.h: on a virtual clock).
 //
 // Neither call ever blocks past its timeout. Bytes that fail to decode arrive as an Inbound whose
 // `message` holds the decode error, so the receiver can log and count them against the peer.

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <stdexcept>
+#include <thread>
 
 #include "client/agent.h"
 #include "models/wire_spec.h"
@@ -241,6 +243,42 @@ TEST_F(TrainerTest, ADpSgdRoundNeedsTheTrainersReportWithinWhatItAllows) {
   EXPECT_DOUBLE_EQ(e.noise_multiplier, 1.2);
   EXPECT_DOUBLE_EQ(e.sampling_rate, 0.1);
   EXPECT_EQ(e.steps, 8);
+}
+
+// `slowdown X` (huddle client/agent --slowdown): after training, the agent waits (X - 1) x the
+// training's wall time before it asks to upload, and reports X x that time as a slower device
+// would; a slowdown of 1 (or less) waits nothing.
+TEST_F(TrainerTest, ASlowdownWaitsOutTheRestOfASlowerDevicesTrainingTime) {
+  trainer_.fit = [](const NamedTensors& g, const FitConfig&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return AddStep(g, 0.25f);
+  };
+  std::vector<int64_t> waits;
+  ClientAgent agent("edge-1", &trainer_);
+  agent.set_slowdown(3, [&waits](int64_t ms) { waits.push_back(ms); });
+  ASSERT_TRUE(agent.Handle(Welcome()).ok());
+  auto replies = agent.Handle(Fit(1));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  ASSERT_EQ(replies->size(), 1u);
+  EXPECT_EQ((*replies)[0].type(), wire::MessageType::kUploadRequest);
+  ASSERT_EQ(waits.size(), 1u) << "one wait, before the upload request left";
+  EXPECT_GE(waits[0], 40) << "twice the 20 ms the training took, at least";
+  auto upload = agent.Handle(wire::MakeMessage(wire::UploadGrant{}, 1));
+  ASSERT_TRUE(upload.ok());
+  ASSERT_EQ(upload->size(), 1u);
+  const auto& fit = std::get<wire::FitResult>((*upload)[0].body);
+  // train_seconds = 3 t and the wait 2 t (rounded to the millisecond).
+  EXPECT_NEAR(fit.train_seconds, 1.5 * static_cast<double>(waits[0]) / 1000, 0.002);
+  EXPECT_EQ(waits.size(), 1u) << "the grant waits nothing";
+
+  for (double factor : {1.0, 0.5}) {
+    std::vector<int64_t> none;
+    ClientAgent plain("edge-2", &trainer_);
+    plain.set_slowdown(factor, [&none](int64_t ms) { none.push_back(ms); });
+    ASSERT_TRUE(plain.Handle(Welcome()).ok());
+    ASSERT_TRUE(plain.Handle(Fit(1)).ok());
+    EXPECT_TRUE(none.empty()) << "slowdown " << factor;
+  }
 }
 
 }  // namespace

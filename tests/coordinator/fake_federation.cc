@@ -132,6 +132,10 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
                                     ? std::string(wire::kNonceBytes, 'x')
                                     : nonces_[peer];
       Queue(peer, wire::MakeMessage(wire::UploadRequest{c.num_examples, nonce}, reply_round, c.id));
+      if (c.delay_ms > 0) {
+        delayed_.emplace_back(clock_->NowMs() + c.delay_ms, std::move(pending_.back()));
+        pending_.pop_back();
+      }
       return absl::OkStatus();
     }
     case wire::MessageType::kUploadGrant: {
@@ -179,10 +183,16 @@ StatusOr<std::optional<transport::Inbound>> FakeFederation::Receive(int64_t time
       if (!gone_.contains(peer)) Queue(peer, wire::MakeMessage(wire::Heartbeat{}, 0, c.id));
     }
   }
-  if (pending_.empty()) {
-    clock_->Advance(std::max<int64_t>(1, timeout_ms));
-    return std::optional<transport::Inbound>();
+  if (pending_.empty()) clock_->Advance(std::max<int64_t>(1, timeout_ms));
+  for (auto it = delayed_.begin(); it != delayed_.end();) {
+    if (it->first > clock_->NowMs()) {
+      ++it;
+      continue;
+    }
+    pending_.push_back(std::move(it->second));
+    it = delayed_.erase(it);
   }
+  if (pending_.empty()) return std::optional<transport::Inbound>();
   const size_t pick = static_cast<size_t>(delivery_.UniformInt(pending_.size()));
   transport::Inbound in = std::move(pending_[pick]);
   pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(pick));

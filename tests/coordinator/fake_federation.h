@@ -61,6 +61,9 @@ struct SyntheticClient {
   uint64_t num_examples = 100;
   std::string join_as;  // if set, the Join claims this id instead of `id` (impersonation)
   float value = 0;      // kFlat, kPoisonFirst
+  // Simulated time between an instruction and the client's answer (its upload request): a slow
+  // device. 0: it answers at once.
+  int64_t delay_ms = 0;
 };
 
 // The delta an honest client sends in `round`: a deterministic function of (round, id).
@@ -129,6 +132,8 @@ class FakeFederation final : public transport::ServerTransport {
   ManualClock* clock_;
   Rng delivery_;
   std::vector<transport::Inbound> pending_;
+  // Answers of slow clients (delay_ms), each with the simulated time it is due.
+  std::vector<std::pair<int64_t, transport::Inbound>> delayed_;
   std::map<std::pair<std::string, int>, int> errors_;
   std::map<std::string, std::string> last_error_text_;
   EvaluateAnswer evaluate_answer_;
