@@ -125,6 +125,7 @@ void Coordinator::NoteSpend() {
 Status Coordinator::Run(const std::atomic<bool>* stop) {
   HUDDLE_RETURN_IF_ERROR(Initialise());
   started_ms_ = clock_->NowMs();
+  summary_.virtual_clock = clock_->simulated();
   const uint64_t first = next_round_;
   for (uint64_t r = first; r <= static_cast<uint64_t>(options_.rounds); ++r) {
     if (stop != nullptr && stop->load()) {

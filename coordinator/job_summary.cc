@@ -64,6 +64,7 @@ std::string JobSummary::ToJson(const CoordinatorOptions& options) const {
   } else {
     j["training"] = {{"mode", "sync"}};
   }
+  j["training"]["clock"] = virtual_clock ? "virtual" : "real";
   if (dp) {
     nlohmann::ordered_json p;
     p["mode"] = privacy::PrivacyModeName(options.privacy.mode);

@@ -47,6 +47,8 @@ struct JobSummary {
   int64_t secure_rounds_refused = 0;
   int64_t secure_restarts = 0;
   std::vector<std::string> secure_blamed;
+  // The job ran on a simulation's virtual clock (Clock::simulated()): its times are virtual.
+  bool virtual_clock = false;
   std::string ToJson(const CoordinatorOptions& options) const;
   // A resumed job's counts and evaluations so far, from its checkpoint.
   void ResumeFrom(const Checkpoint& checkpoint);

@@ -226,6 +226,11 @@ StatusOr<JobOutputs> ReadJobOutputs(const std::string& out_dir, bool operator_vi
     o.dp = o.dp || r.numbers.count("epsilon") || r.numbers.count("private") ||
            r.numbers.count("privacy.private") || r.strings.count("privacy.mode");
   }
+  if (const auto t = summary.find("training"); t != summary.end() && t->is_object()) {
+    o.async = t->value("mode", "") == "async";
+    o.virtual_clock = t->value("clock", "") == "virtual";
+  }
+  for (const Row& r : o.metrics.rows) o.async = o.async || r.numbers.count("async.buffer") > 0;
   o.dp = o.dp || o.privacy.has_value() || summary.contains("privacy") ||
          summary.contains("operator") || fs::exists(Join(out_dir, "operator_metrics.jsonl"), ec);
   const std::string x_key = o.datacenter ? "epoch" : "round";

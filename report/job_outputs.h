@@ -62,6 +62,12 @@ struct JobOutputs {
   std::string dir;
   bool datacenter = false;                // rows by epoch (huddle datacenter), not by round
   bool dp = false;                        // the outputs are split into public and operator-only
+  // Buffered asynchronous training: the rows are server steps (summary.json's training.mode, or
+  // while the job runs, its rows' `async` objects).
+  bool async = false;
+  bool virtual_clock = false;  // summary.json's training.clock: the times are simulated
+  // What a row is: "epoch" (datacenter), "step" (asynchronous) or "round".
+  const char* unit() const { return datacenter ? "epoch" : async ? "step" : "round"; }
   std::optional<nlohmann::json> summary;  // summary.json (written at the end)
   std::optional<nlohmann::json> privacy;  // privacy.json
   RowsFile metrics;                       // metrics.jsonl

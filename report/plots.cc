@@ -155,7 +155,7 @@ std::vector<Band> ScheduleBands(const JobOutputs& o) {
 Plots BuildPlots(const JobOutputs& o, bool operator_view) {
   Plots plots;
   const bool show_operator = !o.dp || operator_view;
-  const std::string unit = o.datacenter ? "epoch" : "round";
+  const std::string unit = o.unit();
   const std::vector<Row>& pub = o.metrics.rows;
   const std::vector<Row>& op = o.operator_metrics.rows;
   const std::string why =

@@ -154,7 +154,17 @@ std::vector<Fact> Facts(const JobOutputs& o, const ReportOptions& options, const
   const json& summary = o.summary ? *o.summary : none;
   std::vector<Fact> facts;
   facts.push_back({"Job", name});
-  std::string mode = o.datacenter ? "datacenter (per epoch)" : "federated (per round)";
+  const json& training = Sub(summary, "training");
+  const bool async = o.async;
+  const bool virtual_clock = o.virtual_clock;
+  std::string mode = o.datacenter ? "datacenter (per epoch)"
+                     : async      ? "federated, buffered asynchronous (per server step)"
+                                  : "federated (per round)";
+  if (async) {
+    if (auto c = Num(training, "concurrency")) mode += ": concurrency " + Value(*c);
+    if (auto k = Num(training, "buffer")) mode += ", buffer " + Value(*k);
+  }
+  if (virtual_clock) mode += "; simulated on a virtual clock";
   if (auto w = Num(summary, "world_size")) {
     mode = "datacenter: " + Value(*w) + " ranks" +
            (Str(summary, "backend").empty() ? "" : " (" + Str(summary, "backend") + ")");
@@ -187,7 +197,9 @@ std::vector<Fact> Facts(const JobOutputs& o, const ReportOptions& options, const
     std::string text = Value(*acc, ValueFormat::kPercent);
     if (auto best = Num(summary, "best_test_accuracy")) {
       text += " (best " + Value(*best, ValueFormat::kPercent);
-      if (auto r = Num(summary, "best_round")) text += " at round " + Value(*r);
+      if (auto r = Num(summary, "best_round")) {
+        text += std::string(async ? " at step " : " at round ") + Value(*r);
+      }
       text += ")";
     }
     facts.push_back({"Final test accuracy", text});
@@ -198,7 +210,10 @@ std::vector<Fact> Facts(const JobOutputs& o, const ReportOptions& options, const
     const json& totals = dp ? Sub(summary, "operator") : summary;
     std::string text;
     for (const char* key : {"elapsed_s", "seconds_this_session"}) {
-      if (auto s = Num(totals, key)) text += Value(*s, ValueFormat::kSeconds) + " of wall time";
+      if (auto s = Num(totals, key)) {
+        text += Value(*s, ValueFormat::kSeconds) +
+                (virtual_clock ? " of virtual time (simulated)" : " of wall time");
+      }
     }
     if (auto in = Num(totals, "bytes_in")) text += "; " + Value(*in, ValueFormat::kBytes) + " in";
     if (auto out = Num(totals, "bytes_out")) {
@@ -220,7 +235,7 @@ std::vector<Fact> Facts(const JobOutputs& o, const ReportOptions& options, const
 std::string Progress(const JobOutputs& o) {
   std::set<double> xs;
   for (const Row& r : o.metrics.rows) xs.insert(r.x);
-  const std::string unit = o.datacenter ? "epoch" : "round";
+  const std::string unit = o.unit();
   std::string text = std::to_string(xs.size()) + " " + unit + (xs.size() == 1 ? "" : "s");
   std::optional<double> planned;
   if (o.privacy) planned = Num(Sub(*o.privacy, "rounds"), "planned");

@@ -361,6 +361,38 @@ TEST(ReportTest, UnderDpHowAJobFailedIsForTheOperator) {
             "failed: 4 rounds of 4 planned (no round accepted an update)");
 }
 
+TEST(ReportTest, AnAsynchronousJobOnAVirtualClockSaysSo) {
+  JobDir d;
+  for (int r = 1; r <= 4; ++r) {
+    json row = JobDir::PlainRound(r);
+    row["async"] = {{"buffer", 10}, {"concurrency", 100}, {"in_flight", 99}};
+    d.AppendRow("metrics.jsonl", row);
+  }
+  // While it runs (no summary yet) its rows say it is asynchronous.
+  Report running = Render(d.path());
+  EXPECT_NE(running.html.find(EscapeText("buffered asynchronous (per server step)")),
+            std::string::npos);
+  EXPECT_NE(running.state.find("4 steps"), std::string::npos) << running.state;
+  d.WriteJson("summary.json",
+              {{"job", "async-job"},
+               {"rounds", 4},
+               {"rounds_completed", 4},
+               {"final_test_accuracy", 0.7},
+               {"best_test_accuracy", 0.7},
+               {"best_round", 4},
+               {"elapsed_s", 12.5},
+               {"training",
+                {{"mode", "async"}, {"concurrency", 100}, {"buffer", 10}, {"clock", "virtual"}}}});
+  const Report r = Render(d.path());
+  EXPECT_EQ(r.state, "finished: 4 steps of 4 planned");
+  EXPECT_NE(r.html.find(EscapeText("buffered asynchronous (per server step): concurrency 100, "
+                                   "buffer 10; simulated on a virtual clock")),
+            std::string::npos);
+  EXPECT_NE(r.html.find("at step 4"), std::string::npos);
+  EXPECT_NE(r.html.find(EscapeText("12.5 s of virtual time (simulated)")), std::string::npos);
+  EXPECT_EQ(r.html.find("of wall time"), std::string::npos);
+}
+
 TEST(ReportTest, ADatacenterJobIsPlottedPerEpoch) {
   JobDir d;
   for (int e = 1; e <= 3; ++e) {
