@@ -29,6 +29,7 @@ AsyncRound::AsyncRound(Parts parts)
 
 void AsyncRound::Open(Round* flush, uint64_t model_version,
                       std::shared_ptr<const TensorList> global) {
+  if (model_version != model_version_) failed_on_version_.clear();
   flush_ = flush;
   model_version_ = model_version;
   global_ = std::move(global);
@@ -108,6 +109,18 @@ void AsyncRound::TopUp(const std::set<std::string>& excluded) {
   }
 }
 
+bool AsyncRound::AllowRetries() {
+  bool any = false;
+  for (const std::string& id : std::exchange(failed_on_version_, {})) {
+    auto v = last_version_.find(id);
+    if (v != last_version_.end() && v->second == model_version_ && !tasks_.contains(id)) {
+      last_version_.erase(v);
+      any = true;
+    }
+  }
+  return any;
+}
+
 bool AsyncRound::Full() const {
   return flush_ != nullptr && flush_->metrics.results >= options_->async.buffer;
 }
@@ -152,7 +165,7 @@ void AsyncRound::SendTask(const std::string& id) {
   if (!st.ok()) {
     spdlog::warn("step {}: cannot send the model to client {}: {}", flush_->number, id,
                  st.message());
-    EndTask(id, "dropped", absl::StrCat("unreachable: ", st.message()));
+    EndTask(id, model_version_, "dropped", absl::StrCat("unreachable: ", st.message()));
     return;
   }
   tasks_[id] = std::move(task);
@@ -251,7 +264,7 @@ void AsyncRound::Accept(const std::string& id, const Task& task, const wire::Mes
     host_->Refuse(population_->PeerOf(id),
                   stale ? wire::ErrorCode::kWrongRound : wire::ErrorCode::kInvalidUpdate,
                   std::string(st.message()), task.round);
-    EndTask(id, "refused", std::string(st.message()));
+    EndTask(id, task.model_version, "refused", std::string(st.message()));
     return;
   }
   flush.members[id] = MemberState::kDone;
@@ -315,9 +328,10 @@ void AsyncRound::OnClientError(const std::string& id, const wire::Message& msg) 
   spdlog::warn("client {} {} its task of step {} ({}): {}", id,
                declined ? "declined" : "could not train", msg.round, wire::ErrorCodeName(err.code),
                text);
+  const uint64_t version = t->second.model_version;
   tasks_.erase(t);
   slots_->Release(id);
-  EndTask(id, declined ? "declined" : "failed", text);
+  EndTask(id, version, declined ? "declined" : "failed", text);
   GrantSlots();
 }
 
@@ -325,9 +339,10 @@ void AsyncRound::FailMember(const std::string& id, const char* why) {
   auto t = tasks_.find(id);
   if (t == tasks_.end()) return;
   spdlog::warn("client {}: its task of step {} ends: {}", id, t->second.round, why);
+  const uint64_t version = t->second.model_version;
   tasks_.erase(t);
   slots_->Release(id);
-  EndTask(id, "dropped", why);
+  EndTask(id, version, "dropped", why);
   GrantSlots();
 }
 
@@ -336,8 +351,9 @@ bool AsyncRound::Uploading(const std::string& id) const {
   return t != tasks_.end() && t->second.state == MemberState::kUploading;
 }
 
-void AsyncRound::EndTask(const std::string& id, const std::string& outcome,
+void AsyncRound::EndTask(const std::string& id, uint64_t task_version, const std::string& outcome,
                          const std::string& why) {
+  if (task_version == model_version_) failed_on_version_.insert(id);
   if (flush_ == nullptr) {
     ended_between_.push_back({id, {outcome, why}});
     return;

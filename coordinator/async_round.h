@@ -15,6 +15,10 @@
 //  - A client has at most one task at a time, and at most one per model version: a client that
 //    finished is not sent the same model again (it would train on nothing new; the next server
 //    step makes it eligible again). So one flush holds at most one result per client and version.
+//    The exception: when a step has no result and nothing can be sent, the clients whose task on
+//    this version failed are sent it again (AllowRetries; the coordinator allows this
+//    max_rounds_without_update times a step, as many rounds in a row as a synchronous job may
+//    fail).
 //  - Clients are drawn uniformly from the idle eligible ones (live, not excluded) by the job's
 //    seeded stream.
 //  - A task ends with its result folded or refused, its client's Error (declined, training
@@ -87,6 +91,11 @@ class AsyncRound {
   // client joins (or, when every live client already trained on this version, ever).
   bool Starved(const std::set<std::string>& excluded) const;
   int64_t in_flight() const { return static_cast<int64_t>(tasks_.size()); }
+  // Clients whose task on the current model version ended without a result (failed, declined,
+  // refused, silent, late) may be sent it again: for a step that is starved with no result at
+  // all, so that a passing failure of every client does not stall the job. True when any became
+  // eligible.
+  bool AllowRetries();
   // Milliseconds until the earliest task deadline (at most `cap`).
   int64_t WaitMs(int64_t cap) const;
   // Tasks past their deadline, members gone silent and grants unused for upload_timeout fail.
@@ -114,8 +123,10 @@ class AsyncRound {
   Status FoldResult(const std::string& id, const Task& task, const wire::Message& msg,
                     uint64_t* staleness, double* discount, int64_t* weight);
   void Accept(const std::string& id, const Task& task, const wire::Message& msg);
-  // `id`'s task ended without a result: recorded in the open flush (or the next one).
-  void EndTask(const std::string& id, const std::string& outcome, const std::string& why);
+  // `id`'s task on model `task_version` ended without a result: recorded in the open flush (or
+  // the next one).
+  void EndTask(const std::string& id, uint64_t task_version, const std::string& outcome,
+               const std::string& why);
   int64_t WeightCap() const;
   bool Eligible(const std::string& id, const std::set<std::string>& excluded) const;
 
@@ -136,6 +147,8 @@ class AsyncRound {
   std::map<std::string, Task> tasks_;  // in flight, by client
   // Each client's newest task's model version: one task per client and version.
   std::map<std::string, uint64_t> last_version_;
+  // Clients whose task on the current version ended without a result (AllowRetries).
+  std::set<std::string> failed_on_version_;
   // Results whose upload was granted before Close, arrived while no flush was open.
   std::vector<std::pair<std::string, wire::Message>> kept_;
   // Outcomes of tasks that ended while no flush was open: recorded into the next.

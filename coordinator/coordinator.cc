@@ -311,8 +311,9 @@ Status Coordinator::RunRound(uint64_t number) {
 //   2. Keep async.concurrency clients training (idle eligible clients drawn uniformly); fold each
 //      result as it arrives, discounted by its staleness, until async.buffer are in. A flush that
 //      cannot fill (every live client already trained on this model, none in flight) closes with
-//      what it has; one that accepts nothing for max_rounds_without_update x round.deadline_s
-//      ends the job.
+//      what it has; one where every task failed sends them again, up to max_rounds_without_update
+//      times, then ends the job, as does one that accepts nothing for max_rounds_without_update x
+//      round.deadline_s.
 //   3. Close (tasks go on training), then as a round: release, server step, evaluation,
 //      metrics, checkpoint.
 Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
@@ -328,6 +329,18 @@ Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
       std::max<int64_t>(1, options_.max_rounds_without_update) * options_.round_deadline_ms;
   int64_t last_progress_ms = start_ms;
   int64_t results_seen = flush.metrics.results;
+  int64_t retry_waves = 0;
+  auto fail = [&](const std::string& why) {
+    summary_.failure = absl::StrCat(
+        why, " while step ", number, " was open (", population_.LiveCount(), " live clients, ",
+        async_->in_flight(), " tasks in flight",
+        flush.first_rejection.empty() ? ""
+                                      : absl::StrCat("; first refusal: ", flush.first_rejection),
+        "); stopping");
+    async_->Close();
+    round_.reset();
+    return absl::OkStatus();
+  };
   while (!async_->Full()) {
     if (stop != nullptr && stop->load()) {
       // The step's partial sum is dropped (nothing was released from it); a resume continues
@@ -347,6 +360,21 @@ Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
       }
       break;
     }
+    if (async_->Starved(secagg_excluded_) && population_.LiveCount() > 0) {
+      // Every live client's task on this model failed and none succeeded: send it again, as a
+      // synchronous job would run another round, at most max_rounds_without_update times.
+      if (retry_waves < options_.max_rounds_without_update && async_->AllowRetries()) {
+        ++retry_waves;
+        last_progress_ms = clock_->NowMs();  // each wave has its own deadline, as a round has
+        spdlog::warn("step {}: every task on this model failed; sending it again ({} of {})",
+                     number, retry_waves, options_.max_rounds_without_update);
+        continue;
+      }
+      if (retry_waves >= options_.max_rounds_without_update) {
+        return fail(absl::StrCat("every live client's task failed ", retry_waves + 1,
+                                 " times in a row (coordinator.max_rounds_without_update)"));
+      }
+    }
     Pump(async_->WaitMs(100));
     async_->Expire();
     const int64_t now = clock_->NowMs();
@@ -355,17 +383,8 @@ Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
       last_progress_ms = now;
     }
     if (now - last_progress_ms >= patience_ms) {
-      summary_.failure = absl::StrCat(
-          "no update was accepted for ", patience_ms / 1000,
-          " s (coordinator.max_rounds_without_update x round.deadline_s) while step ", number,
-          " was open (", population_.LiveCount(), " live clients, ", async_->in_flight(),
-          " tasks in flight",
-          flush.first_rejection.empty() ? ""
-                                        : absl::StrCat("; first refusal: ", flush.first_rejection),
-          "); stopping");
-      async_->Close();
-      round_.reset();
-      return absl::OkStatus();
+      return fail(absl::StrCat("no update was accepted for ", patience_ms / 1000,
+                               " s (coordinator.max_rounds_without_update x round.deadline_s)"));
     }
   }
   async_->Close();

@@ -178,8 +178,26 @@ TEST(AsyncRoundTest, AJobWhoseClientsNeverAnswerEndsWithTheReason) {
   o.round_deadline_ms = 10'000;
   testing::JobRun job = testing::RunJob(o, {.clients = clients});
   EXPECT_TRUE(absl::IsAborted(job.status)) << job.status;
-  EXPECT_NE(job.summary.failure.find("no update was accepted"), std::string::npos)
+  // Each client's task was sent again max_rounds_without_update (3) times before the job gave
+  // up, as a synchronous job gives up after that many rounds in a row without an update.
+  EXPECT_NE(job.summary.failure.find("every live client's task failed 4 times in a row"),
+            std::string::npos)
       << job.summary.failure;
+  int s2_tasks = 0;
+  for (const auto& fit : job.federation->fits()) s2_tasks += fit.peer == "s2";
+  EXPECT_EQ(s2_tasks, 4);
+}
+
+TEST(AsyncRoundTest, AStepWhoseEveryTaskFailedSendsThemAgain) {
+  // Both clients fail their first task (a passing failure): the step is not stalled, the same
+  // model goes to them again, and the job trains.
+  std::vector<SyntheticClient> clients = {{"f1", Behaviour::kFailsFirst, 100},
+                                          {"f2", Behaviour::kFailsFirst, 100}};
+  testing::JobRun job = testing::RunJob(AsyncJob(3, 2, 2), {.clients = clients});
+  ASSERT_TRUE(job.status.ok()) << job.status;
+  ASSERT_EQ(job.metrics.size(), 3u);
+  EXPECT_EQ(job.metrics[0].results, 2);
+  EXPECT_EQ(job.metrics[0].failed, 2);
 }
 
 TEST(AsyncRoundTest, OptionsThatCannotHoldAreRefused) {

@@ -100,7 +100,8 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
         gone_.insert(peer);
         return absl::OkStatus();
       }
-      if (c.behaviour == Behaviour::kFailsTraining) {
+      if (c.behaviour == Behaviour::kFailsTraining ||
+          (c.behaviour == Behaviour::kFailsFirst && fits_seen_[peer]++ == 0)) {
         Queue(peer, wire::MakeError(wire::ErrorCode::kInternal,
                                     "local training failed: loss is NaN at epoch 1", round));
         return absl::OkStatus();

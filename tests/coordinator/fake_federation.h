@@ -53,6 +53,7 @@ enum class Behaviour {
   kFlat,           // uploads `value` in every coordinate (e.g. a long update of small values)
   kPoisonFirst,    // uploads `value` in every coordinate in round 1, honest deltas afterwards
   kLeaves,         // honest in round 1, then never heard from again
+  kFailsFirst,     // answers its first instruction with Error kInternal, then honest
 };
 
 struct SyntheticClient {
@@ -145,6 +146,7 @@ class FakeFederation final : public transport::ServerTransport {
   int64_t heartbeat_ms_ = 0;
   int64_t last_heartbeat_ms_ = 0;
   std::set<std::string> gone_;  // kLeaves clients that have left
+  std::map<std::string, int> fits_seen_;  // kFailsFirst: instructions each peer was sent
   std::vector<SeenFit> fits_;
   int shutdowns_ = 0;
   std::atomic<int64_t> receive_calls_{0};
