@@ -155,7 +155,7 @@ int RunAgentCommand(const AgentFlags& flags);
 // logs JOB [--follow], clients, and report (`huddle report --job JOB`: cli/report_cmd.cc).
 struct OperatorFlags {
   std::string command;
-  std::string argument;  // the job file (submit) or the job's name
+  std::string argument;    // the job file (submit) or the job's name
   std::string service;     // the operators' endpoint ("": kDefaultOperatorEndpoint)
   std::string server_key;  // the service's .pub
   std::string key;         // this operator's .key

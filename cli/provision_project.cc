@@ -188,9 +188,8 @@ Status ReadServer(ConfigMap& top, ProjectServer* s) {
   HUDDLE_RETURN_IF_ERROR(server.Optional("http_bind", &s->http_bind));
   // The service's own rule for http.bind, so that no kit holds one the service refuses.
   if (StatusOr<service::BindAddress> bind = service::ParseBindAddress(s->http_bind); !bind.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(server.Where("http_bind"), ": ",
-                                                   bind.status().message(),
-                                                   " (default 127.0.0.1:9464)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        server.Where("http_bind"), ": ", bind.status().message(), " (default 127.0.0.1:9464)"));
   }
   HUDDLE_RETURN_IF_ERROR(server.Optional("state_dir", &s->state_dir));
   if (!s->state_dir.empty() && !fs::path(s->state_dir).is_absolute()) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "models/dp_sgd.h"
 
@@ -27,6 +28,44 @@ double Quantile(const std::vector<double>& v, double q) {
 }
 
 }  // namespace
+
+// The `simulation` section (SimulationOptions). The virtual clock's settings are refused with
+// `clock: real`, naming both keys.
+Status ReadSimulation(ConfigMap& sim, SimulationOptions* s) {
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("clients", &s->clients, 1, 1 << 20));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("threads", &s->threads, 1, 256));
+  std::string clock = "real";
+  HUDDLE_RETURN_IF_ERROR(sim.OptionalChoice("clock", &clock, {"real", "virtual"}));
+  s->virtual_clock = clock == "virtual";
+  if (!s->virtual_clock) {
+    for (std::string_view key :
+         {"slowdown", "seconds_per_example", "latency_s", "bandwidth_mbit_s", "dropout"}) {
+      if (sim.Has(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(sim.Where(key), " needs ", sim.Where("clock"),
+                         ": virtual (with clock: real the simulated clients work in real time)"));
+      }
+    }
+    return sim.Finish();
+  }
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap slowdown, sim.Child("slowdown"));
+  std::string distribution = "constant";
+  HUDDLE_RETURN_IF_ERROR(
+      slowdown.OptionalChoice("distribution", &distribution, {"constant", "lognormal"}));
+  s->lognormal_slowdown = distribution == "lognormal";
+  if (!s->lognormal_slowdown && slowdown.Has("sigma")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(slowdown.Where("sigma"), " needs ", slowdown.Where("distribution"),
+                     ": lognormal (a constant slowdown is 1 for every client)"));
+  }
+  HUDDLE_RETURN_IF_ERROR(slowdown.Optional("sigma", &s->slowdown_sigma, 0.0, 5.0));
+  HUDDLE_RETURN_IF_ERROR(slowdown.Finish());
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("seconds_per_example", &s->seconds_per_example, 0.0, 3600.0));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("latency_s", &s->latency_s, 0.0, 3600.0));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("bandwidth_mbit_s", &s->bandwidth_mbit_s, 1e-3, 1e6));
+  HUDDLE_RETURN_IF_ERROR(sim.Optional("dropout", &s->dropout, 0.0, 1.0));
+  return sim.Finish();
+}
 
 std::vector<double> DrawSlowdowns(const SimulationOptions& sim, uint64_t seed) {
   std::vector<double> out(static_cast<size_t>(std::max<int64_t>(0, sim.clients)), 1.0);

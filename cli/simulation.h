@@ -17,10 +17,15 @@
 #include <vector>
 
 #include "cli/job_config.h"
+#include "common/config_reader.h"
 #include "proto/messages.h"
 #include "transport/sim_transport.h"
 
 namespace huddle::cli {
+
+// Reads the job's `simulation` section into *s. The virtual clock's settings are refused with
+// `clock: real`, naming both keys; errors name the key and what is allowed.
+Status ReadSimulation(ConfigMap& sim, SimulationOptions* s);
 
 // Each of sim.clients clients' multiplier on its compute time, in client order; a function of
 // `seed` and the client's index alone.

@@ -197,7 +197,7 @@ class ClientAgent {
   std::optional<int64_t> reply_hold_ms_;  // the job's, fixed at its first instruction
   double slowdown_ = 1;                   // set_slowdown
   std::function<void(int64_t ms)> sleep_;
-  uint64_t sessions_round_ = 0;           // the round sessions_joined_ counts for
+  uint64_t sessions_round_ = 0;  // the round sessions_joined_ counts for
   int64_t sessions_joined_ = 0;
 };
 

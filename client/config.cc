@@ -126,11 +126,11 @@ StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap sets, top.Child("datasets"));
     for (const std::string& name : sets.Keys()) {
       if (!wire::IsValidClientId(name) || c.datasets.size() >= wire::kMaxDatasetNames) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            sets.Where(name),
-            !wire::IsValidClientId(name)
-                ? ": a data set name is 1-128 characters of [A-Za-z0-9._-]"
-                : absl::StrCat(": at most ", wire::kMaxDatasetNames, " data sets")));
+        return absl::InvalidArgumentError(
+            absl::StrCat(sets.Where(name),
+                         !wire::IsValidClientId(name)
+                             ? ": a data set name is 1-128 characters of [A-Za-z0-9._-]"
+                             : absl::StrCat(": at most ", wire::kMaxDatasetNames, " data sets")));
       }
       HUDDLE_ASSIGN_OR_RETURN(ConfigMap one, sets.Child(name));
       data::DataSpec spec;

@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "common/secure_random.h"
-#include "privacy/clip.h"
 
 namespace huddle::coordinator {
 namespace {
@@ -15,17 +14,7 @@ constexpr uint64_t kTaskSeedStream = 0x61737963;  // "asyc"
 
 }  // namespace
 
-AsyncRound::AsyncRound(Parts parts)
-    : options_(parts.options),
-      transport_(parts.transport),
-      clock_(parts.clock),
-      population_(parts.population),
-      slots_(parts.slots),
-      aggregator_(parts.aggregator),
-      rng_(parts.rng),
-      layout_(std::move(parts.layout)),
-      host_(parts.host),
-      norm_bound_(options_->max_update_norm, options_->auto_norm_factor) {}
+AsyncRound::AsyncRound(Parts parts) : SchedulerBase(std::move(parts)) {}
 
 void AsyncRound::Open(Round* flush, uint64_t model_version,
                       std::shared_ptr<const TensorList> global) {
@@ -301,12 +290,8 @@ Status AsyncRound::FoldResult(const std::string& id, const Task& task, const wir
   *discount = StalenessFactor(options_->async, *staleness);
   const auto& result = std::get<wire::FitResult>(msg.body);
   *weight = std::min(static_cast<int64_t>(result.num_examples), weight_cap_);
-  const double norm = norm_bound_.enabled() ? privacy::L2Norm(spans) : 0;
-  // As in a synchronous round: a delta longer than the bound is scaled down to it, not refused.
-  const bool clipped = ClipUpdateToBound(
-      spans, layout_, norm, norm_bound_.BoundFor(flush_->number, norm), &clip_scratch_);
-  HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight, *discount));
-  norm_bound_.Accepted(flush_->number, norm);
+  HUDDLE_ASSIGN_OR_RETURN(const bool clipped,
+                          FoldBounded(std::move(spans), flush_->number, *weight, *discount));
   if (clipped) flush_->metrics.clipped++;
   if (*weight < static_cast<int64_t>(result.num_examples)) flush_->metrics.weight_capped++;
   return absl::OkStatus();

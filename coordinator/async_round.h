@@ -59,20 +59,9 @@
 
 namespace huddle::coordinator {
 
-class AsyncRound {
+class AsyncRound : private SchedulerBase {
  public:
-  struct Parts {
-    const CoordinatorOptions* options = nullptr;
-    transport::ServerTransport* transport = nullptr;
-    const Clock* clock = nullptr;
-    const Population* population = nullptr;
-    UploadSlots* slots = nullptr;
-    aggregation::StreamingAggregator* aggregator = nullptr;
-    Rng* rng = nullptr;  // the job's seeded stream: who is drawn, and each task's training seed
-    ModelLayout layout;
-    SyncRoundHost* host = nullptr;
-  };
-  // Every pointer in `parts` must outlive the scheduler.
+  using Parts = SchedulerParts;  // with `rng`; `privacy` unused
   explicit AsyncRound(Parts parts);
 
   // Flush `flush` (its number set; the aggregator empty) is open from now on, for the global
@@ -130,16 +119,6 @@ class AsyncRound {
   int64_t WeightCap() const;
   bool Eligible(const std::string& id, const std::set<std::string>& excluded) const;
 
-  const CoordinatorOptions* options_;
-  transport::ServerTransport* transport_;
-  const Clock* clock_;
-  const Population* population_;
-  UploadSlots* slots_;
-  aggregation::StreamingAggregator* aggregator_;
-  Rng* rng_;
-  ModelLayout layout_;
-  SyncRoundHost* host_;
-
   Round* flush_ = nullptr;  // the open flush (nullptr between Close and Open)
   uint64_t model_version_ = 0;
   std::shared_ptr<const TensorList> global_;
@@ -159,8 +138,6 @@ class AsyncRound {
   double discount_sum_ = 0;
   int64_t staleness_max_ = 0;
   int64_t refused_stale_ = 0;
-  TensorList clip_scratch_;
-  UpdateNormBound norm_bound_;
 };
 
 }  // namespace huddle::coordinator

@@ -88,8 +88,7 @@ Status Coordinator::Initialise() {
       // A fresh start (CheckOutputDir allowed it): nothing of an earlier job may mix with this one.
       std::error_code ec;
       for (const char* file : {kMetricsFile, privacy::kOperatorMetricsFile, kParticipationFile,
-                               kCheckpointFile,
-                               "summary.json", "model.bin"}) {
+                               kCheckpointFile, "summary.json", "model.bin"}) {
         std::filesystem::remove(Path(options_.out_dir, file), ec);
       }
     }
@@ -110,7 +109,7 @@ Status Coordinator::Initialise() {
                                  &*aggregator_, &*privacy_, layout_, this});
   if (options_.async.enabled) {
     async_.emplace(AsyncRound::Parts{&options_, transport_, clock_, &population_, &slots_,
-                                     &*aggregator_, &rng_, layout_, this});
+                                     &*aggregator_, &*privacy_, layout_, this, &rng_});
   }
   NoteSpend();
   return absl::OkStatus();
@@ -306,94 +305,6 @@ Status Coordinator::RunRound(uint64_t number) {
   return st;
 }
 
-// One server step of buffered asynchronous training (async_round.h):
-//   1. Open the flush on the current model (results kept since the last one fold now).
-//   2. Keep async.concurrency clients training (idle eligible clients drawn uniformly); fold each
-//      result as it arrives, discounted by its staleness, until async.buffer are in. A flush that
-//      cannot fill (every live client already trained on this model, none in flight) closes with
-//      what it has; one where every task failed sends them again, up to max_rounds_without_update
-//      times, then ends the job, as does one that accepts nothing for max_rounds_without_update x
-//      round.deadline_s.
-//   3. Close (tasks go on training), then as a round: release, server step, evaluation,
-//      metrics, checkpoint.
-Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
-  const int64_t start_ms = clock_->NowMs();
-  const uint64_t in0 = transport_->bytes_in();
-  const uint64_t out0 = transport_->bytes_out();
-  round_.emplace();
-  Round& flush = *round_;
-  BeginRound(flush, number);
-  aggregator_->Reset();
-  async_->Open(&flush, model_version_, flush.global);
-  const int64_t patience_ms =
-      std::max<int64_t>(1, options_.max_rounds_without_update) * options_.round_deadline_ms;
-  int64_t last_progress_ms = start_ms;
-  int64_t results_seen = flush.metrics.results;
-  int64_t retry_waves = 0;
-  auto fail = [&](const std::string& why) {
-    summary_.failure = absl::StrCat(
-        why, " while step ", number, " was open (", population_.LiveCount(), " live clients, ",
-        async_->in_flight(), " tasks in flight",
-        flush.first_rejection.empty() ? ""
-                                      : absl::StrCat("; first refusal: ", flush.first_rejection),
-        "); stopping");
-    async_->Close();
-    round_.reset();
-    return absl::OkStatus();
-  };
-  while (!async_->Full()) {
-    if (stop != nullptr && stop->load()) {
-      // The step's partial sum is dropped (nothing was released from it); a resume continues
-      // from the last step's checkpoint.
-      async_->Close();
-      round_.reset();
-      return absl::CancelledError(absl::StrCat("stopped during step ", number));
-    }
-    async_->TopUp(secagg_excluded_);
-    if (async_->Starved(secagg_excluded_) && flush.metrics.results > 0) {
-      if (!std::exchange(warned_small_population_, true)) {
-        spdlog::warn(
-            "step {}: every live client already trained on this model and none is in flight: "
-            "the step is taken with {} of async.buffer {} updates (a client is sent each model "
-            "version once; more clients, or a smaller buffer, fill it)",
-            number, flush.metrics.results, options_.async.buffer);
-      }
-      break;
-    }
-    if (async_->Starved(secagg_excluded_) && population_.LiveCount() > 0) {
-      // Every live client's task on this model failed and none succeeded: send it again, as a
-      // synchronous job would run another round, at most max_rounds_without_update times.
-      if (retry_waves < options_.max_rounds_without_update && async_->AllowRetries()) {
-        ++retry_waves;
-        last_progress_ms = clock_->NowMs();  // each wave has its own deadline, as a round has
-        spdlog::warn("step {}: every task on this model failed; sending it again ({} of {})",
-                     number, retry_waves, options_.max_rounds_without_update);
-        continue;
-      }
-      if (retry_waves >= options_.max_rounds_without_update) {
-        return fail(absl::StrCat("every live client's task failed ", retry_waves + 1,
-                                 " times in a row (coordinator.max_rounds_without_update)"));
-      }
-    }
-    Pump(async_->WaitMs(100));
-    async_->Expire();
-    const int64_t now = clock_->NowMs();
-    if (flush.metrics.results != results_seen) {
-      results_seen = flush.metrics.results;
-      last_progress_ms = now;
-    }
-    if (now - last_progress_ms >= patience_ms) {
-      return fail(absl::StrCat("no update was accepted for ", patience_ms / 1000,
-                               " s (coordinator.max_rounds_without_update x round.deadline_s)"));
-    }
-  }
-  async_->Close();
-  EndRoundMetrics(flush, start_ms, in0, out0);
-  Status st = FinishRound(flush);
-  round_.reset();
-  return st;
-}
-
 bool Coordinator::StepRound(Round& round, int64_t* wait_ms) {
   if (!round.secure) return sync_->Step(wait_ms);
   if (!round.secure->Step()) return false;
@@ -549,9 +460,8 @@ Status Coordinator::FinishRound(Round& round) {
       // DP-SGD inside the clients, if any.
       HUDDLE_RETURN_IF_ERROR(privacy_->WriteReport(summary_.stop_reason));
     }
-    HUDDLE_RETURN_IF_ERROR(
-        AppendLine(Path(options_.out_dir, kParticipationFile),
-                   ParticipationJson(round, Iso8601Utc(m.wall_ms))));
+    HUDDLE_RETURN_IF_ERROR(AppendLine(Path(options_.out_dir, kParticipationFile),
+                                      ParticipationJson(round, Iso8601Utc(m.wall_ms))));
     HUDDLE_RETURN_IF_ERROR(SaveCheckpoint());
   }
   if (on_round_) on_round_(m);
@@ -604,9 +514,10 @@ Status Coordinator::SaveCheckpoint() {
 
 Status Coordinator::Finish() {
   if (rounds_below_quorum_ > 1) {
-    spdlog::warn("{} rounds of this run had fewer results than round.quorum {} (under DP each "
-                 "released its noised update)",
-                 rounds_below_quorum_, options_.quorum);
+    spdlog::warn(
+        "{} rounds of this run had fewer results than round.quorum {} (under DP each "
+        "released its noised update)",
+        rounds_below_quorum_, options_.quorum);
   }
   for (const auto& [id, c] : population_.clients()) {
     Reply(c.peer, wire::MakeMessage(wire::Shutdown{"job complete"}, 0, "coordinator"));

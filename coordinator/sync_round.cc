@@ -11,7 +11,7 @@
 
 namespace huddle::coordinator {
 
-SyncRound::SyncRound(Parts parts)
+SchedulerBase::SchedulerBase(SchedulerParts parts)
     : options_(parts.options),
       transport_(parts.transport),
       clock_(parts.clock),
@@ -21,7 +21,30 @@ SyncRound::SyncRound(Parts parts)
       privacy_(parts.privacy),
       layout_(std::move(parts.layout)),
       host_(parts.host),
+      rng_(parts.rng),
       norm_bound_(options_->max_update_norm, options_->auto_norm_factor) {}
+
+StatusOr<bool> SchedulerBase::FoldBounded(std::vector<std::span<const float>> spans,
+                                          uint64_t number, int64_t weight, double discount) {
+  const double norm = norm_bound_.enabled() ? privacy::L2Norm(spans) : 0;
+  const double bound = norm_bound_.BoundFor(number, norm);
+  // A non-finite norm is left to Fold, which refuses it naming the element.
+  const bool clip = bound > 0 && std::isfinite(norm) && norm > bound;
+  if (clip) {
+    clip_scratch_.resize(spans.size());
+    for (size_t i = 0; i < spans.size(); ++i) {
+      clip_scratch_[i].spec = layout_[i];
+      clip_scratch_[i].data.assign(spans[i].begin(), spans[i].end());
+    }
+    privacy::ClipToNorm(&clip_scratch_, bound);
+    for (size_t i = 0; i < spans.size(); ++i) spans[i] = clip_scratch_[i].data;
+  }
+  HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, weight, discount));
+  norm_bound_.Accepted(number, norm);
+  return clip;
+}
+
+SyncRound::SyncRound(Parts parts) : SchedulerBase(std::move(parts)) {}
 
 void SyncRound::Begin(Round* round, uint64_t model_version) {
   round_ = round;
@@ -258,13 +281,8 @@ Status SyncRound::FoldResult(const std::string& id, const wire::Message& msg,
   }
   // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
   *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);
-  const double norm = norm_bound_.enabled() ? privacy::L2Norm(spans) : 0;
-  // Norm-bounded aggregation: a delta longer than the bound is scaled down to it, not refused (a
-  // refusal by size would lock honest clients out after one bad round moved the model).
-  const bool clipped = ClipUpdateToBound(
-      spans, layout_, norm, norm_bound_.BoundFor(round_->number, norm), &clip_scratch_);
-  HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, *weight));
-  norm_bound_.Accepted(round_->number, norm);
+  HUDDLE_ASSIGN_OR_RETURN(const bool clipped,
+                          FoldBounded(std::move(spans), round_->number, *weight, 1.0));
   if (clipped) round_->metrics.clipped++;
   if (*weight < static_cast<int64_t>(result.num_examples)) round_->metrics.weight_capped++;
   return absl::OkStatus();
@@ -282,19 +300,6 @@ void SyncRound::FailMember(const std::string& id, const char* why) {
   if (round.secure) round.secure->OnMemberFailed(id);  // a stage no longer waits for it
   spdlog::warn("round {}: client {} {}", round.number, id, why);
   GrantSlots();
-}
-
-bool ClipUpdateToBound(std::vector<std::span<const float>>& spans, const ModelLayout& layout,
-                       double norm, double bound, TensorList* scratch) {
-  if (!(bound > 0) || !std::isfinite(norm) || norm <= bound) return false;
-  scratch->resize(spans.size());
-  for (size_t i = 0; i < spans.size(); ++i) {
-    (*scratch)[i].spec = layout[i];
-    (*scratch)[i].data.assign(spans[i].begin(), spans[i].end());
-  }
-  privacy::ClipToNorm(scratch, bound);
-  for (size_t i = 0; i < spans.size(); ++i) spans[i] = (*scratch)[i].data;
-  return true;
 }
 
 int64_t MedianWeightCap(std::vector<uint64_t> claims, double ratio, int64_t max_weight) {

@@ -29,6 +29,7 @@
 
 #include "aggregation/streaming_aggregator.h"
 #include "common/clock.h"
+#include "common/rng.h"
 #include "common/tensor.h"
 #include "coordinator/member_state.h"
 #include "coordinator/options.h"
@@ -71,14 +72,6 @@ struct Round {
 inline constexpr char kParticipationFile[] = "participation.jsonl";
 std::string ParticipationJson(const Round& round, const std::string& time);
 
-// Norm-bounded aggregation's clip of one update (both schedulers: this one and async_round.h): when
-// `norm`, the L2 norm of `spans` (an update in `layout` order), is finite and above `bound` > 0,
-// the update is copied into `scratch` (reused), scaled to `bound` (privacy::ClipToNorm) and `spans`
-// pointed at the copy; true then. Otherwise nothing changes (a non-finite norm is left to the
-// aggregator, which refuses it naming the element).
-bool ClipUpdateToBound(std::vector<std::span<const float>>& spans, const ModelLayout& layout,
-                       double norm, double bound, TensorList* scratch);
-
 // The largest FedAvg weight of one result: `ratio` times the median of `claims` (the example
 // counts clients claimed when joining: a minority of liars cannot move it), within
 // [1, max_weight]; max_weight when ratio <= 0 or there are no claims.
@@ -99,20 +92,53 @@ class SyncRoundHost {
                       uint64_t round) = 0;
 };
 
-class SyncRound {
+// What a round's scheduler borrows (SyncRound here, AsyncRound in async_round.h). Every pointer
+// must outlive the scheduler.
+struct SchedulerParts {
+  const CoordinatorOptions* options = nullptr;
+  transport::ServerTransport* transport = nullptr;
+  const Clock* clock = nullptr;
+  const Population* population = nullptr;
+  UploadSlots* slots = nullptr;
+  aggregation::StreamingAggregator* aggregator = nullptr;
+  const RoundPrivacy* privacy = nullptr;  // SyncRound: the round's DP settings and update check
+  ModelLayout layout;
+  SyncRoundHost* host = nullptr;
+  Rng* rng = nullptr;  // AsyncRound: the job's stream (who is drawn, each task's training seed)
+};
+
+// Both schedulers' borrowed parts, and their one norm-bounded fold of a plain FedAvg result.
+class SchedulerBase {
+ protected:
+  explicit SchedulerBase(SchedulerParts parts);
+
+  // Without DP: the result `spans` (in layout order) clipped to the norm bound of round (or
+  // step) `number` when longer (UpdateNormBound: scaled down, not refused, so that one bad step
+  // cannot lock honest clients out), then folded with `weight` and `discount`
+  // (StreamingAggregator::Fold). True when it was clipped.
+  StatusOr<bool> FoldBounded(std::vector<std::span<const float>> spans, uint64_t number,
+                             int64_t weight, double discount);
+
+  const CoordinatorOptions* options_;
+  transport::ServerTransport* transport_;
+  const Clock* clock_;
+  const Population* population_;
+  UploadSlots* slots_;
+  aggregation::StreamingAggregator* aggregator_;
+  const RoundPrivacy* privacy_;
+  ModelLayout layout_;
+  SyncRoundHost* host_;
+  Rng* rng_;
+
+ private:
+  TensorList clip_scratch_;  // a result clipped to the bound (reused; empty until needed)
+  // Without DP: the norm each FedAvg update is clipped to (fixed, automatic or off).
+  UpdateNormBound norm_bound_;
+};
+
+class SyncRound : private SchedulerBase {
  public:
-  struct Parts {
-    const CoordinatorOptions* options = nullptr;
-    transport::ServerTransport* transport = nullptr;
-    const Clock* clock = nullptr;
-    const Population* population = nullptr;
-    UploadSlots* slots = nullptr;
-    aggregation::StreamingAggregator* aggregator = nullptr;
-    const RoundPrivacy* privacy = nullptr;
-    ModelLayout layout;
-    SyncRoundHost* host = nullptr;
-  };
-  // Every pointer in `parts` must outlive the scheduler.
+  using Parts = SchedulerParts;
   explicit SyncRound(Parts parts);
 
   // `round` (sampled, its members kTraining) is open from now on, for the global model
@@ -146,21 +172,8 @@ class SyncRound {
                     int64_t* weight);
   bool dp() const { return privacy_->enabled(); }
 
-  const CoordinatorOptions* options_;
-  transport::ServerTransport* transport_;
-  const Clock* clock_;
-  const Population* population_;
-  UploadSlots* slots_;
-  aggregation::StreamingAggregator* aggregator_;
-  const RoundPrivacy* privacy_;
-  ModelLayout layout_;
-  SyncRoundHost* host_;
-
   Round* round_ = nullptr;  // the open round (nullptr between rounds)
   uint64_t model_version_ = 0;
-  TensorList clip_scratch_;  // a result clipped to max_update_norm (reused; empty until needed)
-  // Without DP: the norm each FedAvg update is clipped to (fixed, automatic or off).
-  UpdateNormBound norm_bound_;
 };
 
 }  // namespace huddle::coordinator
