@@ -111,6 +111,8 @@ Status ResolveExpectedCohort(const std::string& path, std::optional<int64_t> pop
                              JobConfig* job) {
   privacy::PrivacyOptions& p = job->coordinator.privacy;
   if (p.mode != privacy::PrivacyMode::kCentral || p.expected_cohort_size) return absl::OkStatus();
+  // Asynchronous steps divide by async.buffer.
+  if (job->coordinator.async.enabled) return absl::OkStatus();
   const double rate = job->coordinator.cohort.rate;
   if (!population) {
     // The plan's other mistakes (no budget, a bad schedule) first, as PrivacyPlan::Create orders

@@ -50,6 +50,12 @@ Status ReadPrivacy(ConfigMap& m, privacy::PrivacyOptions* p) {
     p->expected_cohort_size = size;
   }
   HUDDLE_RETURN_IF_ERROR(m.Optional("stop_at_budget", &p->stop_at_budget));
+  if (m.Has("max_participations")) {
+    int64_t most = 0;
+    HUDDLE_RETURN_IF_ERROR(m.Optional("max_participations", &most, 1, 1000000));
+    p->max_participations = most;
+  }
+  HUDDLE_RETURN_IF_ERROR(m.Optional("min_separation", &p->min_separation, 1, 1000000));
   if (m.Has("adaptive_clipping")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap a, m.Child("adaptive_clipping"));
     p->adaptive.enabled = true;

@@ -76,8 +76,22 @@ int64_t AsyncRound::WeightCap() const {
 
 bool AsyncRound::Eligible(const std::string& id, const std::set<std::string>& excluded) const {
   if (excluded.contains(id) || tasks_.contains(id)) return false;
+  // Under DP: fewer than max_participations contributions, the last min_separation steps ago.
+  if (contributions_ != nullptr &&
+      !contributions_->MaySend(id, flush_ != nullptr ? flush_->number : 0)) {
+    return false;
+  }
   auto v = last_version_.find(id);
   return v == last_version_.end() || v->second < model_version_;
+}
+
+bool AsyncRound::Bounded(const std::set<std::string>& excluded, bool ever) const {
+  if (contributions_ == nullptr || !tasks_.empty() || flush_ == nullptr) return false;
+  const uint64_t step = ever ? UINT64_MAX : flush_->number;
+  for (const std::string& id : population_->LiveIds(excluded)) {
+    if (contributions_->MaySend(id, step)) return false;
+  }
+  return true;
 }
 
 void AsyncRound::TopUp(const std::set<std::string>& excluded) {
@@ -89,10 +103,12 @@ void AsyncRound::TopUp(const std::set<std::string>& excluded) {
     if (Eligible(id, excluded)) idle.push_back(std::move(id));
   }
   // A uniform draw without replacement of `want` of them (a partial Fisher-Yates shuffle of the
-  // sorted ids, from the job's seeded stream).
+  // sorted ids, from the job's seeded stream; under DP with private noise, the OS CSPRNG's).
   const size_t n = std::min(idle.size(), static_cast<size_t>(want));
   for (size_t i = 0; i < n; ++i) {
-    const size_t j = i + static_cast<size_t>(rng_->UniformInt(idle.size() - i));
+    const uint64_t left = idle.size() - i;
+    const size_t j = i + static_cast<size_t>(sampler_ != nullptr ? sampler_->UniformBelow(left)
+                                                                 : rng_->UniformInt(left));
     std::swap(idle[i], idle[j]);
     SendTask(idle[i]);
   }
@@ -140,7 +156,12 @@ void AsyncRound::SendTask(const std::string& id) {
   wire::FitInstruction fit;
   fit.model_version = model_version_;
   fit.train = options_->train;
-  fit.seed = DeriveSeed(options_->seed, kTaskSeedStream, tasks_sent_++);
+  // Under secret sampling a fresh random number: one derived from the job seed would let any
+  // client recover the seed and predict the draws.
+  fit.seed = sampler_ != nullptr ? sampler_->NextU64()
+                                 : DeriveSeed(options_->seed, kTaskSeedStream, tasks_sent_);
+  ++tasks_sent_;
+  if (dp()) fit.privacy = privacy_->Instruction(flush_->privacy);
   fit.deadline_ms =
       static_cast<uint32_t>(std::clamp<int64_t>(options_->round_deadline_ms, 0, UINT32_MAX));
   fit.nonce = task.nonce;
@@ -289,6 +310,19 @@ Status AsyncRound::FoldResult(const std::string& id, const Task& task, const wir
   }
   *discount = StalenessFactor(options_->async, *staleness);
   const auto& result = std::get<wire::FitResult>(msg.body);
+  if (dp()) {
+    if (contributions_ != nullptr && !contributions_->MaySend(id, flush_->number)) {
+      // Cannot happen (a task is sent only when its result may land in this step or a later
+      // one); refused rather than trusted, since the bound is the guarantee.
+      return absl::FailedPreconditionError(
+          absl::StrCat("client ", id, " may not contribute to step ", flush_->number,
+                       " (privacy.max_participations / privacy.min_separation)"));
+    }
+    *weight = 1;
+    HUDDLE_RETURN_IF_ERROR(FoldPrivate(flush_->privacy, spans, result.within_clip, *discount));
+    if (contributions_ != nullptr) contributions_->Contributed(id, flush_->number);
+    return absl::OkStatus();
+  }
   *weight = std::min(static_cast<int64_t>(result.num_examples), weight_cap_);
   HUDDLE_ASSIGN_OR_RETURN(const bool clipped,
                           FoldBounded(std::move(spans), flush_->number, *weight, *discount));

@@ -20,7 +20,11 @@
 //    max_rounds_without_update times a step, as many rounds in a row as a synchronous job may
 //    fail).
 //  - Clients are drawn uniformly from the idle eligible ones (live, not excluded) by the job's
-//    seeded stream.
+//    seeded stream; under DP with private noise by the OS CSPRNG (as are the tasks' seeds).
+//  - Under client-level DP (RoundPrivacy, with privacy.max_participations: contributions.h) a
+//    client is eligible only while the participation bound allows it, each result is checked
+//    against the step's clip norm and folded with weight 1 (discounted by its staleness, so its
+//    sensitivity stays C), and the step's noised sum is divided by `buffer` (RoundPrivacy).
 //  - A task ends with its result folded or refused, its client's Error (declined, training
 //    failed), silence (client_timeout), a grant unused for upload_timeout, or its deadline
 //    (round.deadline_s after dispatch); its client is then idle again.
@@ -61,7 +65,7 @@ namespace huddle::coordinator {
 
 class AsyncRound : private SchedulerBase {
  public:
-  using Parts = SchedulerParts;  // with `rng`; `privacy` unused
+  using Parts = SchedulerParts;  // with `rng`; under DP `privacy`, `contributions`, `sampler`
   explicit AsyncRound(Parts parts);
 
   // Flush `flush` (its number set; the aggregator empty) is open from now on, for the global
@@ -80,6 +84,10 @@ class AsyncRound : private SchedulerBase {
   // client joins (or, when every live client already trained on this version, ever).
   bool Starved(const std::set<std::string>& excluded) const;
   int64_t in_flight() const { return static_cast<int64_t>(tasks_.size()); }
+  // Under DP, with no task in flight: every live client has contributed max_participations times
+  // (`ever`: the job has done all that its participation bound allows), or may not contribute to
+  // the open step (!ever: also those within min_separation of their last contribution).
+  bool Bounded(const std::set<std::string>& excluded, bool ever) const;
   // Clients whose task on the current model version ended without a result (failed, declined,
   // refused, silent, late) may be sent it again: for a step that is starved with no result at
   // all, so that a passing failure of every client does not stall the job. True when any became

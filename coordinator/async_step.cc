@@ -14,9 +14,11 @@ namespace huddle::coordinator {
 //   2. Keep async.concurrency clients training (idle eligible clients drawn uniformly); fold each
 //      result as it arrives, discounted by its staleness, until async.buffer are in. A flush that
 //      cannot fill (every live client already trained on this model, none in flight) closes with
-//      what it has; one where every task failed sends them again, up to max_rounds_without_update
-//      times, then ends the job, as does one that accepts nothing for max_rounds_without_update x
-//      round.deadline_s.
+//      what it has (under DP the job ends there instead, the flush unreleased: its noise would be
+//      a full step's); one where every task failed sends them again, up to
+//      max_rounds_without_update times, then ends the job, as does one that accepts nothing for
+//      max_rounds_without_update x round.deadline_s. Under DP the job also ends when no live
+//      client may contribute again (privacy.max_participations).
 //   3. Close (tasks go on training), then as a round: release, server step, evaluation,
 //      metrics, checkpoint.
 Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
@@ -26,7 +28,11 @@ Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
   round_.emplace();
   Round& flush = *round_;
   BeginRound(flush, number);
-  aggregator_->Reset();
+  if (dp()) {
+    HUDDLE_RETURN_IF_ERROR(privacy_->Configure(number, &flush.privacy, &*aggregator_));
+  } else {
+    aggregator_->Reset();
+  }
   async_->Open(&flush, model_version_, flush.global);
   const int64_t patience_ms =
       std::max<int64_t>(1, options_.max_rounds_without_update) * options_.round_deadline_ms;
@@ -53,7 +59,44 @@ Status Coordinator::RunFlush(uint64_t number, const std::atomic<bool>* stop) {
       return absl::CancelledError(absl::StrCat("stopped during step ", number));
     }
     async_->TopUp(secagg_excluded_);
+    if (flush.metrics.results == 0 && async_->Bounded(secagg_excluded_, /*ever=*/true)) {
+      // Nothing is in this step, and no live client may contribute again: the job has done what
+      // its participation bound allows (not a failure; a client that joins later could).
+      summary_.stop_reason =
+          absl::StrCat("every live client has contributed privacy.max_participations (",
+                       options_.privacy.max_participations.value_or(0),
+                       ") times; stopping before step ", number);
+      spdlog::warn("{}", summary_.stop_reason);
+      async_->Close();
+      round_.reset();
+      return absl::OkStatus();
+    }
+    if (flush.metrics.results == 0 && async_->Bounded(secagg_excluded_, /*ever=*/false)) {
+      return fail(absl::StrCat(
+          "no live client may contribute to this step: each contributed within the last "
+          "privacy.min_separation (",
+          options_.privacy.min_separation,
+          ") steps; lower it, or add clients (a step needs clients that did not take part in the "
+          "steps just before it)"));
+    }
     if (async_->Starved(secagg_excluded_)) {
+      if (flush.metrics.results > 0 && dp()) {
+        // A release costs the same whatever it holds: one of a few updates would be mostly
+        // noise. Dropped unreleased (nothing is charged), and the job ends here.
+        summary_.stop_reason = absl::StrCat(
+            "step ", number, " cannot fill: ", flush.metrics.results, " of async.buffer ",
+            options_.async.buffer,
+            " updates, and no other client may contribute (each is sent a model once, and at "
+            "most privacy.max_participations = ",
+            options_.privacy.max_participations.value_or(0), " times, ",
+            options_.privacy.min_separation,
+            " step(s) apart); the step is dropped unreleased (nothing is charged) and the job "
+            "stops");
+        spdlog::warn("{}", summary_.stop_reason);
+        async_->Close();
+        round_.reset();
+        return absl::OkStatus();
+      }
       if (flush.metrics.results > 0) {
         if (!std::exchange(warned_small_population_, true)) {
           spdlog::warn(

@@ -108,8 +108,19 @@ Status Coordinator::Initialise() {
   sync_.emplace(SyncRound::Parts{&options_, transport_, clock_, &population_, &slots_,
                                  &*aggregator_, &*privacy_, layout_, this});
   if (options_.async.enabled) {
-    async_.emplace(AsyncRound::Parts{&options_, transport_, clock_, &population_, &slots_,
-                                     &*aggregator_, &*privacy_, layout_, this, &rng_});
+    if (dp()) {
+      // The participation bound (privacy.max_participations, contributions.h); a resume recounts
+      // every released step's contributors.
+      HUDDLE_ASSIGN_OR_RETURN(
+          auto contributions,
+          Contributions::Open(options_.out_dir, options_.resume,
+                              *options_.privacy.max_participations, options_.privacy.min_separation,
+                              privacy_->releases()));
+      contributions_.emplace(std::move(contributions));
+    }
+    async_.emplace(AsyncRound::Parts{
+        &options_, transport_, clock_, &population_, &slots_, &*aggregator_, &*privacy_, layout_,
+        this, &rng_, privacy_->sampler(), contributions_ ? &*contributions_ : nullptr});
   }
   NoteSpend();
   return absl::OkStatus();
@@ -138,6 +149,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
     }
     HUDDLE_RETURN_IF_ERROR(WaitForClients(stop, /*started=*/r > first));
     HUDDLE_RETURN_IF_ERROR(async_ ? RunFlush(r, stop) : RunRound(r));
+    if (!summary_.stop_reason.empty()) break;  // (a step may end the job: RunFlush)
     if (!summary_.failure.empty()) break;
     if (rounds_without_update_ >= options_.max_rounds_without_update) {
       summary_.failure = absl::StrCat(
@@ -380,6 +392,14 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
   // divided by the fixed denominator; without, it is averaged by the results' weights.
   TensorList mean;
   if (dp()) {
+    if (contributions_) {
+      // Who contributed, durably, before the ledger holds the release (contributions.h).
+      std::vector<std::string> contributors;
+      for (const auto& [id, state] : round.members) {
+        if (state == MemberState::kDone) contributors.push_back(id);
+      }
+      HUDDLE_RETURN_IF_ERROR(contributions_->Record(round.number, contributors));
+    }
     HUDDLE_RETURN_IF_ERROR(privacy_->Release(round.privacy, m.results, &*aggregator_,
                                              round.secure.get(), &round.metrics, &mean));
     NoteSpend();

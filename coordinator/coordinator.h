@@ -215,6 +215,8 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   std::map<std::string, LogSummary> logs_;      // Warn()'s, by kind
 
   std::optional<RoundPrivacy> privacy_;  // from Initialise on
+  // Asynchronous training under DP: who contributed to which step (the participation bound).
+  std::optional<Contributions> contributions_;
 
   double elapsed_before_s_ = 0;  // from a resumed checkpoint
   int64_t started_ms_ = 0;

@@ -63,6 +63,58 @@ Status CheckSecureAggregation(const CoordinatorOptions& o) {
   return absl::OkStatus();
 }
 
+// Client-level DP with buffered asynchronous training: participation-bounded accounting
+// (privacy/budget.h's max_participations; docs/privacy.md, "Asynchronous training").
+Status CheckAsyncPrivacy(const CoordinatorOptions& o) {
+  const privacy::PrivacyOptions& p = o.privacy;
+  if (!o.async.enabled) {
+    if (p.max_participations) {
+      return absl::InvalidArgumentError(
+          "privacy.max_participations applies to asynchronous training (async): synchronous "
+          "rounds sample their cohorts and account every round for every client; remove it");
+    }
+    return absl::OkStatus();
+  }
+  if (p.mode == privacy::PrivacyMode::kNone) return absl::OkStatus();
+  if (p.mode == privacy::PrivacyMode::kDistributed) {
+    return absl::InvalidArgumentError(
+        "async with privacy.mode distributed is not supported yet (server steps as secure "
+        "aggregation sessions are not built); use privacy.mode central or local, or synchronous "
+        "rounds");
+  }
+  if (!p.max_participations) {
+    return absl::InvalidArgumentError(
+        "async with privacy.mode needs privacy.max_participations: asynchronous arrival is not "
+        "Poisson sampling (fast clients come more often, and when a client answers may depend on "
+        "its data), so no amplification by sampling is claimed; each client's epsilon is the "
+        "composition of the server steps it contributed to, which the coordinator bounds by "
+        "privacy.max_participations (and privacy.min_separation steps between two of them)");
+  }
+  if (p.expected_cohort_size) {
+    return absl::InvalidArgumentError(
+        "privacy.expected_cohort_size does not apply with async: every server step divides its "
+        "noised sum by async.buffer; remove it");
+  }
+  for (size_t i = 0; i < p.schedule.size(); ++i) {
+    const privacy::ScheduleRange& r = p.schedule[i];
+    if (r.clip_norm && *r.clip_norm != p.clip_norm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.schedule[", i,
+          "].clip_norm: with async the clip norm is one for the whole job (privacy.clip_norm): a "
+          "task sent in one server step may land in a later one"));
+    }
+    if (p.mode == privacy::PrivacyMode::kLocal && i > 0 &&
+        (r.noise_multiplier != p.schedule[0].noise_multiplier ||
+         r.epsilon != p.schedule[0].epsilon)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.schedule[", i,
+          "]: with async and privacy.mode local the noise is one for the whole job: each client "
+          "noises its update when it is sent the model, and it may land in a later server step"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status CheckAsync(const CoordinatorOptions& o) {
   const AsyncOptions& a = o.async;
   if (!a.enabled) return absl::OkStatus();
@@ -74,13 +126,6 @@ Status CheckAsync(const CoordinatorOptions& o) {
         ") must be >= 1, max_staleness (", a.max_staleness, ") and staleness.hinge_after (",
         a.hinge_after, ") >= 0, staleness.exponent (", a.exponent,
         ") finite and >= 0, staleness.hinge_slope (", a.hinge_slope, ") finite and > 0"));
-  }
-  if (o.privacy.mode != privacy::PrivacyMode::kNone) {
-    return absl::InvalidArgumentError(
-        "async with privacy.mode is not supported yet: asynchronous arrival is not Poisson "
-        "sampling, so its releases need per-client accounting without amplification "
-        "(privacy.max_participations), which is not built; run DP jobs in synchronous rounds "
-        "(remove async)");
   }
   if (o.secure_aggregation.enabled) {
     return absl::InvalidArgumentError(
@@ -120,12 +165,13 @@ Status ValidateOptions(const CoordinatorOptions& o) {
                                                    "): no round could ever update the model"));
   }
   HUDDLE_RETURN_IF_ERROR(CheckFederatedEvaluation(o));
+  HUDDLE_RETURN_IF_ERROR(CheckAsyncPrivacy(o));
   if (o.privacy.mode != privacy::PrivacyMode::kNone && o.max_update_norm > 0) {
     return absl::InvalidArgumentError(
         "aggregation.max_update_norm applies to jobs without client-level DP; under privacy.mode "
         "every update is already bounded by privacy.clip_norm (remove one)");
   }
-  if (o.privacy.mode == privacy::PrivacyMode::kCentral &&
+  if (o.privacy.mode == privacy::PrivacyMode::kCentral && !o.async.enabled &&
       o.cohort.sampling != CohortOptions::Sampling::kPoisson) {
     return absl::InvalidArgumentError(
         "privacy.mode central needs cohort.sampling: poisson (the accountant's amplification by "

@@ -30,7 +30,7 @@ StatusOr<RoundPrivacy> RoundPrivacy::Open(const CoordinatorOptions* options,
   // Without DP the checkpoint's value is kept as it was (it is written back unchanged).
   rp.clip_norm_ = checkpoint_clip_norm;
   if (p.mode == PrivacyMode::kNone) return rp;
-  if (p.mode == PrivacyMode::kCentral &&
+  if (p.mode == PrivacyMode::kCentral && !options->async.enabled &&
       options->cohort.sampling != CohortOptions::Sampling::kPoisson) {
     return absl::InvalidArgumentError(
         "privacy.mode central needs cohort.sampling: poisson (amplification by sampling holds "
@@ -98,8 +98,10 @@ Status RoundPrivacy::Configure(uint64_t number, PrivateRound* out,
   round.value_noise_multiplier = plan.noise_multiplier;
   round.clip_norm = p.adaptive.enabled ? clip_norm_ : plan.clip_norm;
   // Central: the configured denominator, which depends on no one's enrolment (PrivacyPlan
-  // requires it). Local: the mean over the results (Release).
-  round.expected_cohort = p.expected_cohort_size.value_or(1.0);
+  // requires it); a buffered asynchronous step's is its buffer. Local: the mean over the results
+  // (Release).
+  round.expected_cohort = options_->async.enabled ? static_cast<double>(options_->async.buffer)
+                                                  : p.expected_cohort_size.value_or(1.0);
   aggregation::AggregatorOptions agg = options_->aggregation;
   agg.max_weight = 1;
   if (p.mode == PrivacyMode::kDistributed) {
@@ -364,6 +366,64 @@ Status RoundPrivacy::WriteDpSgdReport(const std::string& stop_reason) const {
   return privacy::WritePrivacyReport(options_->out_dir, r);
 }
 
+void RoundPrivacy::DescribeBounded(privacy::PrivacyReport* r) const {
+  const privacy::PrivacyOptions& p = options_->privacy;
+  const AsyncOptions& a = options_->async;
+  const bool central = p.mode == PrivacyMode::kCentral;
+  r->mechanism = fmt::format(
+      "buffered asynchronous DP-FedAvg (FedBuff) with {} noise: each server step releases the sum "
+      "of at most async.buffer = {} updates, each clipped to L2 norm C ({}), weighted 1 and "
+      "scaled by its staleness factor (<= 1), {}divided by the "
+      "fixed {}; every client contributes to at most privacy.max_participations = {} steps, at "
+      "least privacy.min_separation = {} steps apart (enforced by the coordinator, "
+      "contributions.jsonl), and the epsilon is the composition of the {} most expensive steps "
+      "released: the most any one client's releases can spend",
+      central ? "central" : "local", a.buffer,
+      central ? "checked by the coordinator"
+              : "by the client, which adds its own noise of std z * C to it; the coordinator "
+                "refuses an update longer than a clipped, noised one can be",
+      central ? "with exact discrete Gaussian noise of std >= z * (C + grid rounding) added to the "
+                "sum, "
+              : "",
+      central ? fmt::format("denominator async.buffer = {}", a.buffer)
+              : "number of updates in the step",
+      *p.max_participations, p.min_separation, *p.max_participations);
+  r->sampling =
+      "none assumed: asynchronous arrival is not Poisson sampling (fast clients come more often, "
+      "and when a client answers may depend on its data), so no amplification is claimed; each "
+      "release is accounted unsampled (q = 1) for every client that can have contributed to it, "
+      "and a client's contributions are bounded instead";
+  std::vector<std::string> assumptions = {
+      "replace-one adjacency: a client's data replaced by any other changes its (clipped, "
+      "staleness-scaled) contribution to a step by up to 2C, so each step is accounted as a "
+      "Gaussian mechanism with multiplier z / 2",
+      "which steps a client's updates land in, and its staleness, do not depend on its data "
+      "beyond what the released models already reveal: the schedule (who is sent which model "
+      "when, and when each answers) is not protected; a client whose speed depends on its data "
+      "leaks that through timing, as any federated job's timing does",
+      fmt::format(
+          "the bound of {} contributions per client holds for each client identity: a person "
+          "whose data is spread over several enrolled clients is protected only to the extent of "
+          "the composition over those clients",
+          *p.max_participations),
+  };
+  if (central) {
+    assumptions.insert(
+        assumptions.begin(),
+        "the coordinator is trusted (honest): it sees each client's clipped update in the clear, "
+        "enforces the participation bound and adds the noise; the guarantee protects the released "
+        "models and outputs against everyone else");
+  } else {
+    assumptions.insert(
+        assumptions.begin(),
+        "against a coordinator that follows the protocol, the participation bound is enforced "
+        "by it; against one that does not, each client's own privacy policy and ledger (huddle "
+        "client's privacy section, whose max_epsilon composes every release the client made) "
+        "are what bind it");
+  }
+  r->assumptions = std::move(assumptions);
+}
+
 Status RoundPrivacy::WriteReport(const std::string& stop_reason) const {
   if (!enabled()) return options_->train.dp_sgd ? WriteDpSgdReport(stop_reason) : absl::OkStatus();
   const privacy::PrivacyOptions& p = options_->privacy;
@@ -383,6 +443,10 @@ Status RoundPrivacy::WriteReport(const std::string& stop_reason) const {
   planned.epsilon = planned_epsilon_;
   planned.stop_at_budget = p.stop_at_budget;
   planned.noise_schedule = plan_->Schedule();
+  if (plan_->bounded()) {
+    planned.participation =
+        privacy::ReportPlan::Participation{*p.max_participations, p.min_separation};
+  }
   r.plan = std::move(planned);
   HUDDLE_ASSIGN_OR_RETURN(const privacy::Spend spent, plan_->Spent(ledger_->Events()));
   r.nominal_epsilon = spent.epsilon;
@@ -472,6 +536,7 @@ Status RoundPrivacy::WriteReport(const std::string& stop_reason) const {
         "the unit of privacy is one client's whole data",
     };
   }
+  if (plan_->bounded()) DescribeBounded(&r);
   if (options_->train.dp_sgd) {
     r.assumptions.push_back(
         "the clients also train with DP-SGD: a separate, example-level guarantee that each client "

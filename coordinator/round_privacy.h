@@ -41,6 +41,7 @@
 #include "privacy/job_ledger.h"
 #include "privacy/ledger.h"
 #include "privacy/noise.h"
+#include "privacy/report.h"
 #include "proto/messages.h"
 
 namespace huddle::coordinator {
@@ -82,6 +83,8 @@ class RoundPrivacy {
   privacy::NoiseSource* sampler() { return sampler_ ? &*sampler_ : nullptr; }
   // Adaptive clipping: C of the next round (checkpointed).
   double clip_norm() const { return clip_norm_; }
+  // The releases the job's ledger holds (an earlier run's included).
+  int64_t releases() const { return ledger_ ? static_cast<int64_t>(ledger_->entries().size()) : 0; }
   // The job's spend as of the latest release (or of Open, when the ledger held entries).
   const std::optional<privacy::Spend>& spent() const { return spent_; }
 
@@ -122,6 +125,9 @@ class RoundPrivacy {
   // The ledger's total into `info`, then into metrics->privacy and spent_.
   Status RecordSpent(RoundMetrics::Privacy info, RoundMetrics* metrics);
   Status WriteDpSgdReport(const std::string& stop_reason) const;
+  // privacy.json's mechanism, sampling and assumptions under participation-bounded accounting
+  // (asynchronous training).
+  void DescribeBounded(privacy::PrivacyReport* r) const;
 
   const CoordinatorOptions* options_;
   std::optional<privacy::PrivacyPlan> plan_;

@@ -22,6 +22,8 @@ SchedulerBase::SchedulerBase(SchedulerParts parts)
       layout_(std::move(parts.layout)),
       host_(parts.host),
       rng_(parts.rng),
+      sampler_(parts.sampler),
+      contributions_(parts.contributions),
       norm_bound_(options_->max_update_norm, options_->auto_norm_factor) {}
 
 StatusOr<bool> SchedulerBase::FoldBounded(std::vector<std::span<const float>> spans,
@@ -42,6 +44,15 @@ StatusOr<bool> SchedulerBase::FoldBounded(std::vector<std::span<const float>> sp
   HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, weight, discount));
   norm_bound_.Accepted(number, norm);
   return clip;
+}
+
+Status SchedulerBase::FoldPrivate(PrivateRound& round,
+                                  std::span<const std::span<const float>> spans, bool within_clip,
+                                  double discount) {
+  HUDDLE_RETURN_IF_ERROR(privacy_->CheckUpdate(round, spans));
+  HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, 1, discount));
+  if (within_clip) round.within_clip++;
+  return absl::OkStatus();
 }
 
 SyncRound::SyncRound(Parts parts) : SchedulerBase(std::move(parts)) {}
@@ -271,13 +282,8 @@ Status SyncRound::FoldResult(const std::string& id, const wire::Message& msg,
   want.layout = &layout_;
   HUDDLE_ASSIGN_OR_RETURN(auto spans, CheckUpdate(msg, want));
   if (dp()) {
-    // Client-level DP: every client weighs the same (weighting by examples would break the
-    // sensitivity bound), and a central-mode update must respect the clip norm.
-    HUDDLE_RETURN_IF_ERROR(privacy_->CheckUpdate(round_->privacy, spans));
-    HUDDLE_RETURN_IF_ERROR(aggregator_->Fold(spans, 1));
-    if (result.within_clip) round_->privacy.within_clip++;
     *weight = 1;
-    return absl::OkStatus();
+    return FoldPrivate(round_->privacy, spans, result.within_clip, 1.0);
   }
   // FedAvg weighs by the claimed example count, capped relative to the cohort's claims.
   *weight = std::min(static_cast<int64_t>(result.num_examples), round_->weight_cap);

@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "common/tensor.h"
+#include "coordinator/contributions.h"
 #include "coordinator/member_state.h"
 #include "coordinator/options.h"
 #include "coordinator/population.h"
@@ -105,6 +106,11 @@ struct SchedulerParts {
   ModelLayout layout;
   SyncRoundHost* host = nullptr;
   Rng* rng = nullptr;  // AsyncRound: the job's stream (who is drawn, each task's training seed)
+  // AsyncRound under DP with private noise: who is drawn and each task's training seed, from the
+  // OS CSPRNG instead of `rng` (RoundPrivacy::sampler). nullptr otherwise.
+  privacy::NoiseSource* sampler = nullptr;
+  // AsyncRound under DP: the participation bound (contributions.h). nullptr otherwise.
+  Contributions* contributions = nullptr;
 };
 
 // Both schedulers' borrowed parts, and their one norm-bounded fold of a plain FedAvg result.
@@ -118,6 +124,12 @@ class SchedulerBase {
   // (StreamingAggregator::Fold). True when it was clipped.
   StatusOr<bool> FoldBounded(std::vector<std::span<const float>> spans, uint64_t number,
                              int64_t weight, double discount);
+  // Under client-level DP: the result checked against `round`'s bound (RoundPrivacy::CheckUpdate)
+  // and folded with weight 1 (weighting by examples would break the sensitivity bound) and
+  // `discount` (<= 1: the sensitivity stays C); its within-clip bit counted.
+  Status FoldPrivate(PrivateRound& round, std::span<const std::span<const float>> spans,
+                     bool within_clip, double discount);
+  bool dp() const { return privacy_->enabled(); }
 
   const CoordinatorOptions* options_;
   transport::ServerTransport* transport_;
@@ -129,6 +141,8 @@ class SchedulerBase {
   ModelLayout layout_;
   SyncRoundHost* host_;
   Rng* rng_;
+  privacy::NoiseSource* sampler_;
+  Contributions* contributions_;
 
  private:
   TensorList clip_scratch_;  // a result clipped to the bound (reused; empty until needed)
@@ -170,7 +184,6 @@ class SyncRound : private SchedulerBase {
  private:
   Status FoldResult(const std::string& id, const wire::Message& msg, const wire::FitResult& result,
                     int64_t* weight);
-  bool dp() const { return privacy_->enabled(); }
 
   Round* round_ = nullptr;  // the open round (nullptr between rounds)
   uint64_t model_version_ = 0;

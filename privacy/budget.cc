@@ -130,6 +130,19 @@ const char* AdjacencyOf(PrivacyMode mode) {
                                                                           : kAddRemove;
 }
 
+const char* PrivacyPlan::adjacency() const {
+  return bounded() ? kReplaceOne : AdjacencyOf(options_.mode);
+}
+
+std::vector<DpEvent> PrivacyPlan::WorstParticipant(std::vector<DpEvent> events) const {
+  if (!bounded()) return events;
+  // Most expensive first: the smallest z (0, a lost entry's, is unbounded). Ties keep their order.
+  std::stable_sort(events.begin(), events.end(), [](const DpEvent& a, const DpEvent& b) {
+    return a.noise_multiplier < b.noise_multiplier;
+  });
+  return Prefix(events, *options_.max_participations);
+}
+
 DpEvent PrivacyPlan::RoundEvent(double noise_multiplier) const {
   if (options_.mode == PrivacyMode::kDistributed) {
     DpEvent sum;
@@ -194,13 +207,32 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
         absl::StrCat("privacy.expected_cohort_size must be finite and >= 1, got ",
                      *options.expected_cohort_size));
   }
-  if (options.mode == PrivacyMode::kCentral && !options.expected_cohort_size) {
+  if (options.max_participations) {
+    if (*options.max_participations < 1 || options.min_separation < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("privacy.max_participations (", *options.max_participations,
+                       ") and privacy.min_separation (", options.min_separation, ") must be >= 1"));
+    }
+    if (options.mode != PrivacyMode::kCentral && options.mode != PrivacyMode::kLocal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy.max_participations (participation-bounded accounting) is for privacy.mode "
+          "central or local, not ",
+          PrivacyModeName(options.mode)));
+    }
+    if (options.adaptive.enabled) {
+      return absl::InvalidArgumentError(
+          "privacy.adaptive_clipping does not combine with privacy.max_participations: its "
+          "clipped-count query is sized for a sampled cohort, and each release would charge it "
+          "to clients that did not contribute; give a fixed privacy.clip_norm");
+    }
+  } else if (options.mode == PrivacyMode::kCentral && !options.expected_cohort_size) {
     return absl::InvalidArgumentError(
         "privacy.expected_cohort_size is required in central mode: the fixed denominator of the "
         "noised mean (cohort.rate x the population you expect); dividing by the live population "
         "would publish its size without noise");
   }
-  plan.accounting_rate_ = options.mode == PrivacyMode::kCentral ? cohort_rate : 1.0;
+  plan.accounting_rate_ =
+      options.mode == PrivacyMode::kCentral && !options.max_participations ? cohort_rate : 1.0;
   const double q = plan.accounting_rate_;
   if (!(q > 0 && q <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("cohort.rate must lie in (0, 1], got ", q));
@@ -212,8 +244,7 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
                                   ? AccountantKind::kRdp
                                   : (q == 1 ? AccountantKind::kAnalytic : options.accountant);
   // Calibration finds the accounted multiplier; under replace-one the noise must be twice it.
-  const double sensitivity_factor =
-      std::string_view(AdjacencyOf(options.mode)) == kReplaceOne ? 2.0 : 1.0;
+  const double sensitivity_factor = std::string_view(plan.adjacency()) == kReplaceOne ? 2.0 : 1.0;
   plan.spend_accountant_ = kind;
   plan.rounds_.assign(static_cast<size_t>(rounds), RoundPrivacy{});
   std::vector<bool> covered(static_cast<size_t>(rounds), false);
@@ -262,7 +293,10 @@ StatusOr<PrivacyPlan> PrivacyPlan::Create(const PrivacyOptions& options, double 
     }
   }
   if (options.schedule.empty()) {
-    auto z = CalibrateNoiseMultiplier(*options.total_epsilon, options.delta, q, rounds, kind);
+    // Bounded: a client's releases are at most max_participations of the rounds.
+    const int64_t accounted =
+        options.max_participations ? std::min(rounds, *options.max_participations) : rounds;
+    auto z = CalibrateNoiseMultiplier(*options.total_epsilon, options.delta, q, accounted, kind);
     if (!z.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("privacy.epsilon: cannot fit ", rounds, " rounds at sampling rate ", q,
@@ -322,7 +356,7 @@ StatusOr<PlanFit> PrivacyPlan::Fit() const {
   fit.budget_epsilon = options_.total_epsilon;
   fit.schedule = Schedule();
   if (!enabled()) return fit;
-  const std::vector<DpEvent> events = PlannedEvents(fit.rounds);
+  const std::vector<DpEvent> events = WorstParticipant(PlannedEvents(fit.rounds));
   if (!options_.total_epsilon) {
     HUDDLE_ASSIGN_OR_RETURN(fit.spend, ComputeEpsilon(events, options_.delta, spend_accountant_));
     return fit;
@@ -332,9 +366,23 @@ StatusOr<PlanFit> PrivacyPlan::Fit() const {
   fit.spend = budget.spend;
   fit.fits = budget.fits;
   if (fit.fits) return fit;
-  HUDDLE_ASSIGN_OR_RETURN(
-      fit.rounds_that_fit,
-      StepsWithinBudget(events, *options_.total_epsilon, options_.delta, spend_accountant_));
+  if (bounded()) {
+    // The spend of the first k rounds grows with k: bisect over them.
+    int64_t lo = 0;
+    int64_t hi = fit.rounds;
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      HUDDLE_ASSIGN_OR_RETURN(
+          const Spend spend,
+          ComputeEpsilon(WorstParticipant(PlannedEvents(mid)), options_.delta, spend_accountant_));
+      (spend.epsilon <= *options_.total_epsilon ? lo : hi) = mid;
+    }
+    fit.rounds_that_fit = lo;
+  } else {
+    HUDDLE_ASSIGN_OR_RETURN(
+        fit.rounds_that_fit,
+        StepsWithinBudget(events, *options_.total_epsilon, options_.delta, spend_accountant_));
+  }
   if (budget.noise_multiplier_that_fits) {
     // The accountant's z; under replace-one the noise is twice it (as in Create).
     const double factor = std::string_view(adjacency()) == kReplaceOne ? 2.0 : 1.0;
@@ -344,7 +392,7 @@ StatusOr<PlanFit> PrivacyPlan::Fit() const {
 }
 
 StatusOr<Spend> PrivacyPlan::Spent(const std::vector<DpEvent>& events) const {
-  return ComputeSpend(events, options_.delta, options_.accountant);
+  return ComputeSpend(WorstParticipant(events), options_.delta, options_.accountant);
 }
 
 StatusOr<std::pair<Spend, bool>> PrivacyPlan::WouldSpend(std::vector<DpEvent> events,

@@ -92,6 +92,15 @@ struct PrivacyOptions {
   // (PrivacyPlan::Fit); true accepts it: the job runs until the next round would pass the total and
   // stops there (the stop rule before every round holds either way).
   bool stop_at_budget = false;
+  // Participation-bounded accounting (buffered asynchronous training, coordinator/async_round.h):
+  // arrival is not Poisson sampling, so no amplification is claimed. Each release is the noised
+  // sum of at most `buffer` clipped updates (q = 1, replace-one: sensitivity 2C), every client
+  // contributes to at most max_participations releases, at least min_separation releases apart,
+  // and a client's epsilon is the composition of its own releases: at most that of the
+  // max_participations most expensive releases of the job (WorstParticipant), the job's epsilon.
+  // Unset: every release is accounted for every client (synchronous rounds).
+  std::optional<int64_t> max_participations;
+  int64_t min_separation = 1;  // releases between two of one client's contributions (>= 1)
 };
 
 // The adjacency a mode's releases are accounted under (ledger.h): add/remove for central,
@@ -166,8 +175,9 @@ double MeanNoiseToClip(PrivacyMode mode, double noise_multiplier, double contrib
 class PrivacyPlan {
  public:
   // Validates `options` for a job of `rounds` rounds whose cohorts are Poisson-sampled with rate
-  // `cohort_rate` (central mode), and calibrates the noise. Errors name the offending key
-  // (privacy.*) and say what is allowed.
+  // `cohort_rate` (central mode; ignored for a participation-bounded plan, which is unsampled), and
+  // calibrates the noise (bounded: so that max_participations releases fit the total). Errors name
+  // the offending key (privacy.*) and say what is allowed.
   static StatusOr<PrivacyPlan> Create(const PrivacyOptions& options, double cohort_rate,
                                       int64_t rounds);
 
@@ -175,8 +185,16 @@ class PrivacyPlan {
   bool enabled() const { return options_.mode != PrivacyMode::kNone; }
   // The q the accountant uses: the cohort rate in central mode, 1 in local and distributed mode.
   double accounting_rate() const { return accounting_rate_; }
-  // kAddRemove (central) or kReplaceOne (local).
-  const char* adjacency() const { return AdjacencyOf(options_.mode); }
+  // kAddRemove (central) or kReplaceOne (local, distributed, and every participation-bounded
+  // plan).
+  const char* adjacency() const;
+  // Participation-bounded accounting (PrivacyOptions::max_participations).
+  bool bounded() const { return options_.max_participations.has_value(); }
+  // The releases one client can have contributed to: all of `events` unless bounded; bounded, the
+  // max_participations most expensive steps among them (the smallest noise multipliers; events
+  // of a bounded plan are unsampled Gaussians, whose cost falls as z grows). Spent, WouldSpend
+  // and Fit account these.
+  std::vector<DpEvent> WorstParticipant(std::vector<DpEvent> events) const;
   // The accountant's event of one round with noise multiplier z (z / 2 under replace-one). In
   // distributed mode a distributed discrete Gaussian with tau 0: the plan. The round's own event
   // comes from its grid and members once secure aggregation has sized them (its ledger entry).

@@ -69,6 +69,10 @@ std::string PrivacyReportJson(const PrivacyReport& r) {
       schedule.push_back(std::move(g));
     }
     j["noise_schedule"] = std::move(schedule);
+    if (p.participation) {
+      j["participation"] = {{"max_participations", p.participation->max_participations},
+                            {"min_separation", p.participation->min_separation}};
+    }
   }
   j["unit_of_privacy"] = r.unit;
   j["adjacency"] = r.adjacency;

@@ -65,6 +65,13 @@ struct ReportPlan {
   std::optional<double> epsilon;             // what all the planned rounds spend (the plan's bound)
   bool stop_at_budget = false;               // privacy.stop_at_budget
   std::vector<PlannedRange> noise_schedule;  // z and C (the initial C under adaptive clipping)
+  // Participation-bounded accounting (asynchronous training; budget.h): the bound the
+  // coordinator enforces, which the epsilon (the worst client's) rests on.
+  struct Participation {
+    int64_t max_participations = 0;
+    int64_t min_separation = 1;
+  };
+  std::optional<Participation> participation;
 };
 
 struct PrivacyReport {

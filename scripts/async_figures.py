@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Time to a target accuracy: buffered asynchronous training (FedBuff) against synchronous
-FedAvg(M) and FedAsync (buffer 1), on the simulation's virtual clock (issue 36's first figure).
+FedAvg(M) and FedAsync (buffer 1), on the simulation's virtual clock (issue 36's first figure);
+with `dp`, FedBuff under client-level central DP against synchronous DP-FedAvg at the same epsilon
+(its second).
 
 Every run is the shipped binary's `huddle run` on an in-process simulation of CLIENTS Fashion-MNIST
 clients (IID shards, the MLP 784-128-10) with log-normal per-client slowdowns (sigma SIGMA: the
@@ -11,9 +13,16 @@ For each mode and seed it reads metrics.jsonl and takes the first row whose test
 TARGET: its `elapsed_s` (virtual seconds) and its count of client updates. Medians over the seeds,
 and the ratios sync / FedBuff and FedAsync / FedBuff, are printed as a Markdown table.
 
-Usage: scripts/async_figures.py [BUILD_DIR]
-Environment: SEEDS (default "1 2 3"), CLIENTS (1000), TARGET (0.85), SIGMA (1.3), EPOCHS (2),
-KEEP_WORK=1 keeps the runs' directories.
+The `dp` figure runs examples/dp_central.yaml's job (MLP 784-64-10, secret Poisson cohorts q = 0.1,
+60 rounds, epsilon 8 at delta 1e-4: add/remove, amplified by sampling) and examples/fedbuff_dp.yaml's
+(100 in flight, a step every 200 updates, each client at most 10 times: epsilon 8 at delta 1e-4 for
+the worst client, replace-one, unsampled) on the same virtual clock, and prints each one's final
+and best accuracy, its virtual time to the end and to TARGET (default 0.78 here), and its epsilon.
+The noise is the OS CSPRNG's, so runs of one seed differ; medians over the seeds.
+
+Usage: scripts/async_figures.py [BUILD_DIR] [dp]
+Environment: SEEDS (default "1 2 3"), CLIENTS (1000), TARGET (0.85; dp: 0.78), SIGMA (1.3),
+EPOCHS (2), KEEP_WORK=1 keeps the runs' directories.
 """
 import json
 import os
@@ -25,10 +34,11 @@ import tempfile
 import time
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+DP = len(sys.argv) > 2 and sys.argv[2] == "dp"
 HUDDLE = os.path.join(BUILD, "cli", "huddle")
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
 CLIENTS = int(os.environ.get("CLIENTS", "1000"))
-TARGET = float(os.environ.get("TARGET", "0.85"))
+TARGET = float(os.environ.get("TARGET", "0.78" if DP else "0.85"))
 SIGMA = float(os.environ.get("SIGMA", "1.3"))
 EPOCHS = int(os.environ.get("EPOCHS", "2"))
 
@@ -79,6 +89,32 @@ evaluation: {every: 50}
 }
 
 
+# The DP figure's jobs: the two examples' settings, on the virtual clock above.
+DP_COMMON = COMMON.replace("hidden: [128]", "hidden: [64]").replace(
+    "learning_rate: 0.05}", "learning_rate: 0.05, momentum: 0.9}")
+DP_MODES = {
+    "sync DP-FedAvgM (Poisson q 0.1)": """
+rounds: 60
+cohort: {sampling: poisson, rate: 0.1}
+round: {deadline_s: 3600, quorum: 1, upload_slots: 16}
+server: {learning_rate: 1.0, momentum: 0.9}
+evaluation: {every: 5}
+privacy: {mode: central, expected_cohort_size: 100, clip_norm: 1.0, epsilon: 8, delta: 1.0e-4}
+""",
+    "FedBuff DP (C 100, K 200, m 10)": """
+rounds: 100
+async: {concurrency: 100, buffer: 200, staleness: {weight: polynomial, exponent: 0.5}, max_staleness: 1000}
+round: {deadline_s: 3600, upload_slots: 16}
+server: {learning_rate: 1.0, momentum: 0.0}
+evaluation: {every: 5}
+privacy: {mode: central, clip_norm: 1.0, epsilon: 8, delta: 1.0e-4, max_participations: 10}
+""",
+}
+if DP:
+    COMMON = DP_COMMON
+    MODES = DP_MODES
+
+
 def run(mode, yaml, seed, work):
     d = os.path.join(work, f"{mode.split()[0].lower()}-{seed}")
     os.makedirs(d, exist_ok=True)
@@ -96,16 +132,24 @@ def run(mode, yaml, seed, work):
     hit = None
     updates = 0
     best = 0.0
+    # Under DP the counts and times are operator-only, in operator_metrics.jsonl.
+    operator = {}
+    if os.path.exists(os.path.join(out, "operator_metrics.jsonl")):
+        for line in open(os.path.join(out, "operator_metrics.jsonl")):
+            row = json.loads(line)
+            operator[row["round"]] = row
     for line in open(os.path.join(out, "metrics.jsonl")):
         row = json.loads(line)
-        updates += row["results"]
+        row = {**operator.get(row["round"], {}), **row}
+        updates += row.get("results", 0)
         acc = row.get("test_accuracy")
         if acc is None:
             continue
         best = max(best, acc)
         if acc >= TARGET and hit is None:
             hit = (row["elapsed_s"], updates, row["round"])
-    return hit, best, real_s
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    return hit, best, real_s, summary
 
 
 def main():
@@ -113,11 +157,13 @@ def main():
         sys.exit(f"missing {HUDDLE}: cmake --build {BUILD} --target huddle")
     work = tempfile.mkdtemp(prefix="huddle_async_")
     results = {}
+    summaries = {}
     try:
         for mode, yaml in MODES.items():
             for seed in SEEDS:
-                hit, best, real_s = run(mode, yaml, seed, work)
+                hit, best, real_s, summary = run(mode, yaml, seed, work)
                 results.setdefault(mode, []).append(hit)
+                summaries.setdefault(mode, []).append((summary, best))
                 where = (f"{hit[0]:.1f} virtual s, {hit[1]} updates, step {hit[2]}" if hit
                          else f"not reached (best {best:.4f})")
                 print(f"{mode} seed {seed}: {TARGET:.0%} at {where} ({real_s:.0f} s real)",
@@ -134,6 +180,9 @@ def main():
             return None
         return statistics.median(h[i] for h in hits)
 
+    if DP:
+        print_dp(results, summaries)
+        return
     base = "FedBuff (C 100, K 10)"
     print()
     print(f"| mode | virtual s to {TARGET:.0%} (median of {len(SEEDS)}) | updates to it | "
@@ -146,6 +195,28 @@ def main():
         print(f"| {mode} | {'not reached' if t is None else f'{t:.1f}'} | "
               f"{'-' if u is None else f'{u:.0f}'} | "
               f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+
+
+def print_dp(results, summaries):
+    def med(values):
+        return statistics.median(values) if values else None
+
+    print()
+    print(f"| mode | final accuracy | best | virtual s to the end | virtual s to {TARGET:.0%} | "
+          f"epsilon (delta) | (medians of {len(SEEDS)}) |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in MODES:
+        rows = summaries[mode]
+        final = med([s.get("final_test_accuracy") or 0 for s, _ in rows])
+        best = med([b for _, b in rows])
+        # Under DP the elapsed time is operator-only (summary.json's `operator`).
+        end = med([(s.get("operator") or s).get("elapsed_s") or 0 for s, _ in rows])
+        hits = [h[0] for h in results[mode] if h is not None]
+        to = med(hits) if len(hits) == len(rows) else None
+        eps = med([s["privacy"]["epsilon"] for s, _ in rows])
+        delta = rows[0][0]["privacy"]["delta"]
+        print(f"| {mode} | {final:.4f} | {best:.4f} | {end:.1f} | "
+              f"{'not reached by all' if to is None else f'{to:.1f}'} | {eps:.3g} ({delta:g}) | |")
 
 
 if __name__ == "__main__":

@@ -311,5 +311,24 @@ TEST_F(StartChecksTest, TheTestSetIsLoadedAndCheckedBeforeRoundOne) {
                                      "expects 20")));
 }
 
+// Asynchronous training under DP: the participation bound is read, its denominator is the
+// buffer (nothing derived), and a job without a bound is refused naming the key.
+TEST_F(StartChecksTest, AnAsynchronousDpJobNeedsItsParticipationBound) {
+  const std::string job =
+      "rounds: 20\nsimulation: {clients: 50}\nasync: {concurrency: 5, buffer: 10}\n"
+      "privacy: {mode: central, epsilon: 4, delta: 1.0e-5";
+  auto loaded = Load(job + ", max_participations: 3, min_separation: 2}\n");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->coordinator.privacy.max_participations, 3);
+  EXPECT_EQ(loaded->coordinator.privacy.min_separation, 2);
+  EXPECT_FALSE(loaded->coordinator.privacy.expected_cohort_size.has_value());
+  EXPECT_THAT(ErrorOf(job + "}\n"), HasSubstr("privacy.max_participations"));
+  EXPECT_THAT(ErrorOf(job + ", max_participations: 3, expected_cohort_size: 10}\n"),
+              HasSubstr("privacy.expected_cohort_size does not apply with async"));
+  EXPECT_THAT(ErrorOf("rounds: 2\nsimulation: {clients: 50}\n"
+                      "privacy: {mode: central, epsilon: 4, max_participations: 3}\n"),
+              HasSubstr("privacy.max_participations applies to asynchronous training"));
+}
+
 }  // namespace
 }  // namespace huddle::cli

@@ -203,7 +203,8 @@ TEST(AsyncRoundTest, AStepWhoseEveryTaskFailedSendsThemAgain) {
 TEST(AsyncRoundTest, OptionsThatCannotHoldAreRefused) {
   CoordinatorOptions o = AsyncJob(3, 2, 1);
   o.privacy.mode = privacy::PrivacyMode::kCentral;
-  EXPECT_NE(ValidateOptions(o).message().find("privacy"), std::string_view::npos);
+  EXPECT_NE(ValidateOptions(o).message().find("privacy.max_participations"),
+            std::string_view::npos);
   o = AsyncJob(3, 2, 1);
   o.eval_mode = CoordinatorOptions::EvalMode::kFederated;
   EXPECT_NE(ValidateOptions(o).message().find("federated"), std::string_view::npos);

@@ -154,7 +154,7 @@ Status FakeFederation::Send(const transport::PeerId& peer, const wire::Message& 
       }
       if (c.behaviour == Behaviour::kCanary) {
         for (Tensor& t : delta) std::fill(t.data.begin(), t.data.end(), 0.0f);
-        delta[0].data[0] = 1.0f;
+        delta[0].data[0] = c.value != 0 ? c.value : 1.0f;
       }
       if (c.behaviour == Behaviour::kWrongShape) {
         Tensor bad(delta[0].name(), {delta[0].spec.shape[0] + 1, delta[0].spec.shape[1]});

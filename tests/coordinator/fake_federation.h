@@ -35,18 +35,19 @@ class ManualClock final : public Clock {
 };
 
 enum class Behaviour {
-  kHonest,       // deterministic delta derived from (round, client)
-  kSilent,       // joins, then never answers a fit instruction
-  kNaN,          // a NaN in its update
-  kWrongShape,   // a tensor with a wrong shape
-  kWrongRound,   // answers with round - 1
-  kUnsolicited,  // sends a FitResult without asking for an upload slot
-  kHugeValue,    // a value above the aggregation bound
-  kGrabber,      // asks for an upload slot, gets it, never uploads
-  kReplay,       // from its second instruction on, uploads with the previous instruction's nonce
-  kWrongNonce,   // asks for an upload slot with a nonce it was never sent
-  kDeclines,     // its privacy policy refuses every round: answers each instruction with an Error
-  kCanary,  // a worst-case update for a privacy audit: 1.0 in the first coordinate, 0 elsewhere
+  kHonest,         // deterministic delta derived from (round, client)
+  kSilent,         // joins, then never answers a fit instruction
+  kNaN,            // a NaN in its update
+  kWrongShape,     // a tensor with a wrong shape
+  kWrongRound,     // answers with round - 1
+  kUnsolicited,    // sends a FitResult without asking for an upload slot
+  kHugeValue,      // a value above the aggregation bound
+  kGrabber,        // asks for an upload slot, gets it, never uploads
+  kReplay,         // from its second instruction on, uploads with the previous instruction's nonce
+  kWrongNonce,     // asks for an upload slot with a nonce it was never sent
+  kDeclines,       // its privacy policy refuses every round: answers each instruction with an Error
+  kCanary,         // a worst-case update for a privacy audit: `value` (1.0 if 0) in the first
+                   // coordinate, 0 elsewhere
   kFailsTraining,  // answers each instruction with Error kInternal (its training failed)
   kGarbageResult,  // gets an upload slot, then sends bytes that do not decode
   kRejoinFlood,    // answers each instruction by joining again
@@ -61,7 +62,7 @@ struct SyntheticClient {
   Behaviour behaviour = Behaviour::kHonest;
   uint64_t num_examples = 100;
   std::string join_as;  // if set, the Join claims this id instead of `id` (impersonation)
-  float value = 0;      // kFlat, kPoisonFirst
+  float value = 0;      // kFlat, kPoisonFirst, kCanary
   // Simulated time between an instruction and the client's answer (its upload request): a slow
   // device. 0: it answers at once.
   int64_t delay_ms = 0;
@@ -145,7 +146,7 @@ class FakeFederation final : public transport::ServerTransport {
   bool authenticated_ = false;
   int64_t heartbeat_ms_ = 0;
   int64_t last_heartbeat_ms_ = 0;
-  std::set<std::string> gone_;  // kLeaves clients that have left
+  std::set<std::string> gone_;            // kLeaves clients that have left
   std::map<std::string, int> fits_seen_;  // kFailsFirst: instructions each peer was sent
   std::vector<SeenFit> fits_;
   int shutdowns_ = 0;

@@ -28,6 +28,10 @@
 // states) against the claim of z = 2 must be refuted by (b) AND by (c). Every job's noise comes
 // from the production sampler keyed from the job's own seed (privacy.noise_seed), so these figures
 // are the same on every run. 4,000 jobs: ~1.6 s.
+//
+// The second test audits one buffered asynchronous step the same way (participation-bounded
+// accounting, replace-one: the canary's worlds are +C and -C; at z = 4 the stated mu is again
+// 0.5), and refutes the same step with half the noise.
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -50,10 +54,16 @@ constexpr int kHonest = 4;
 constexpr int kRuns = 1000;  // per world
 constexpr double kDelta = 1e-5;
 constexpr double kZ = 2;  // the stated noise multiplier
+// Asynchronous: replace-one doubles the shift (2C between the worlds), so z = 4 gives the same
+// mu = 2 / z = 0.5, and the same statistics, as the synchronous audit.
+constexpr double kAsyncZ = 4;
 
 class PrivacyAuditTest : public ::testing::Test {
  protected:
-  CoordinatorOptions Options(double z, uint64_t noise_seed, const std::string& dir) const {
+  // `async`: one buffered asynchronous server step of all kHonest + 1 updates instead
+  // (participation-bounded: unsampled, replace-one, the fixed denominator async.buffer).
+  CoordinatorOptions Options(double z, uint64_t noise_seed, const std::string& dir,
+                             bool async = false) const {
     CoordinatorOptions o;
     o.job_name = "audit";
     o.seed = 3;
@@ -77,6 +87,13 @@ class PrivacyAuditTest : public ::testing::Test {
     // the key are the production ones, only the key is derived from the seed.
     o.privacy.noise_seed = noise_seed;
     o.out_dir = dir;
+    if (async) {
+      o.async.enabled = true;
+      o.async.concurrency = o.async.buffer = kHonest + 1;
+      o.privacy.expected_cohort_size.reset();  // the denominator is async.buffer
+      o.privacy.max_participations = 1;
+      o.min_clients = kHonest + 1;
+    }
     return o;
   }
 
@@ -84,13 +101,20 @@ class PrivacyAuditTest : public ::testing::Test {
   // model and the honest clients' mean update, coordinate by coordinate, in units of the std that
   // z = kZ states for the mean (kZ C / (kHonest + 1)). epsilon_stated receives what the
   // coordinator reports for its own accounting.
-  std::vector<double> Residuals(bool canary, double z_noise, double* epsilon_stated) {
+  // `canary_value`: 0 for no canary (the synchronous audit's neighbour), else the canary's first
+  // coordinate (the asynchronous audit's two worlds: +1 and -1, replace-one). The residuals are
+  // against the honest clients' mean alone.
+  std::vector<double> Residuals(float canary_value, double z_noise, double* epsilon_stated,
+                                bool async = false) {
     const int run = runs_++;
     const std::string dir = (base_ / std::to_string(run)).string();
-    CoordinatorOptions o = Options(z_noise, DeriveSeed(0x61756469, run), dir);
+    CoordinatorOptions o = Options(z_noise, DeriveSeed(0x61756469, run), dir, async);
     std::vector<SyntheticClient> clients;
     for (int i = 0; i < kHonest; ++i) clients.push_back({"h" + std::to_string(i)});
-    if (canary) clients.push_back({"canary", Behaviour::kCanary});
+    if (canary_value != 0) {
+      clients.push_back({"canary", Behaviour::kCanary});
+      clients.back().value = canary_value;
+    }
     const testing::JobRun job = testing::RunJob(o, {.clients = std::move(clients)});
     EXPECT_TRUE(job.status.ok());
     std::optional<double> epsilon;
@@ -105,7 +129,7 @@ class PrivacyAuditTest : public ::testing::Test {
     for (int i = 0; i < kHonest; ++i) {
       honest.push_back(testing::HonestDelta(layout, 1, "h" + std::to_string(i)));
     }
-    const double stated_std = kZ * 1.0 / (kHonest + 1);
+    const double stated_std = (async ? kAsyncZ : kZ) * 1.0 / (kHonest + 1);
     std::vector<double> out;
     for (size_t t = 0; t < expected.size(); ++t) {
       for (size_t i = 0; i < expected[t].data.size(); ++i) {
@@ -122,12 +146,26 @@ class PrivacyAuditTest : public ::testing::Test {
   testing::audit::Samples Run(double z_noise, double* epsilon_stated) {
     testing::audit::Samples s;
     for (int i = 0; i < kRuns; ++i) {
-      const std::vector<double> with = Residuals(true, z_noise, epsilon_stated);
-      const std::vector<double> without = Residuals(false, z_noise, nullptr);
+      const std::vector<double> with = Residuals(1, z_noise, epsilon_stated);
+      const std::vector<double> without = Residuals(0, z_noise, nullptr);
       s.canary.push_back(with[0]);
       s.neighbour.push_back(without[0]);
       s.noise.insert(s.noise.end(), with.begin() + 1, with.end());  // the canary moves only [0]
       s.noise.insert(s.noise.end(), without.begin(), without.end());
+    }
+    return s;
+  }
+
+  // The asynchronous worlds: the canary's update +C or -C along the first coordinate.
+  testing::audit::Samples RunAsync(double z_noise, double* epsilon_stated) {
+    testing::audit::Samples s;
+    for (int i = 0; i < kRuns; ++i) {
+      const std::vector<double> plus = Residuals(1, z_noise, epsilon_stated, true);
+      const std::vector<double> minus = Residuals(-1, z_noise, nullptr, true);
+      s.canary.push_back(plus[0]);
+      s.neighbour.push_back(minus[0]);
+      s.noise.insert(s.noise.end(), plus.begin() + 1, plus.end());
+      s.noise.insert(s.noise.end(), minus.begin() + 1, minus.end());
     }
     return s;
   }
@@ -173,6 +211,30 @@ TEST_F(PrivacyAuditTest, TheTrueMechanismPassesAndHalfTheStatedNoiseIsRefuted) {
   const double miss_gaussian =
       audit::GaussianLossMissProbability(kRuns, kRuns, honest.scale.dof, 2 / kZ, stated, kDelta);
   std::cout << "false alarm <= " << audit::kFalseAlarm << "; at half the noise (b) misses w.p. 10^"
+            << honest.scale.log_miss_at_half / std::log(10.0) << ", (c) w.p. <= " << miss_gaussian
+            << "\n";
+  EXPECT_LT(miss_scale, 1e-6);
+  EXPECT_LT(miss_gaussian, 1e-6);
+}
+
+// The same audit of a buffered asynchronous step (participation-bounded accounting: one
+// unsampled replace-one release; privacy/budget.h): the canary's two worlds are +C and -C, whose
+// means differ by 2C / 5, against noise of std z C / 5 on each: mu = 2 / z = 0.5 at z = 4, the
+// stated epsilon the exact Gaussian one of that mu. 4,000 jobs: ~2 s.
+TEST_F(PrivacyAuditTest, AnAsynchronousStepKeepsItsClaimAndHalfTheNoiseIsRefuted) {
+  namespace audit = testing::audit;
+  double stated = 0;
+  const audit::Audit honest = audit::RunAudit(RunAsync(kAsyncZ, &stated), kDelta);
+  audit::Print(std::cout, "async central DP, z = 4 added", honest, stated);
+  EXPECT_NEAR(stated, audit::GaussianEpsilon(2 / kAsyncZ, kDelta), 1e-6 * stated);
+  audit::ExpectKeepsItsClaim(honest, stated, 0.03);
+  const audit::Audit half = audit::RunAudit(RunAsync(kAsyncZ / 2, nullptr), kDelta);
+  audit::Print(std::cout, "async central DP, z = 2 added, z = 4 claimed", half, stated);
+  audit::ExpectRefutedAtHalfTheNoise(half, stated);
+  const double miss_scale = std::exp(honest.scale.log_miss_at_half);
+  const double miss_gaussian = audit::GaussianLossMissProbability(kRuns, kRuns, honest.scale.dof,
+                                                                  2 / kAsyncZ * 2, stated, kDelta);
+  std::cout << "at half the noise (b) misses w.p. 10^"
             << honest.scale.log_miss_at_half / std::log(10.0) << ", (c) w.p. <= " << miss_gaussian
             << "\n";
   EXPECT_LT(miss_scale, 1e-6);

@@ -194,6 +194,74 @@ TEST(PrivacyPlanTest, RejectsBadOptions) {
   EXPECT_TRUE(PrivacyPlan::Create(none, 0.1, 10).ok());  // mode none: nothing to check
 }
 
+// Participation-bounded accounting (asynchronous training): no sampling, replace-one, and a
+// client's spend is at most that of the max_participations most expensive releases.
+TEST(PrivacyPlanTest, ABoundedPlanAccountsTheWorstClientsReleasesOnly) {
+  PrivacyOptions o;
+  o.mode = PrivacyMode::kCentral;
+  o.total_epsilon = 6.0;
+  o.delta = 1e-5;
+  o.max_participations = 4;
+  auto plan = PrivacyPlan::Create(o, 0.01, 1000);  // the cohort rate is not used
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->bounded());
+  EXPECT_EQ(plan->accounting_rate(), 1.0);
+  EXPECT_STREQ(plan->adjacency(), kReplaceOne);
+  // z is calibrated so that 4 releases (of z / 2) fit the total, not 1000.
+  const double z = plan->ForRound(1).noise_multiplier;
+  const auto four =
+      ComputeEpsilon(std::vector{DpEvent{1.0, z / 2, 4}}, o.delta, AccountantKind::kAnalytic);
+  ASSERT_TRUE(four.ok());
+  EXPECT_LE(four->epsilon, 6.0);
+  EXPECT_GT(four->epsilon, 6.0 * 0.99);
+  // 1000 releases spend what 4 do, and all of them fit.
+  const auto all = plan->Spent(Rounds(*plan, 1000));
+  ASSERT_TRUE(all.ok());
+  EXPECT_NEAR(all->epsilon, four->epsilon, 1e-9);
+  const auto fit = plan->Fit();
+  ASSERT_TRUE(fit.ok());
+  EXPECT_TRUE(fit->fits);
+  // The worst client's releases are the cheapest-noise ones: a release with half the noise
+  // replaces one of the four, and a lost entry (z = 0) is unbounded.
+  std::vector<DpEvent> events = Rounds(*plan, 10);
+  events.push_back(plan->RoundEvent(z / 2));
+  const std::vector<DpEvent> worst = plan->WorstParticipant(events);
+  int64_t steps = 0;
+  for (const DpEvent& e : worst) steps += e.steps;
+  EXPECT_EQ(steps, 4);
+  EXPECT_EQ(worst.front().noise_multiplier, z / 4);
+  const auto more = plan->WouldSpendEvent(Rounds(*plan, 10), plan->RoundEvent(z / 2));
+  ASSERT_TRUE(more.ok());
+  EXPECT_TRUE(more->second);  // past the total: the stop rule ends the job before it
+  events.push_back(DpEvent{1.0, 0, 1});
+  const auto lost = plan->Spent(events);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_TRUE(std::isinf(lost->epsilon));
+  // A schedule whose releases do not fit says how many do.
+  PrivacyOptions capped = o;
+  ScheduleRange r;
+  r.first_round = 1;
+  r.last_round = 10;
+  r.noise_multiplier = 2;
+  capped.schedule = {r};
+  capped.total_epsilon = 5.0;
+  auto small = PrivacyPlan::Create(capped, 1, 10);
+  ASSERT_TRUE(small.ok());
+  const auto short_fit = small->Fit();
+  ASSERT_TRUE(short_fit.ok());
+  // Releases of z / 2 = 1 each: one is mu = 1 (epsilon 4.2 at 1e-5), two mu = 1.41 (past 5).
+  EXPECT_FALSE(short_fit->fits);
+  EXPECT_EQ(short_fit->rounds_that_fit, 1);
+  ASSERT_TRUE(short_fit->noise_multiplier_that_fits.has_value());
+  // Without a bound every release is every client's.
+  o.max_participations.reset();
+  o.expected_cohort_size = 10;
+  auto unbounded = PrivacyPlan::Create(o, 1.0, 1000);
+  ASSERT_TRUE(unbounded.ok());
+  EXPECT_FALSE(unbounded->bounded());
+  EXPECT_EQ(unbounded->WorstParticipant(Rounds(*unbounded, 10)).size(), 10u);
+}
+
 TEST(AdaptiveClippingTest, ValueNoiseComposesToTheConfiguredMultiplier) {
   auto zv = ValueNoiseMultiplier(1.0, 5.0);
   ASSERT_TRUE(zv.ok());
