@@ -300,6 +300,16 @@ int Launch(const DatacenterConfig& c, const DatacenterFlags& f, int64_t nproc,
       codes[r] = ExitCode(status);
       --running;
       const bool clean_stop = stop_at && (codes[r] == 0 || IsStopExitCode(codes[r]));
+      // The parameter-server mode goes on without a failed worker (ranks from `servers` on).
+      if (c.parameter_server && static_cast<int64_t>(r) >= c.parameter_server->servers &&
+          codes[r] != 0 && !clean_stop) {
+        std::fprintf(stderr,
+                     "%s: worker rank %zu exited with %d: %s (see %s); the parameter servers go "
+                     "on without it\n",
+                     kCommand, r, codes[r], LastLogLine(rank_logs[r]).c_str(),
+                     rank_logs[r].c_str());
+        continue;
+      }
       if (codes[r] != 0 && !clean_stop && first_failed < 0) {
         first_failed = static_cast<int>(r);
         failed_at = std::chrono::steady_clock::now();

@@ -4,6 +4,67 @@
 #include "cli/job_config.h"
 
 namespace huddle::cli {
+namespace {
+
+// `datacenter.parameter_server` (docs/datacenter.md, "Parameter-server mode"), with the refusals
+// of combinations the mode does not support, each naming its keys and saying why.
+Status ReadParameterServer(ConfigMap& dc, const DatacenterConfig& c,
+                           datacenter::ParameterServerConfig* ps) {
+  const std::string where = dc.Where("parameter_server");
+  HUDDLE_ASSIGN_OR_RETURN(ConfigMap p, dc.Child("parameter_server"));
+  HUDDLE_RETURN_IF_ERROR(p.Optional("servers", &ps->servers, 1, 64));
+  std::string mode = "async";
+  HUDDLE_RETURN_IF_ERROR(p.OptionalChoice("mode", &mode, {"async", "sync"}));
+  ps->async = mode == "async";
+  if (p.Has("staleness_bound")) {
+    if (!ps->async) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          p.Where("staleness_bound"), ": bounds the staleness of mode async; mode sync has none"));
+    }
+    int64_t s = 0;
+    HUDDLE_RETURN_IF_ERROR(p.Optional("staleness_bound", &s, 0, 1000000));
+    ps->staleness_bound = s;
+  }
+  HUDDLE_RETURN_IF_ERROR(p.Optional("backup_workers", &ps->backup_workers, 0, 1024));
+  if (ps->backup_workers > 0 && ps->async) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p.Where("backup_workers"),
+                     ": backup workers are for mode sync (mode async waits for no one)"));
+  }
+  if (p.Has("kill_for_testing")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap kill, p.Child("kill_for_testing"));
+    ps->kill_rank_for_testing = 0;
+    ps->kill_after_steps_for_testing = 1;
+    HUDDLE_RETURN_IF_ERROR(kill.Optional("rank", &ps->kill_rank_for_testing, 0, 1 << 20));
+    HUDDLE_RETURN_IF_ERROR(
+        kill.Optional("after_steps", &ps->kill_after_steps_for_testing, 1, int64_t{1} << 40));
+    HUDDLE_RETURN_IF_ERROR(kill.Finish());
+  }
+  HUDDLE_RETURN_IF_ERROR(p.Finish());
+  if (c.dp_sgd) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " with train.dp_sgd: refused. ",
+        ps->async ? "In mode async the release of each step depends on the arrival order and the "
+                    "staleness of the gradients, which no accountant here bounds"
+                  : "DP-SGD's exact cross-rank sum is built for the all-reduce mode only",
+        "; use the all-reduce mode (no parameter_server) for DP-SGD"));
+  }
+  if (c.model.has_batch_norm()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        " with batch normalization in the model: refused (SyncBatchNorm needs every "
+        "worker's batch statistics at once, which the parameter servers do not gather); use "
+        "the all-reduce mode, or group_norm"));
+  }
+  if (c.device != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " with datacenter.device ", c.device,
+                     ": the parameter-server mode runs on the CPU only for now (device: cpu)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
   HUDDLE_ASSIGN_OR_RETURN(ConfigMap top, ConfigMap::LoadFile(path));
@@ -74,6 +135,20 @@ StatusOr<DatacenterConfig> LoadDatacenterConfig(const std::string& path) {
                                                 {"ledger", "metrics", "checkpoint"}));
     HUDDLE_RETURN_IF_ERROR(crash.Optional("epoch", &c.crash_epoch_for_testing, 1, 1000000));
     HUDDLE_RETURN_IF_ERROR(crash.Finish());
+  }
+  if (dc.Has("slowdown_for_testing")) {
+    HUDDLE_ASSIGN_OR_RETURN(ConfigMap slow, dc.Child("slowdown_for_testing"));
+    c.slow_rank_for_testing = 0;
+    HUDDLE_RETURN_IF_ERROR(slow.Optional("rank", &c.slow_rank_for_testing, 0, 1 << 20));
+    HUDDLE_RETURN_IF_ERROR(slow.Optional("sleep_ms", &c.slow_sleep_ms_for_testing, 0, 60000));
+    HUDDLE_RETURN_IF_ERROR(
+        slow.Optional("every_rank_ms", &c.every_rank_sleep_ms_for_testing, 0, 60000));
+    HUDDLE_RETURN_IF_ERROR(slow.Finish());
+  }
+  if (dc.Has("parameter_server")) {
+    datacenter::ParameterServerConfig ps;
+    HUDDLE_RETURN_IF_ERROR(ReadParameterServer(dc, c, &ps));
+    c.parameter_server = ps;
   }
   HUDDLE_RETURN_IF_ERROR(dc.Finish());
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/cord.h"
 #include "common/file_util.h"
@@ -16,6 +17,7 @@
 #include "data/fashion_mnist.h"
 #include "datacenter/checkpoint.h"
 #include "datacenter/data_parallel.h"
+#include "datacenter/internal/ps_job.h"
 #include "datacenter/privacy_session.h"
 #include "datacenter/reporter.h"
 #include "kernels/backend.h"
@@ -188,6 +190,11 @@ Status RunRank(const DatacenterConfig& c, const RankOptions& opts) {
   const int world = opts.collective.world_size;
   if (Status st = MakeDirs(c.out_dir); !st.ok()) return Failed("output directory", st);
 
+  if (c.parameter_server && opts.use_cuda) {
+    return Refused("datacenter.parameter_server",
+                   absl::InvalidArgumentError("the parameter-server mode runs on the CPU "
+                                              "only for now (device cpu)"));
+  }
   // Everything that can fail alone comes before joining the others.
   auto train = LoadTrainingData(c.data);
   if (!train.ok()) return Failed("training data", train.status());
@@ -241,6 +248,15 @@ Status RunRank(const DatacenterConfig& c, const RankOptions& opts) {
   if (!store.ok()) return Refused("--rendezvous", store.status());
   auto run_id = AgreeRunId(opts, **store, std::chrono::milliseconds(c.timeout_ms));
   if (!run_id.ok()) return Failed("joining the other ranks", run_id.status());
+  if (c.parameter_server) {
+    Status st = internal::RunParameterServerRank(
+        c, opts, **store, "huddle/" + *run_id, *train, test ? &*test : nullptr,
+        resume ? &*resume : nullptr, complete,
+        [](std::string_view what, const Status& s) { return Refused(what, s); });
+    if (absl::IsCancelled(st)) st.SetPayload(kStopPayload, absl::Cord("1"));
+    if (st.ok() && rank == 0 && complete) SayAlreadyComplete(c, *resume);
+    return st;
+  }
   CollectiveOptions co = opts.collective;
   co.key_prefix = "huddle/" + *run_id;
   auto collective = opts.use_cuda ? ConnectNccl(**store, co, gpu) : ConnectGloo(**store, co);
@@ -266,6 +282,12 @@ Status RunRank(const DatacenterConfig& c, const RankOptions& opts) {
     if (rank == 0) HUDDLE_RETURN_IF_ERROR(reporter.OnEpoch(r));
     return absl::OkStatus();
   };
+  if (const int64_t sleep_ms = SleepAfterStepForTesting(c, rank); sleep_ms > 0) {
+    // datacenter.slowdown_for_testing: this rank emulates a device (and maybe a slow one).
+    o.after_step_for_testing = [ms = sleep_ms](int64_t, float*, int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    };
+  }
   // A stop (SIGINT/SIGTERM on any rank) takes effect on every rank after the same step.
   o.stop = opts.stop;
   std::optional<int64_t> stopped_at_step;

@@ -24,6 +24,22 @@ struct DatacenterDpSgd {
   privacy::AccountantKind accountant = privacy::AccountantKind::kRdp;
 };
 
+// `datacenter.parameter_server`: the parameter-server mode (datacenter/parameter_server.h,
+// docs/datacenter.md "Parameter-server mode"). Ranks [0, servers) hold the parameters' shards;
+// the other ranks are workers.
+struct ParameterServerConfig {
+  int64_t servers = 1;
+  bool async = true;  // mode: async (apply each gradient on arrival) | sync (one step per version)
+  // Async only: SSP, a worker that completed c steps may start another only while c <= the
+  // slowest live worker's count + staleness_bound. Absent: unbounded (plain asynchronous SGD).
+  std::optional<int64_t> staleness_bound;
+  int64_t backup_workers = 0;  // sync only: a step takes the first workers - b gradients
+  // Tests only (`kill_for_testing: {rank: R, after_steps: S}`): worker rank R SIGKILLs itself
+  // after S of its own steps, as a machine failing then would. -1: never.
+  int64_t kill_rank_for_testing = -1;
+  int64_t kill_after_steps_for_testing = 0;
+};
+
 // `huddle datacenter`: one model trained synchronously across ranks (docs/datacenter.md).
 struct DatacenterConfig {
   std::string job_name = "datacenter";
@@ -50,7 +66,22 @@ struct DatacenterConfig {
   // as a machine failing at that point would. Empty: never.
   std::string crash_after_for_testing;
   int64_t crash_epoch_for_testing = 0;
+  // The parameter-server mode instead of the all-reduce one; none: all-reduce.
+  std::optional<ParameterServerConfig> parameter_server;
+  // Figures and tests only (`datacenter.slowdown_for_testing: {rank: R, sleep_ms: X,
+  // every_rank_ms: B}`): every compute rank sleeps B ms after each of its training steps (device
+  // time that this machine's cores do not spend: emulated devices, so that ranks sharing a few
+  // cores do not hide a slow one), and rank R X ms more, to emulate one slow machine. -1: none.
+  int64_t slow_rank_for_testing = -1;
+  int64_t slow_sleep_ms_for_testing = 0;
+  int64_t every_rank_sleep_ms_for_testing = 0;
 };
+
+// What datacenter.slowdown_for_testing makes compute rank `rank` sleep after each step (ms).
+inline int64_t SleepAfterStepForTesting(const DatacenterConfig& c, int64_t rank) {
+  return c.every_rank_sleep_ms_for_testing +
+         (c.slow_rank_for_testing == rank ? c.slow_sleep_ms_for_testing : 0);
+}
 
 // The job's output file `file` in `out_dir`.
 inline std::string OutPath(const std::string& out_dir, const char* file) {

@@ -89,6 +89,7 @@ Status Reporter::OnEpoch(const EpochReport& r) {
       line += fmt::format(" | test loss {:.4f} acc {:.4f}", eval->loss, eval->accuracy);
     }
     line += fmt::format(" | {:.1f} s ({:.1f} steps/s)", r.seconds, steps_per_s);
+    m.update(row_fields_);
     m["time"] = Iso8601Utc(clock_->WallMs());
     HUDDLE_RETURN_IF_ERROR(AppendLine(OutPath(c_.out_dir, "metrics.jsonl"), m.dump()));
   }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +45,10 @@ class Reporter {
   // then prints the epoch's progress line.
   Status OnEpoch(const EpochReport& r);
 
+  // Fields added to every following metrics row (the parameter-server mode's "mode" and
+  // counters); not with DP-SGD.
+  void set_row_fields(nlohmann::json fields) { row_fields_ = std::move(fields); }
+
   // The step count the next epoch's steps/s is measured from (a resume's checkpoint).
   void set_last_steps(int64_t steps) { last_steps_ = steps; }
 
@@ -52,6 +57,7 @@ class Reporter {
 
   std::optional<double> final_test_accuracy() const { return final_test_accuracy_; }
   std::optional<double> target_seconds() const { return target_seconds_; }
+  std::optional<int64_t> target_epoch() const { return target_epoch_; }
 
  private:
   // datacenter.crash_for_testing: dies here as a machine failing at this point would.
@@ -65,6 +71,7 @@ class Reporter {
   PrivacySession* privacy_;
   const Clock* clock_;
   int64_t last_steps_ = 0;
+  nlohmann::json row_fields_ = nlohmann::json::object();
   std::optional<double> final_test_accuracy_, target_seconds_;
   std::optional<int64_t> target_epoch_;
 };

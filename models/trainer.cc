@@ -113,6 +113,29 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const ModelSpec& spec, const 
 Status Trainer::SetOrder(const std::vector<int64_t>& positions) { return ws_->SetOrder(positions); }
 
 Status Trainer::SgdStep(int64_t begin, int64_t m) {
+  HUDDLE_ASSIGN_OR_RETURN(const int64_t rows, Gradient(begin, m));
+  HUDDLE_RETURN_IF_ERROR(ws_->Step(hyper_));
+  ++steps_;
+  examples_ += rows;
+  return absl::OkStatus();
+}
+
+StatusOr<int64_t> Trainer::ComputeGradient(int64_t begin, int64_t rows) {
+  if (loop_.world != 1 || loop_.sync != nullptr || loop_.dp_sgd) {
+    return absl::FailedPreconditionError(
+        "ComputeGradient needs a trainer of one rank, without a sync or DP-SGD");
+  }
+  if (begin < 0 || rows < 1 || rows > global_batch_ || begin + rows > n_) {
+    return absl::InvalidArgumentError(absl::StrCat("ComputeGradient of rows [", begin, ", ",
+                                                   begin + rows, ") of ", n_, " (batch ",
+                                                   global_batch_, ")"));
+  }
+  HUDDLE_ASSIGN_OR_RETURN(const int64_t done, Gradient(begin, rows));
+  examples_ += done;
+  return done;
+}
+
+StatusOr<int64_t> Trainer::Gradient(int64_t begin, int64_t m) {
   NetWorkspace& ws = *ws_;
   const int rank = loop_.rank, world = loop_.world;
   GradientSync* sync = loop_.sync;
@@ -158,10 +181,7 @@ Status Trainer::SgdStep(int64_t begin, int64_t m) {
     for (size_t l = ws.num_layers(); l-- > 0;) sync->LayerDone(l);
   }
   if (sync != nullptr) HUDDLE_RETURN_IF_ERROR(sync->FinishStep());
-  HUDDLE_RETURN_IF_ERROR(ws.Step(hyper_));
-  ++steps_;
-  examples_ += rows;
-  return absl::OkStatus();
+  return rows;
 }
 
 Status Trainer::TrainEpochs(int64_t first_epoch, int64_t first_row, const AfterStep& after_step,

@@ -127,6 +127,12 @@ class Trainer {
   // One SGD step on the global batch at positions [begin, begin + rows) of the current order
   // (TrainEpochs sets it; SetOrder for a caller that steps by hand).
   Status SgdStep(int64_t begin, int64_t rows);
+  // The parameter-server mode's worker (datacenter/parameter_server.h): SgdStep without the
+  // optimizer step, on a trainer of one rank (no sync, no DP-SGD): forward and backward on the
+  // positions [begin, begin + rows) of the current order (rows <= the global batch), leaving
+  // gradients() holding the gradient of the batch's mean loss and adding its loss to the totals.
+  // Dropout's masks follow steps() (set_steps). The step counter does not move. Returns rows.
+  StatusOr<int64_t> ComputeGradient(int64_t begin, int64_t rows);
   Status SetOrder(const std::vector<int64_t>& positions);
   // One DP-SGD step on `sample` (increasing positions of the data); returns the rows this rank
   // processed.
@@ -171,6 +177,8 @@ class Trainer {
   class BatchNormAdapter;
   Trainer(const TrainOptions& train, Loop loop, int64_t n);
   int64_t DpStepsPerEpoch() const;  // ceil(n / expected_batch_size)
+  // SgdStep up to the optimizer step (sync included); returns this rank's rows.
+  StatusOr<int64_t> Gradient(int64_t begin, int64_t m);
 
   TrainOptions train_;
   Loop loop_;

@@ -209,6 +209,7 @@ INSTANTIATE_TEST_SUITE_P(
                 0,
                 true},
         Example{"datacenter.yaml", true, {{"epochs: 5", "epochs: 1"}}},
+        Example{"datacenter_ps.yaml", true, {{"epochs: 3", "epochs: 1"}}},
         Example{"datacenter_dp.yaml", true, {{"epochs: 40", "epochs: 2"}}, true, 3.0},
         // The DP CNN with narrower convolutions: the same layer kinds and privacy path.
         Example{"datacenter_dp_cnn.yaml",
