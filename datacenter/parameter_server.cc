@@ -373,6 +373,17 @@ uint64_t PsJobTag(const PsJob& job) {
   return h;
 }
 
+std::string PsJobDescription(const PsJob& job) {
+  return fmt::format(
+      "{} parameters, seed {}, {} epochs of batch {}, learning rate {:g}, momentum {:g}, weight "
+      "decay {:g}, world size {}, {} training examples, {} server(s), {}{}{}",
+      TotalFloats(job.init), job.seed, job.train.epochs, job.train.batch_size,
+      job.train.learning_rate, job.train.momentum, job.train.weight_decay, job.world_size,
+      job.examples, job.ps.servers, job.ps.async ? "async" : "sync",
+      job.ps.staleness_bound ? fmt::format(", staleness_bound {}", *job.ps.staleness_bound) : "",
+      job.ps.backup_workers > 0 ? fmt::format(", backup_workers {}", job.ps.backup_workers) : "");
+}
+
 std::vector<float> FlattenParams(const TensorList& params) {
   std::vector<float> flat;
   flat.reserve(static_cast<size_t>(TotalFloats(params)));
@@ -412,7 +423,8 @@ StatusOr<PsStats> RunPsServer(transport::KvStore& store, const PsJob& job,
   const int64_t version = o.resume ? o.resume->steps : 0;
   Shard shard(range, cut(flat), cut(velocity), version, hyper, job.ps.async);
 
-  HUDDLE_ASSIGN_OR_RETURN(auto router, PsRouter::Bind(job.host, job.auth, tag, max_values));
+  HUDDLE_ASSIGN_OR_RETURN(
+      auto router, PsRouter::Bind(job.host, job.auth, tag, max_values, PsJobDescription(job)));
   HUDDLE_RETURN_IF_ERROR(store.Set(absl::StrCat(job.key_prefix, "/ps/", o.server), router->url()));
   spdlog::info("parameter server {} of {}: floats [{}, {}) of {}, on {} ({})", o.server,
                job.ps.servers, range.begin, range.begin + range.count, total, router->url(),

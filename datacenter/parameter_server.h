@@ -59,6 +59,8 @@ struct PsJob {
 Status ValidatePsJob(const PsJob& job);
 // The tag of every message of the job: ranks configured differently cannot talk.
 uint64_t PsJobTag(const PsJob& job);
+// What PsJobTag covers, in words (a differently configured rank is told it: ps_wire.h).
+std::string PsJobDescription(const PsJob& job);
 
 struct PsStats {
   int64_t steps = 0;  // async: gradients applied (shard 0's version); sync: steps

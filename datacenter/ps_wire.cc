@@ -120,12 +120,29 @@ StatusOr<Msg> DecodeMsg(std::string_view frame, uint64_t job_tag, int64_t max_va
   return m;
 }
 
+std::optional<ForeignHeader> PeekForeignHeader(std::string_view frame, uint64_t job_tag) {
+  if (frame.size() < kHeaderBytes) return std::nullopt;
+  const auto* p = reinterpret_cast<const unsigned char*>(frame.data());
+  const uint64_t first = Get64(p);
+  const auto type = static_cast<uint16_t>((first >> 32) & 0xffff);
+  if ((first & 0xffffffffu) != kMagic || type < 1 ||
+      type > static_cast<uint16_t>(MsgType::kError) || Get64(p + 8) == job_tag) {
+    return std::nullopt;
+  }
+  return ForeignHeader{Get64(p + 8), static_cast<int64_t>(Get64(p + 24))};
+}
+
 namespace {
 
 class ZmqPsRouter final : public PsRouter {
  public:
-  ZmqPsRouter(std::optional<transport::KvAuth> auth, uint64_t job_tag, int64_t max_values)
-      : auth_(std::move(auth)), job_tag_(job_tag), max_values_(max_values), context_(1) {}
+  ZmqPsRouter(std::optional<transport::KvAuth> auth, uint64_t job_tag, int64_t max_values,
+              std::string job_description)
+      : auth_(std::move(auth)),
+        job_tag_(job_tag),
+        max_values_(max_values),
+        job_description_(std::move(job_description)),
+        context_(1) {}
 
   Status Bind(const std::string& host) {
     try {
@@ -187,6 +204,21 @@ class ZmqPsRouter final : public PsRouter {
                 absl::StrCat("a message of ", frames.size(), " frames (1 expected)"));
           }
           *peer = frames[0].to_string();
+          if (auto foreign = PeekForeignHeader(frames[1].to_string_view(), job_tag_)) {
+            // A rank configured differently: tell it, under its own tag, what this job is.
+            Msg error;
+            error.type = MsgType::kError;
+            error.seq = foreign->seq;
+            error.text = absl::StrCat(
+                "this rank is configured differently from the parameter server's job (",
+                job_description_, "): every rank must run the same job file, data and world size");
+            const std::string bytes = EncodeMsg(error, foreign->job_tag);
+            // Best effort (a peer gone or slow loses it, as any reply).
+            if (socket_.send(zmq::buffer(*peer),
+                             zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+              (void)socket_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+            }
+          }
           return DecodeMsg(frames[1].to_string_view(), job_tag_, max_values_);
         }
         if (SteadyTime::now() >= deadline) return absl::NotFoundError("nothing arrived");
@@ -216,6 +248,7 @@ class ZmqPsRouter final : public PsRouter {
   std::optional<transport::KvAuth> auth_;
   uint64_t job_tag_;
   int64_t max_values_;
+  std::string job_description_;
   transport::CurveKey job_key_{};
   std::string url_;
   zmq::context_t context_;
@@ -309,8 +342,10 @@ class ZmqPsDealer final : public PsDealer {
 
 StatusOr<std::unique_ptr<PsRouter>> PsRouter::Bind(const std::string& host,
                                                    const std::optional<transport::KvAuth>& auth,
-                                                   uint64_t job_tag, int64_t max_values) {
-  auto router = std::make_unique<ZmqPsRouter>(auth, job_tag, max_values);
+                                                   uint64_t job_tag, int64_t max_values,
+                                                   std::string job_description) {
+  auto router =
+      std::make_unique<ZmqPsRouter>(auth, job_tag, max_values, std::move(job_description));
   HUDDLE_RETURN_IF_ERROR(router->Bind(host));
   return std::unique_ptr<PsRouter>(std::move(router));
 }

@@ -58,13 +58,26 @@ struct Msg {
 std::string EncodeMsg(const Msg& m, uint64_t job_tag);
 // InvalidArgument saying what is wrong with the frame.
 StatusOr<Msg> DecodeMsg(std::string_view frame, uint64_t job_tag, int64_t max_values);
+// A well-formed header of another configuration (the magic and a known type, a job tag other
+// than `job_tag`): that tag and the request's seq, so that the answer can reach its sender (which
+// decodes only its own tag). nullopt for anything else.
+struct ForeignHeader {
+  uint64_t job_tag = 0;
+  int64_t seq = 0;
+};
+std::optional<ForeignHeader> PeekForeignHeader(std::string_view frame, uint64_t job_tag);
 
-// A server's ROUTER on HOST:0 (a free port), with the ZAP handler when authenticated.
+// A server's ROUTER on HOST:0 (a free port), with the ZAP handler when authenticated. A request of
+// a rank configured differently (another job tag) is answered with kError under the sender's tag,
+// carrying `job_description` (this server's configuration), so that the rank fails naming both
+// configurations instead of waiting out its timeout; Receive then returns InvalidArgument as for
+// any foreign message.
 class PsRouter {
  public:
   static StatusOr<std::unique_ptr<PsRouter>> Bind(const std::string& host,
                                                   const std::optional<transport::KvAuth>& auth,
-                                                  uint64_t job_tag, int64_t max_values);
+                                                  uint64_t job_tag, int64_t max_values,
+                                                  std::string job_description = {});
   virtual ~PsRouter() = default;
   virtual std::string url() const = 0;
   // Waits up to `wait` for a message (answering ZAP handshakes meanwhile). Nothing arrived:

@@ -70,8 +70,12 @@ StatusOr<PsWorkerStats> RunPsWorker(transport::KvStore& store, const PsJob& job,
     if (o.stop != nullptr && o.stop->load()) {
       return absl::CancelledError(absl::StrCat("worker rank ", rank, ": stopped on request"));
     }
-    return Status(st.code(),
-                  absl::StrCat("worker rank ", rank, ", server rank ", k, ": ", st.message()));
+    // A server's refusal (kError) may be of this rank's configuration: say what it is.
+    const std::string mine = absl::IsFailedPrecondition(st)
+                                 ? absl::StrCat(" (this rank's job: ", PsJobDescription(job), ")")
+                                 : "";
+    return Status(st.code(), absl::StrCat("worker rank ", rank, ", server rank ", k, ": ",
+                                          st.message(), mine));
   };
 
   PsWorkerStats stats;

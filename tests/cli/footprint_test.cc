@@ -80,11 +80,14 @@ TEST_F(FootprintTest, BinaryNeedsNoCudaLibrary) {
 }
 
 // Linked eagerly, cuBLAS, cuBLASLt and NCCL put `huddle --help` at 223 MiB; without them it
-// takes 11-13 MiB (docs/deployment.md), and 100 MiB is the bound. Under AddressSanitizer its
-// shadow memory and allocator alone put `--help` at 101-104 MiB (RelWithDebInfo at -O1), so the
-// bound there is 160 MiB: still under what the CUDA libraries would add to it.
+// takes 11-16 MiB (docs/deployment.md), and 100 MiB is the bound. Under AddressSanitizer it grows
+// with the binary (ASan adds a redzone and metadata to every global, and the instrumented binary
+// carries 64 MB of data against 30 KB without it, at issue 36): with its shadow memory and
+// allocator, `--help` peaks at 165-169 MiB (RelWithDebInfo at -O1; 101-104 MiB when the bound was
+// set). The bound there is 220 MiB: what the CUDA libraries would
+// add to it (some 210 MiB) still fails it.
 #if defined(__SANITIZE_ADDRESS__)
-constexpr long kHelpPeakBoundKiB = 160 * 1024;
+constexpr long kHelpPeakBoundKiB = 220 * 1024;
 #else
 constexpr long kHelpPeakBoundKiB = 100 * 1024;
 #endif

@@ -182,6 +182,40 @@ TEST(ParameterServer, WithTheJobsKeyOnlyItsHoldersAreServed) {
   EXPECT_EQ(run.stats.gradients, 13);
 }
 
+// A worker configured differently from the servers (here its learning rate) is told so at its
+// first request, naming both configurations, instead of waiting out its timeout.
+TEST(ParameterServer, AWorkerConfiguredDifferentlyIsToldWhatDiffers) {
+  const data::Dataset data = models::Blobs(200, 20, 4, 10);
+  PsJob job = MakeJob(1, 1, /*async=*/true, data.size());
+  job.timeout_ms = 3000;
+  PsJob other = job;
+  other.train.learning_rate = 0.1;
+  auto server = transport::KvServer::Start("tcp://127.0.0.1:0", {}, std::nullopt);
+  ASSERT_TRUE(server.ok());
+  Status server_status, worker_status;
+  std::thread ps([&] {
+    auto store = transport::OpenKvStore((*server)->url(), std::chrono::seconds(10), std::nullopt);
+    ASSERT_TRUE(store.ok());
+    server_status = RunPsServer(**store, job, PsServerOptions{}).status();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  {
+    auto store = transport::OpenKvStore((*server)->url(), std::chrono::seconds(10), std::nullopt);
+    ASSERT_TRUE(store.ok());
+    worker_status = RunPsWorker(**store, other, PsWorkerOptions{}, {&data, {}}).status();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  ps.join();
+  EXPECT_TRUE(absl::IsFailedPrecondition(worker_status)) << worker_status;
+  EXPECT_NE(worker_status.message().find("configured differently"), std::string_view::npos)
+      << worker_status;
+  EXPECT_NE(worker_status.message().find("learning rate 0.05"), std::string_view::npos);
+  EXPECT_NE(worker_status.message().find("(this rank's job:"), std::string_view::npos);
+  EXPECT_NE(worker_status.message().find("learning rate 0.1"), std::string_view::npos);
+  EXPECT_LT(took, std::chrono::milliseconds(job.timeout_ms));
+  EXPECT_FALSE(server_status.ok());  // its only worker never came
+}
+
 TEST(ParameterServer, RefusesLayoutsThatCannotWork) {
   PsJob job = MakeJob(2, 0, true, 100);
   EXPECT_NE(ValidatePsJob(job).message().find("at least one rank must be left for a worker"),
