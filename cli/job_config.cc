@@ -117,6 +117,7 @@ Status ReadAsync(ConfigMap& top, coordinator::AsyncOptions* a) {
   HUDDLE_RETURN_IF_ERROR(async.Optional("concurrency", &a->concurrency, 1, 1 << 20));
   HUDDLE_RETURN_IF_ERROR(async.Optional("buffer", &a->buffer, 1, 1 << 20));
   HUDDLE_RETURN_IF_ERROR(async.Optional("max_staleness", &a->max_staleness, 0, 1 << 20));
+  HUDDLE_RETURN_IF_ERROR(async.Optional("over_selection", &a->over_selection, 1.0, 4.0));
   if (async.Has("staleness")) {
     HUDDLE_ASSIGN_OR_RETURN(ConfigMap st, async.Child("staleness"));
     std::string weight = "polynomial";

@@ -118,9 +118,12 @@ Status Coordinator::Initialise() {
                               privacy_->releases()));
       contributions_.emplace(std::move(contributions));
     }
-    async_.emplace(AsyncRound::Parts{
-        &options_, transport_, clock_, &population_, &slots_, &*aggregator_, &*privacy_, layout_,
-        this, &rng_, privacy_->sampler(), contributions_ ? &*contributions_ : nullptr});
+    // (With secure aggregation the steps are sessions instead: RunSecureStep.)
+    if (!secure_async()) {
+      async_.emplace(AsyncRound::Parts{
+          &options_, transport_, clock_, &population_, &slots_, &*aggregator_, &*privacy_, layout_,
+          this, &rng_, privacy_->sampler(), contributions_ ? &*contributions_ : nullptr});
+    }
   }
   NoteSpend();
   return absl::OkStatus();
@@ -148,7 +151,9 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
       break;
     }
     HUDDLE_RETURN_IF_ERROR(WaitForClients(stop, /*started=*/r > first));
-    HUDDLE_RETURN_IF_ERROR(async_ ? RunFlush(r, stop) : RunRound(r));
+    HUDDLE_RETURN_IF_ERROR(secure_async() ? RunSecureStep(r, stop)
+                           : async_       ? RunFlush(r, stop)
+                                          : RunRound(r));
     if (!summary_.stop_reason.empty()) break;  // (a step may end the job: RunFlush)
     if (!summary_.failure.empty()) break;
     if (rounds_without_update_ >= options_.max_rounds_without_update) {
@@ -348,6 +353,10 @@ std::vector<std::string> Coordinator::SampleCohort() {
 }
 
 void Coordinator::FailMember(const std::string& id, const char* why) {
+  if (secure_async()) {
+    if (SecureSession* session = SessionOf(id)) session->sched->FailMember(id, why);
+    return;
+  }
   if (async_) {
     async_->FailMember(id, why);
   } else {
@@ -407,6 +416,12 @@ StatusOr<std::optional<TensorList>> Coordinator::ReleasedMean(Round& round) {
     HUDDLE_RETURN_IF_ERROR(round.secure->Mean(&mean));
   } else {
     HUDDLE_RETURN_IF_ERROR(aggregator_->WeightedMean(&mean));
+  }
+  if (round.discount != 1) {
+    // An asynchronous secure session's staleness (secure_session.h): post-processing.
+    for (Tensor& t : mean) {
+      for (float& v : t.data) v = static_cast<float>(v * round.discount);
+    }
   }
   return mean;
 }

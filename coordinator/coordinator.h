@@ -42,6 +42,7 @@
 #include "coordinator/round_metrics.h"
 #include "coordinator/round_privacy.h"
 #include "coordinator/secure_round.h"
+#include "coordinator/secure_session.h"
 #include "coordinator/sync_round.h"
 #include "coordinator/update_check.h"
 #include "coordinator/upload_slots.h"
@@ -86,6 +87,28 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   // (FinishRound). When no update was accepted for max_rounds_without_update x round.deadline_s
   // it sets summary_.failure instead (the job then ends); Cancelled when `stop` is set meanwhile.
   Status RunFlush(uint64_t number, const std::atomic<bool>* stop);
+  // Buffered asynchronous training with secure aggregation (secure_session.h, async_secure.cc):
+  // step `number` is session `number`. Keeps async.concurrency / async.buffer sessions in flight
+  // (started in order, each on the current model with async.buffer idle eligible clients), steps
+  // each one's secure aggregation, and when session `number` is over applies it as a round
+  // (FinishRound), its mean scaled by its staleness factor. Ends the job (summary_) when no
+  // session can start, as RunFlush does; Cancelled when `stop` is set (the sessions are dropped).
+  Status RunSecureStep(uint64_t number, const std::atomic<bool>* stop);
+  bool secure_async() const {
+    return options_.async.enabled && options_.secure_aggregation.enabled;
+  }
+  int64_t SessionsInFlight() const;
+  SecureSession* SessionFor(uint64_t number);
+  SecureSession* SessionOf(const std::string& id);
+  // Clients a session `number` may take: live, not excluded, in no session, not yet sent the
+  // current model, and (DP) allowed by the participation bound.
+  std::vector<std::string> SessionCandidates(uint64_t number) const;
+  // Starts session `number` with async.buffer of them (`partial`: with 2 or more): false when
+  // there are too few.
+  StatusOr<bool> StartSession(uint64_t number, bool partial);
+  // One step of session `number`'s secure aggregation (or of its failed cohort); once over, its
+  // members are free. `wait_ms` lowered to its stage's deadline.
+  void StepSession(uint64_t number, SecureSession& s, int64_t* wait_ms);
   // The round's or the flush's common start: metrics, counters carried from between rounds.
   void BeginRound(Round& round, uint64_t number);
   // Its common end: durations, traffic and the transport's counters into its metrics.
@@ -119,10 +142,24 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   Status FinishRound(Round& round);
   // Secure aggregation (coordinator/secure_round.h): its session for the cohort (nullptr when
   // the cohort is too small to hide anyone: the round then trains nothing).
+  // `host`: the round's (nullptr: the coordinator, for its synchronous round); `enough`:
+  // SecureRoundSettings::enough.
   StatusOr<std::unique_ptr<SecureRound>> StartSecureRound(Round& round,
-                                                          const std::vector<std::string>& cohort);
-  // A client's message of a secure aggregation stage (SecAggData, or its masked input).
+                                                          const std::vector<std::string>& cohort,
+                                                          SecureRoundHost* host = nullptr,
+                                                          int64_t enough = 0);
+  // A client's message of a secure aggregation stage (SecAggData, or its masked input), to the
+  // open round or to its asynchronous session.
   void OnSecAgg(const std::string& id, const wire::Message& msg);
+  // The round a client's message of round `number` belongs to, with its scheduler and upload
+  // slots: the synchronous round, or an asynchronous secure session. All nullptr when none.
+  struct RoundRef {
+    Round* round = nullptr;
+    SyncRound* sched = nullptr;
+    UploadSlots* slots = nullptr;
+    uint64_t model_version = 0;
+  };
+  RoundRef RoundOf(uint64_t number);
   // Member `id` sent a message refused before it reached the session (malformed, or of a type no
   // client may send): if a secure-aggregation stage awaits its answer (a SecAggData, or in stage 4
   // its upload request or masked input), it is a dropout now, so the stage ends as soon as the
@@ -178,8 +215,14 @@ class Coordinator : private SecureRoundHost, private SyncRoundHost {
   // The synchronous round's scheduler (sync_round.h), from Initialise on: the plain round's
   // handlers, its upload grants and failures.
   std::optional<SyncRound> sync_;
-  // The asynchronous scheduler, with async: enabled (from Initialise on).
+  // The asynchronous scheduler, with async: enabled without secure aggregation (from Initialise
+  // on).
   std::optional<AsyncRound> async_;
+  // With async: and secure_aggregation: the sessions in flight by number (the step each will
+  // be), each member's session, and the model version each client was last sent.
+  std::map<uint64_t, std::unique_ptr<SecureSession>> sessions_;
+  std::map<std::string, uint64_t> session_of_;
+  std::map<std::string, uint64_t> session_version_;
   bool warned_small_population_ = false;
   // An open federated evaluation (between rounds).
   enum class EvalState { kPending, kAnswered, kFailed };

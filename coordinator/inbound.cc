@@ -59,16 +59,19 @@ void Coordinator::Handle(transport::Inbound in) {
       eval_->metrics.rejected++;
       FailEvaluator(*known, "sent a malformed message while evaluating");
     }
-    if (round_ && known != nullptr) {
+    // The round the member is in: the open one, or its asynchronous secure session.
+    SecureSession* session = known != nullptr && secure_async() ? SessionOf(*known) : nullptr;
+    Round* open = session != nullptr ? &session->round : round_ ? &*round_ : nullptr;
+    if (open != nullptr && known != nullptr) {
       const std::string id = *known;
       // A member holding an upload slot that sends garbage gives the slot back now, not at
       // round.upload_timeout_s: it cannot hold up the others.
-      auto m = round_->members.find(id);
+      auto m = open->members.find(id);
       if (async_ ? async_->Uploading(id)
-                 : m != round_->members.end() && m->second == MemberState::kUploading) {
-        round_->metrics.rejected++;
-        if (round_->first_rejection.empty()) {
-          round_->first_rejection = absl::StrCat("malformed: ", err.message());
+                 : m != open->members.end() && m->second == MemberState::kUploading) {
+        open->metrics.rejected++;
+        if (open->first_rejection.empty()) {
+          open->first_rejection = absl::StrCat("malformed: ", err.message());
         }
         FailMember(id, "sent a malformed result");
       } else {
@@ -101,22 +104,34 @@ void Coordinator::Handle(transport::Inbound in) {
       Reply(in.peer, wire::MakeMessage(wire::Heartbeat{}, current, "coordinator"));
       return;
     case wire::MessageType::kUploadRequest:
-      if (async_) {
-        async_->OnUploadRequest(id, msg);
-      } else {
-        sync_->OnUploadRequest(id, msg);
-      }
-      return;
     case wire::MessageType::kFitResult:
-      if (async_) {
-        async_->OnFitResult(id, msg);
+      if (secure_async()) {
+        // To the message's session; one that is over (or never was) is a closed round.
+        if (SyncRound* sched = RoundOf(msg.round).sched) {
+          (msg.type() == wire::MessageType::kFitResult) ? sched->OnFitResult(id, msg)
+                                                        : sched->OnUploadRequest(id, msg);
+        } else {
+          CountStale();
+          Refuse(in.peer, wire::ErrorCode::kWrongRound,
+                 absl::StrCat("round ", msg.round, " is closed"), msg.round);
+        }
+      } else if (async_) {
+        (msg.type() == wire::MessageType::kFitResult) ? async_->OnFitResult(id, msg)
+                                                      : async_->OnUploadRequest(id, msg);
       } else {
-        sync_->OnFitResult(id, msg);
+        (msg.type() == wire::MessageType::kFitResult) ? sync_->OnFitResult(id, msg)
+                                                      : sync_->OnUploadRequest(id, msg);
       }
       return;
     case wire::MessageType::kError:
       if (EvaluationPending(id) && msg.round == eval_->round) {
         OnEvaluateError(id, msg);
+      } else if (secure_async()) {
+        if (SyncRound* sched = RoundOf(msg.round).sched) {
+          sched->OnClientError(id, msg);
+        } else {
+          CountStale();
+        }
       } else if (async_) {
         async_->OnClientError(id, msg);
       } else {
@@ -211,6 +226,14 @@ void Coordinator::OnJoin(const transport::Inbound& in, const wire::Message& msg)
     async_->FailMember(join.client_id, "rejoined: its task is dropped");
     return;
   }
+  if (secure_async()) {
+    // Its keys and shares of its session are gone with its restart: a dropout.
+    if (SecureSession* session = SessionOf(join.client_id)) {
+      session->sched->FailMember(
+          join.client_id, "rejoined mid-session: it leaves the session's secure aggregation");
+    }
+    return;
+  }
   // A cohort member that comes back mid-round (it restarted, or lost us) gets its work again.
   if (round_) {
     auto m = round_->members.find(join.client_id);
@@ -251,7 +274,9 @@ void Coordinator::OnRevokedKey(const transport::Inbound& in) {
     // The key was removed from the allow-list: the client leaves the population now, and its
     // work in the open round or evaluation (if any) fails.
     spdlog::warn("client {}: {}; removing it from the federation", in.auth_id, why);
-    if (round_ || async_) FailMember(in.auth_id, "lost its enrollment (key revoked)");
+    if (round_ || async_ || !sessions_.empty()) {
+      FailMember(in.auth_id, "lost its enrollment (key revoked)");
+    }
     FailEvaluator(in.auth_id, "lost its enrollment (key revoked)");
     population_.Remove(in.auth_id, in.peer);
   } else {

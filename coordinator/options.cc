@@ -78,9 +78,9 @@ Status CheckAsyncPrivacy(const CoordinatorOptions& o) {
   if (p.mode == privacy::PrivacyMode::kNone) return absl::OkStatus();
   if (p.mode == privacy::PrivacyMode::kDistributed) {
     return absl::InvalidArgumentError(
-        "async with privacy.mode distributed is not supported yet (server steps as secure "
-        "aggregation sessions are not built); use privacy.mode central or local, or synchronous "
-        "rounds");
+        "async with privacy.mode distributed is not supported yet (distributed DP per "
+        "asynchronous secure-aggregation session is not built); use privacy.mode local (with "
+        "secure_aggregation) or central, or synchronous rounds");
   }
   if (!p.max_participations) {
     return absl::InvalidArgumentError(
@@ -128,9 +128,31 @@ Status CheckAsync(const CoordinatorOptions& o) {
         ") finite and >= 0, staleness.hinge_slope (", a.hinge_slope, ") finite and > 0"));
   }
   if (o.secure_aggregation.enabled) {
+    // Server steps as SecAgg+ sessions of `buffer` members (secure_session.h).
+    const int64_t sessions = a.buffer > 0 ? a.concurrency / a.buffer : 0;
+    if (a.buffer < 2 || sessions < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "async with secure_aggregation: each server step is a secure-aggregation session of "
+          "async.buffer members, so async.buffer (",
+          a.buffer, ") must be >= 2 (one member's sum hides nothing) and async.concurrency (",
+          a.concurrency, ") >= async.buffer (concurrency / buffer sessions are in flight)"));
+    }
+    if (!(a.over_selection >= 1 && a.over_selection <= 4)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("async.over_selection (", a.over_selection, ") must lie in [1, 4]"));
+    }
+    if (a.max_staleness < sessions - 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "async with secure_aggregation: async.max_staleness (", a.max_staleness,
+          ") must be >= the sessions in flight less one (", sessions - 1,
+          "): a session's staleness is the steps applied since it started, up to that many"));
+    }
+  }
+  if (a.over_selection != 1 && !o.secure_aggregation.enabled) {
     return absl::InvalidArgumentError(
-        "async with secure_aggregation is not supported yet (flushes as SecAgg+ sessions are not "
-        "built); remove one of them");
+        "async.over_selection applies to secure aggregation's sessions; without it every update "
+        "is taken as it arrives (async.concurrency already keeps more clients training than a "
+        "step takes); remove it");
   }
   if (o.eval_mode == CoordinatorOptions::EvalMode::kFederated) {
     return absl::InvalidArgumentError(

@@ -86,6 +86,10 @@ struct AsyncOptions {
   double hinge_slope = 1;
   // Results staler than this are refused (the client is free for a new task).
   int64_t max_staleness = 20;
+  // With secure aggregation: each session is sent ceil(buffer x over_selection) members and its
+  // training stage ends once `buffer` of them have trained (the others are dropped from it), so
+  // that a session does not wait for its slowest members (Bonawitz et al. 2019's goal count).
+  double over_selection = 1.0;
 };
 
 // s(tau) of `async` (above).

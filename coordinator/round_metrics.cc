@@ -135,6 +135,20 @@ void AddTimings(const RoundMetrics& m, Json* j) {
   (*j)["elapsed_s"] = m.elapsed_s;
 }
 
+// A step's buffered asynchronous settings (configuration: public under DP) and, with `observed`,
+// what the step saw (counts and staleness of the results: operator-only under DP).
+Json AsyncJson(const RoundMetrics::Async& a, bool observed) {
+  Json j = {{"buffer", a.buffer}, {"concurrency", a.concurrency}};
+  if (observed) {
+    j["in_flight"] = a.in_flight;
+    j["refused_stale"] = a.refused_stale;
+    j["staleness_mean"] = a.staleness_mean;
+    j["staleness_max"] = a.staleness_max;
+    j["discount_mean"] = a.discount_mean;
+  }
+  return j;
+}
+
 }  // namespace
 
 std::string RoundMetrics::PublicJson() const {
@@ -147,6 +161,7 @@ std::string RoundMetrics::PublicJson() const {
   j["epsilon"] = privacy->is_private ? Json(privacy->epsilon) : Json(nullptr);
   j["delta"] = privacy->delta;
   j["privacy"] = PublicPrivacy(*privacy);
+  if (async) j["async"] = AsyncJson(*async, /*observed=*/false);
   if (secure_aggregation) j["secure_aggregation"] = SecAggSettings(*secure_aggregation);
   return j.dump();
 }
@@ -163,6 +178,7 @@ std::string RoundMetrics::OperatorJson() const {
     j["within_clip"] = privacy->within_clip >= 0 ? Json(privacy->within_clip) : Json(nullptr);
     j["noise_seconds"] = privacy->noise_seconds;
   }
+  if (async) j["async"] = AsyncJson(*async, /*observed=*/true);
   if (secure_aggregation) j["secure_aggregation"] = SecAggOutcome(*secure_aggregation);
   return j.dump();
 }
@@ -179,15 +195,7 @@ std::string RoundMetrics::ToJson() const {
   j["test_accuracy"] = Maybe(test_accuracy);
   j["test_loss"] = Maybe(test_loss);
   if (federated_eval) j["evaluation"] = FederatedJson(*federated_eval);
-  if (async) {
-    j["async"] = {{"buffer", async->buffer},
-                  {"concurrency", async->concurrency},
-                  {"in_flight", async->in_flight},
-                  {"refused_stale", async->refused_stale},
-                  {"staleness_mean", async->staleness_mean},
-                  {"staleness_max", async->staleness_max},
-                  {"discount_mean", async->discount_mean}};
-  }
+  if (async) j["async"] = AsyncJson(*async, /*observed=*/true);
   if (secure_aggregation) {
     Json a = SecAggSettings(*secure_aggregation);
     a.update(SecAggOutcome(*secure_aggregation));

@@ -8,7 +8,7 @@
 namespace huddle::coordinator {
 
 StatusOr<std::unique_ptr<SecureRound>> Coordinator::StartSecureRound(
-    Round& round, const std::vector<std::string>& cohort) {
+    Round& round, const std::vector<std::string>& cohort, SecureRoundHost* host, int64_t enough) {
   SecureRoundSettings s;
   s.round = round.number;
   s.deadline_ms = round.deadline_ms;
@@ -21,7 +21,9 @@ StatusOr<std::unique_ptr<SecureRound>> Coordinator::StartSecureRound(
   s.clip_norm = dp() ? round.privacy.clip_norm : options_.max_update_norm;
   s.noise_multiplier = round.privacy.noise_multiplier;
   s.weight_cap = round.weight_cap;
-  return SecureRound::Start(std::move(s), cohort, &round.members, &secagg_excluded_, this, clock_);
+  s.enough = enough;
+  return SecureRound::Start(std::move(s), cohort, &round.members, &secagg_excluded_,
+                            host != nullptr ? host : this, clock_);
 }
 
 Status Coordinator::SendToMember(const std::string& id, const wire::Message& msg) {
@@ -45,9 +47,26 @@ StatusOr<std::pair<privacy::Spend, bool>> Coordinator::WouldSpend(
 
 Status Coordinator::Account(const privacy::LedgerEntry& entry) { return privacy_->Account(entry); }
 
+Coordinator::RoundRef Coordinator::RoundOf(uint64_t number) {
+  if (secure_async()) {
+    SecureSession* session = SessionFor(number);
+    if (session == nullptr || session->over) return {};
+    return {&session->round, session->sched.get(), &session->slots, session->model_version};
+  }
+  if (!round_ || round_->number != number) return {};
+  return {&*round_, &*sync_, &slots_, model_version_};
+}
+
 void Coordinator::OnRefusedSecAggMessage(const std::string& id, const std::string& why) {
-  if (!round_ || !round_->secure) return;
-  Round& round = *round_;
+  Round* open = nullptr;
+  if (secure_async()) {
+    SecureSession* session = SessionOf(id);
+    if (session != nullptr) open = &session->round;
+  } else if (round_) {
+    open = &*round_;
+  }
+  if (open == nullptr || !open->secure) return;
+  Round& round = *open;
   auto m = round.members.find(id);
   if (m == round.members.end() || !round.secure->Awaits(id, m->second)) return;
   round.metrics.rejected++;
@@ -57,14 +76,15 @@ void Coordinator::OnRefusedSecAggMessage(const std::string& id, const std::strin
 
 void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
   const transport::PeerId peer = population_.PeerOf(id);
-  if (!round_ || msg.round != round_->number || !round_->secure) {
+  const RoundRef ref = RoundOf(msg.round);
+  if (ref.round == nullptr || !ref.round->secure) {
     CountStale();
     Refuse(peer, wire::ErrorCode::kWrongRound,
            absl::StrCat("round ", msg.round, " is closed or does not aggregate securely"),
            msg.round);
     return;
   }
-  Round& round = *round_;
+  Round& round = *ref.round;
   auto m = round.members.find(id);
   if (m == round.members.end() || !IsOpen(m->second)) {
     round.metrics.rejected++;
@@ -73,13 +93,13 @@ void Coordinator::OnSecAgg(const std::string& id, const wire::Message& msg) {
            msg.round);
     return;
   }
-  Status st = round.secure->OnMessage(id, msg, round.nonces[id], model_version_);
+  Status st = round.secure->OnMessage(id, msg, round.nonces[id], ref.model_version);
   if (st.ok()) {
     if (msg.type() == wire::MessageType::kSecAggMaskedInput) {
       // Its upload is done: the slot goes to the next member. (A refused input fails the member
       // below, which frees the slot the same way.)
-      slots_.Release(id);
-      sync_->GrantSlots();
+      ref.slots->Release(id);
+      ref.sched->GrantSlots();
     }
     return;
   }

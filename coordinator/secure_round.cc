@@ -351,9 +351,14 @@ bool SecureRound::Step() {
   };
   switch (stage_) {
     case 0: {
-      if (!InState({MemberState::kTraining}).empty() && now < settings_.deadline_ms) return true;
+      const bool enough = settings_.enough > 0 && InState({MemberState::kSecAgg}).size() >=
+                                                      static_cast<size_t>(settings_.enough);
+      if (!InState({MemberState::kTraining}).empty() && now < settings_.deadline_ms && !enough) {
+        return true;
+      }
       for (const std::string& id : InState({MemberState::kTraining})) {
-        host_->FailMember(id, "missed the deadline");
+        host_->FailMember(id, enough ? "was not among the first to train (async.over_selection)"
+                                     : "missed the deadline");
       }
       StatusOr<secagg::MemberList> list = server_->EndAdvertise();
       if (!list.ok()) return Refuse(list.status());

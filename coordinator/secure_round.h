@@ -104,6 +104,10 @@ struct SecureRoundSettings {
   double clip_norm = 0;  // C every member's update is clipped to (max_update_norm without DP)
   double noise_multiplier = 0;  // z accounted for the round (under DP)
   int64_t weight_cap = 0;       // FedAvg: the largest weight (without DP, weight_by_examples)
+  // > 0: the training stage ends as soon as this many members have trained (advertised their
+  // keys); those still training are dropped from the session (an over-selected asynchronous
+  // session, secure_session.h). 0: it waits for every member, until the deadline.
+  int64_t enough = 0;
 };
 
 class SecureRound {

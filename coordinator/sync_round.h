@@ -64,6 +64,9 @@ struct Round {
   PrivateRound privacy;                 // under DP (RoundPrivacy::Configure)
   uint64_t client_seed = 0;             // fit.seed of the round's instructions
   std::unique_ptr<SecureRound> secure;  // secure aggregation on (and the cohort large enough)
+  // An asynchronous secure session's staleness factor s(tau) (secure_session.h): its released
+  // mean is scaled by it. 1 otherwise.
+  double discount = 1;
 };
 
 // The operator-only participation record, one line per round in OUT/participation.jsonl:

@@ -20,7 +20,14 @@ the worst client, replace-one, unsampled) on the same virtual clock, and prints 
 and best accuracy, its virtual time to the end and to TARGET (default 0.78 here), and its epsilon.
 The noise is the OS CSPRNG's, so runs of one seed differ; medians over the seeds.
 
-Usage: scripts/async_figures.py [BUILD_DIR] [dp]
+The `secagg` figure runs examples/fedbuff_secagg.yaml's job (200 clients, MLP 784-128-10, steps of 20
+updates as SecAgg+ sessions, 3 in flight; with and without over-selection: 25 sent, the first 20 to
+train kept) against synchronous secure rounds of 20, each beside the same job without secure
+aggregation, and prints the virtual time and updates to TARGET (default
+0.80 here), the real seconds of each run (on this machine, all its clients' masking included),
+and the final accuracy.
+
+Usage: scripts/async_figures.py [BUILD_DIR] [dp|secagg]
 Environment: SEEDS (default "1 2 3"), CLIENTS (1000), TARGET (0.85; dp: 0.78), SIGMA (1.3),
 EPOCHS (2), KEEP_WORK=1 keeps the runs' directories.
 """
@@ -35,10 +42,11 @@ import time
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 DP = len(sys.argv) > 2 and sys.argv[2] == "dp"
+SECAGG = len(sys.argv) > 2 and sys.argv[2] == "secagg"
 HUDDLE = os.path.join(BUILD, "cli", "huddle")
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
-CLIENTS = int(os.environ.get("CLIENTS", "1000"))
-TARGET = float(os.environ.get("TARGET", "0.78" if DP else "0.85"))
+CLIENTS = int(os.environ.get("CLIENTS", "200" if SECAGG else "1000"))
+TARGET = float(os.environ.get("TARGET", "0.78" if DP else "0.80" if SECAGG else "0.85"))
 SIGMA = float(os.environ.get("SIGMA", "1.3"))
 EPOCHS = int(os.environ.get("EPOCHS", "2"))
 
@@ -110,9 +118,39 @@ evaluation: {every: 5}
 privacy: {mode: central, clip_norm: 1.0, epsilon: 8, delta: 1.0e-4, max_participations: 10}
 """,
 }
+# The secure aggregation figure's jobs: examples/fedbuff_secagg.yaml's (200 clients, steps of 20
+# updates, 3 sessions in flight) against synchronous secure rounds of 20, each beside the same job
+# without secure aggregation (every update clipped to 5 all the same).
+SECAGG_KEYS = """aggregation: {max_update_norm: 5}
+secure_aggregation: {enabled: true, corrupt_fraction: 0.2, dropout_fraction: 0.1, min_survivors: 0.6}
+"""
+SYNC_20 = """
+rounds: 60
+cohort: {size: 20}
+round: {deadline_s: 3600, quorum: 1, upload_slots: 8}
+server: {learning_rate: 1.0, momentum: 0.9}
+evaluation: {every: 2}
+"""
+ASYNC_20 = """
+rounds: 120
+async: {concurrency: 60, buffer: 20, staleness: {weight: polynomial, exponent: 0.5}, max_staleness: 10}
+round: {deadline_s: 3600, upload_slots: 8}
+server: {learning_rate: 1.0, momentum: 0.0}
+evaluation: {every: 2}
+"""
+SECAGG_MODES = {
+    "sync SecAgg (20 a round)": SYNC_20 + SECAGG_KEYS,
+    "sync plain (20 a round)": SYNC_20 + "aggregation: {max_update_norm: 5}\n",
+    "FedBuff SecAgg sessions (C 60, K 20)": ASYNC_20 + SECAGG_KEYS,
+    "FedBuff SecAgg sessions, over-selected 1.25": ASYNC_20.replace(
+        "max_staleness: 10}", "max_staleness: 10, over_selection: 1.25}") + SECAGG_KEYS,
+    "FedBuff plain (C 60, K 20)": ASYNC_20 + "aggregation: {max_update_norm: 5}\n",
+}
 if DP:
     COMMON = DP_COMMON
     MODES = DP_MODES
+if SECAGG:
+    MODES = SECAGG_MODES
 
 
 def run(mode, yaml, seed, work):
@@ -163,7 +201,7 @@ def main():
             for seed in SEEDS:
                 hit, best, real_s, summary = run(mode, yaml, seed, work)
                 results.setdefault(mode, []).append(hit)
-                summaries.setdefault(mode, []).append((summary, best))
+                summaries.setdefault(mode, []).append((summary, best, real_s))
                 where = (f"{hit[0]:.1f} virtual s, {hit[1]} updates, step {hit[2]}" if hit
                          else f"not reached (best {best:.4f})")
                 print(f"{mode} seed {seed}: {TARGET:.0%} at {where} ({real_s:.0f} s real)",
@@ -183,6 +221,9 @@ def main():
     if DP:
         print_dp(results, summaries)
         return
+    if SECAGG:
+        print_secagg(results, summaries)
+        return
     base = "FedBuff (C 100, K 10)"
     print()
     print(f"| mode | virtual s to {TARGET:.0%} (median of {len(SEEDS)}) | updates to it | "
@@ -195,6 +236,25 @@ def main():
         print(f"| {mode} | {'not reached' if t is None else f'{t:.1f}'} | "
               f"{'-' if u is None else f'{u:.0f}'} | "
               f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+
+
+def print_secagg(results, summaries):
+    def med(values):
+        return statistics.median(values) if values else None
+
+    print()
+    print(f"| mode | virtual s to {TARGET:.0%} | updates to it | real s of the run | final accuracy "
+          f"| (medians of {len(SEEDS)}) |")
+    print("|---|---|---|---|---|---|")
+    for mode in MODES:
+        hits = results[mode]
+        ok = all(h is not None for h in hits)
+        t = med([h[0] for h in hits]) if ok else None
+        u = med([h[1] for h in hits]) if ok else None
+        real = med([r for _, _, r in summaries[mode]])
+        final = med([s.get("final_test_accuracy") or 0 for s, _, _ in summaries[mode]])
+        print(f"| {mode} | {'not reached by all' if t is None else f'{t:.1f}'} | "
+              f"{'-' if u is None else f'{u:.0f}'} | {real:.1f} | {final:.4f} | |")
 
 
 def print_dp(results, summaries):
@@ -213,7 +273,7 @@ def print_dp(results, summaries):
         end = med([(s.get("operator") or s).get("elapsed_s") or 0 for s, _ in rows])
         hits = [h[0] for h in results[mode] if h is not None]
         to = med(hits) if len(hits) == len(rows) else None
-        eps = med([s["privacy"]["epsilon"] for s, _ in rows])
+        eps = med([s["privacy"]["epsilon"] for s, _, _ in rows])
         delta = rows[0][0]["privacy"]["delta"]
         print(f"| {mode} | {final:.4f} | {best:.4f} | {end:.1f} | "
               f"{'not reached by all' if to is None else f'{to:.1f}'} | {eps:.3g} ({delta:g}) | |")

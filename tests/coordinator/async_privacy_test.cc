@@ -98,6 +98,11 @@ TEST(AsyncPrivacyTest, NoClientContributesMoreThanTheBoundOrCloserThanTheSeparat
   for (const RoundMetrics& m : job.metrics) {
     EXPECT_LE(m.results, 2) << m.round;
     ASSERT_TRUE(m.privacy.has_value());
+    // The public row says what ran (the settings); what the step saw is operator-only.
+    const nlohmann::json pub = nlohmann::json::parse(m.PublicJson());
+    EXPECT_EQ(pub["async"]["buffer"], 2);
+    EXPECT_FALSE(pub["async"].contains("staleness_mean"));
+    EXPECT_TRUE(nlohmann::json::parse(m.OperatorJson())["async"].contains("staleness_mean"));
   }
   // The ledger: one unsampled replace-one release per step.
   std::ifstream ledger(std::filesystem::path(out) / "privacy_ledger.jsonl");

@@ -214,6 +214,24 @@ TEST(AsyncRoundTest, OptionsThatCannotHoldAreRefused) {
   EXPECT_NE(ValidateOptions(o).message().find("secure_aggregation"), std::string_view::npos);
   o = AsyncJob(3, 0, 1);
   EXPECT_NE(ValidateOptions(o).message().find("concurrency"), std::string_view::npos);
+  // Secure aggregation: sessions of `buffer` members, concurrency / buffer in flight, whose
+  // staleness max_staleness must allow.
+  o = AsyncJob(3, 6, 3);
+  o.secure_aggregation.enabled = true;
+  o.max_update_norm = 1;
+  o.async.max_staleness = 1;
+  EXPECT_TRUE(ValidateOptions(o).ok()) << ValidateOptions(o);
+  o.async.max_staleness = 0;
+  EXPECT_NE(ValidateOptions(o).message().find("async.max_staleness (0)"), std::string_view::npos);
+  o.async.max_staleness = 5;
+  o.async.concurrency = 2;
+  EXPECT_NE(ValidateOptions(o).message().find("async.concurrency (2) >= async.buffer"),
+            std::string_view::npos);
+  o.async.concurrency = 6;
+  o.privacy.mode = privacy::PrivacyMode::kDistributed;
+  o.max_update_norm = 0;
+  o.privacy.max_participations = 2;
+  EXPECT_NE(ValidateOptions(o).message().find("distributed"), std::string_view::npos);
 }
 
 TEST(AsyncRoundTest, AResumedJobContinuesFromItsLastStep) {

@@ -180,6 +180,7 @@ INSTANTIATE_TEST_SUITE_P(
         Example{"fedbuff.yaml", false, {{"rounds: 1000", "rounds: 30"}}},
         Example{"fedbuff_processes.yaml", false, {{"rounds: 20", "rounds: 6"}}},
         Example{"fedbuff_dp.yaml", false, {{"rounds: 100", "rounds: 5"}}, true, 8.0},
+        Example{"fedbuff_secagg.yaml", false, {{"rounds: 60", "rounds: 6"}}},
         Example{"dp_central.yaml",
                 false,
                 {{"rounds: 60", "rounds: 3"}, {"evaluation: {every: 5}", "evaluation: {every: 1}"}},

@@ -124,5 +124,100 @@ TEST_F(VirtualClockTest, ElapsedTimeIsVirtualAndFollowsSecondsPerExample) {
   EXPECT_DOUBLE_EQ(summary["elapsed_s"].get<double>(), slow_elapsed);
 }
 
+// Buffered asynchronous training with secure aggregation (coordinator/secure_session.h): every
+// server step is a SecAgg+ session of async.buffer members, concurrency / buffer of them in
+// flight at once, some members lost to dropout; each session unmasks with its survivors and is
+// applied as the step it was numbered, its staleness one number for all its members.
+TEST_F(VirtualClockTest, AsynchronousSecureSessionsInFlightWithDropouts) {
+  const JobYaml job = JobYaml()
+                          .Set("name", "secagg")
+                          .Set("seed", 4)
+                          .Set("rounds", 8)
+                          .Set("model.hidden", "[32]")
+                          .Set("train.epochs", 1)
+                          .Set("train.batch_size", 32)
+                          .Set("train.learning_rate", 0.1)
+                          .Set("async.concurrency", 30)
+                          .Set("async.buffer", 10)
+                          .Set("async.max_staleness", 4)
+                          .Set("round.deadline_s", 30)
+                          .Set("aggregation.max_update_norm", 5)
+                          .Set("secure_aggregation.enabled", "true")
+                          .Set("secure_aggregation.corrupt_fraction", 0.2)
+                          .Set("secure_aggregation.min_survivors", 0.7)
+                          .Set("evaluation.every", 4)
+                          .Set("simulation.clients", 40)
+                          .Set("simulation.threads", 2)
+                          .Set("simulation.clock", "virtual")
+                          .Set("simulation.seconds_per_example", 0.001)
+                          .Set("simulation.slowdown.distribution", "lognormal")
+                          .Set("simulation.slowdown.sigma", 1.0)
+                          .Set("simulation.dropout", 0.05)
+                          .Set("data.path", kFashionMnist)
+                          .Set("data.partition", "iid");
+  const std::vector<nlohmann::json> rows = Run(job, "secagg");
+  ASSERT_EQ(rows.size(), 8u);
+  bool survivors_only = false;
+  double staleness_max = 0;
+  for (const nlohmann::json& row : rows) {
+    SCOPED_TRACE(row.dump());
+    ASSERT_TRUE(row.contains("secure_aggregation"));
+    EXPECT_TRUE(row["secure_aggregation"]["released"].get<bool>());
+    EXPECT_TRUE(row["updated"].get<bool>());
+    EXPECT_LE(row["results"].get<int>(), 10);
+    survivors_only |= row["results"].get<int>() < 10;
+    // One staleness for the whole session, at most the sessions in flight less one.
+    EXPECT_EQ(row["async"]["staleness_mean"], row["async"]["staleness_max"]);
+    EXPECT_LE(row["async"]["staleness_max"].get<int>(), 2);
+    staleness_max = std::max(staleness_max, row["async"]["staleness_max"].get<double>());
+  }
+  EXPECT_TRUE(survivors_only) << "dropout 0.05 over 80+ instructions";
+  EXPECT_GE(staleness_max, 1);  // sessions overlapped
+  EXPECT_GT(rows.back()["test_accuracy"].get<double>(),
+            rows[3]["test_accuracy"].get<double>() - 0.05);
+  EXPECT_GT(rows.back()["test_accuracy"].get<double>(), 0.5);
+  const auto summary = nlohmann::json::parse(ReadAll(dir_ + "/secagg/summary.json"));
+  EXPECT_EQ(summary["training"]["mode"], "async");
+  EXPECT_EQ(summary["secure_aggregation"]["rounds_released"], 8);
+}
+
+// Over-selected sessions (async.over_selection): each is sent 13 clients and its training stage
+// ends once 10 have trained; the slowest 3 are dropped from it, and it unmasks the 10.
+TEST_F(VirtualClockTest, OverSelectedSessionsTakeTheirFirstMembersToTrain) {
+  const JobYaml job = JobYaml()
+                          .Set("name", "over")
+                          .Set("seed", 4)
+                          .Set("rounds", 4)
+                          .Set("model.hidden", "[32]")
+                          .Set("train.epochs", 1)
+                          .Set("train.batch_size", 32)
+                          .Set("async.concurrency", 20)
+                          .Set("async.buffer", 10)
+                          .Set("async.over_selection", 1.3)
+                          .Set("round.deadline_s", 600)
+                          .Set("aggregation.max_update_norm", 5)
+                          .Set("secure_aggregation.enabled", "true")
+                          .Set("secure_aggregation.corrupt_fraction", 0.2)
+                          .Set("secure_aggregation.min_survivors", 0.6)
+                          .Set("evaluation.every", 0)
+                          .Set("simulation.clients", 40)
+                          .Set("simulation.threads", 2)
+                          .Set("simulation.clock", "virtual")
+                          .Set("simulation.seconds_per_example", 0.001)
+                          .Set("simulation.slowdown.distribution", "lognormal")
+                          .Set("simulation.slowdown.sigma", 1.0)
+                          .Set("data.path", kFashionMnist)
+                          .Set("data.partition", "iid");
+  const std::vector<nlohmann::json> rows = Run(job, "over");
+  ASSERT_EQ(rows.size(), 4u);
+  for (const nlohmann::json& row : rows) {
+    SCOPED_TRACE(row.dump());
+    EXPECT_EQ(row["clients_sampled"], 13);
+    EXPECT_EQ(row["results"], 10);
+    EXPECT_EQ(row["dropped"], 3);
+    EXPECT_TRUE(row["secure_aggregation"]["released"].get<bool>());
+  }
+}
+
 }  // namespace
 }  // namespace huddle::testing
