@@ -148,11 +148,6 @@ class ZmqPsRouter final : public PsRouter {
     try {
       if (auth_) {
         HUDDLE_ASSIGN_OR_RETURN(job_key_, transport::DecodeZ85Key(auth_->public_z85, "job key"));
-        zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
-        zap_.set(zmq::sockopt::linger, 0);
-        zap_.set(zmq::sockopt::rcvtimeo, kReceiveTimeoutMs);
-        zap_.set(zmq::sockopt::sndtimeo, kReceiveTimeoutMs);
-        zap_.bind("inproc://zeromq.zap.01");
       }
       socket_ = zmq::socket_t(context_, zmq::socket_type::router);
       socket_.set(zmq::sockopt::linger, 0);
@@ -160,9 +155,8 @@ class ZmqPsRouter final : public PsRouter {
       socket_.set(zmq::sockopt::rcvtimeo, kReceiveTimeoutMs);
       socket_.set(zmq::sockopt::sndtimeo, kReceiveTimeoutMs);
       if (auth_) {
-        socket_.set(zmq::sockopt::curve_server, 1);
-        socket_.set(zmq::sockopt::curve_secretkey, auth_->secret_z85);
-        socket_.set(zmq::sockopt::zap_domain, "huddle-parameter-server");
+        transport::OpenJobKeyGate(context_, &zap_, socket_, auth_->secret_z85,
+                                  "huddle-parameter-server", kReceiveTimeoutMs);
       }
       socket_.bind(fmt::format("tcp://{}:0", host));
       url_ = socket_.get(zmq::sockopt::last_endpoint);
@@ -185,10 +179,7 @@ class ZmqPsRouter final : public PsRouter {
         auto left = std::chrono::duration_cast<milliseconds>(deadline - SteadyTime::now());
         zmq::poll(items, static_cast<size_t>(count), std::max(left, milliseconds(0)));
         if (count == 2 && (items[1].revents & ZMQ_POLLIN)) {
-          const transport::ZapRequest request = transport::ReadZapRequest(zap_);
-          const bool admit = request.curve_key == job_key_;
-          transport::SendZapReply(zap_, request, admit, admit ? "OK" : "not a rank of this job",
-                                  "rank");
+          transport::AnswerJobKeyZap(zap_, job_key_);
         }
         if (items[0].revents & ZMQ_POLLIN) {
           std::vector<zmq::message_t> frames;

@@ -302,22 +302,15 @@ class ZmqKvServer final : public KvServer {
       if (auth_) {
         HUDDLE_ASSIGN_OR_RETURN(CurveKey key, DecodeZ85Key(auth_->public_z85, "rendezvous key"));
         job_key_ = key;
-        // libzmq admits any CURVE client unless a ZAP handler answers in the socket's context:
-        // bound before the ROUTER, served on the server's own thread.
-        zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
-        zap_.set(zmq::sockopt::linger, 0);
-        zap_.set(zmq::sockopt::rcvtimeo, kReceiveTimeoutMs);
-        zap_.set(zmq::sockopt::sndtimeo, kReceiveTimeoutMs);
-        zap_.bind("inproc://zeromq.zap.01");
       }
       socket_ = zmq::socket_t(context_, zmq::socket_type::router);
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxValueBytes + 4096));
       socket_.set(zmq::sockopt::rcvtimeo, kReceiveTimeoutMs);
       if (auth_) {
-        socket_.set(zmq::sockopt::curve_server, 1);
-        socket_.set(zmq::sockopt::curve_secretkey, auth_->secret_z85);
-        socket_.set(zmq::sockopt::zap_domain, "huddle-rendezvous");
+        // Served on the server's own thread (Serve).
+        OpenJobKeyGate(context_, &zap_, socket_, auth_->secret_z85, "huddle-rendezvous",
+                       kReceiveTimeoutMs);
       }
       socket_.bind(std::string(endpoint));
       std::string bound = socket_.get(zmq::sockopt::last_endpoint);
@@ -358,10 +351,7 @@ class ZmqKvServer final : public KvServer {
   // RFC 27: [version "1.0"] [request id] [domain] [address] [identity] [mechanism] [client key];
   // admitted: CURVE with the job's public key (which proves the client holds its secret half).
   void AnswerZap() {
-    const ZapRequest request = ReadZapRequest(zap_);
-    const bool admit = request.curve_key == job_key_;
-    if (!admit) refused_++;
-    SendZapReply(zap_, request, admit, admit ? "OK" : "not a rank of this job", "rank");
+    if (!AnswerJobKeyZap(zap_, job_key_)) refused_++;
   }
 
   // frames: [routing id] [seq] [op] [key] [value]

@@ -234,6 +234,25 @@ ZapRequest ReadZapRequest(zmq::socket_t& socket) {
   return r;
 }
 
+void OpenJobKeyGate(zmq::context_t& context, zmq::socket_t* zap, zmq::socket_t& router,
+                    const std::string& secret_z85, const char* domain, int timeout_ms) {
+  *zap = zmq::socket_t(context, zmq::socket_type::rep);
+  zap->set(zmq::sockopt::linger, 0);
+  zap->set(zmq::sockopt::rcvtimeo, timeout_ms);
+  zap->set(zmq::sockopt::sndtimeo, timeout_ms);
+  zap->bind("inproc://zeromq.zap.01");
+  router.set(zmq::sockopt::curve_server, 1);
+  router.set(zmq::sockopt::curve_secretkey, secret_z85);
+  router.set(zmq::sockopt::zap_domain, domain);
+}
+
+bool AnswerJobKeyZap(zmq::socket_t& zap, const CurveKey& job_key) {
+  const ZapRequest request = ReadZapRequest(zap);
+  const bool admit = request.curve_key == job_key;
+  SendZapReply(zap, request, admit, admit ? "OK" : "not a rank of this job", "rank");
+  return admit;
+}
+
 void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
                   const std::string& text, const std::string& user_id, bool retry_later) {
   socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);

@@ -97,6 +97,17 @@ inline constexpr uint32_t kZapRetryLater = 500;
 // kZapRetryLater (`retry_later`: refused for now), with `text`.
 void SendZapReply(zmq::socket_t& socket, const ZapRequest& request, bool admit,
                   const std::string& text, const std::string& user_id, bool retry_later = false);
+// A job-key gate: a ROUTER that admits only holders of one key pair (the rendezvous store's and
+// the parameter servers' sockets, whose clients all hold the job's key). libzmq admits any CURVE
+// client unless a ZAP handler answers in the socket's context, so `*zap` is bound there (a REP
+// socket, `timeout_ms` for its sends and receives) before `router` is set as the CURVE server of
+// `domain` with the key's secret half (`router` not bound yet). zmq::error_t on failure.
+void OpenJobKeyGate(zmq::context_t& context, zmq::socket_t* zap, zmq::socket_t& router,
+                    const std::string& secret_z85, const char* domain, int timeout_ms);
+// Answers one handshake on the gate's `zap`: admitted (as "rank") iff its CURVE key is
+// `job_key`. True when admitted.
+bool AnswerJobKeyZap(zmq::socket_t& zap, const CurveKey& job_key);
+
 // The ZAP metadata property that names the key a connection was admitted with (zmq_msg_gets): a
 // live connection stays only while that key, not just its id, is enrolled, so rotating a client's
 // key cuts the connections the old key holds.
