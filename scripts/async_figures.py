@@ -238,10 +238,11 @@ def main():
               f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
 
 
-def print_secagg(results, summaries):
-    def med(values):
-        return statistics.median(values) if values else None
+def med(values):
+    return statistics.median(values) if values else None
 
+
+def print_secagg(results, summaries):
     print()
     print(f"| mode | virtual s to {TARGET:.0%} | updates to it | real s of the run | final accuracy "
           f"| (medians of {len(SEEDS)}) |")
@@ -258,9 +259,6 @@ def print_secagg(results, summaries):
 
 
 def print_dp(results, summaries):
-    def med(values):
-        return statistics.median(values) if values else None
-
     print()
     print(f"| mode | final accuracy | best | virtual s to the end | virtual s to {TARGET:.0%} | "
           f"epsilon (delta) | (medians of {len(SEEDS)}) |")
