@@ -265,10 +265,10 @@ def print_dp(results, summaries):
     print("|---|---|---|---|---|---|---|")
     for mode in MODES:
         rows = summaries[mode]
-        final = med([s.get("final_test_accuracy") or 0 for s, _ in rows])
-        best = med([b for _, b in rows])
+        final = med([s.get("final_test_accuracy") or 0 for s, _, _ in rows])
+        best = med([b for _, b, _ in rows])
         # Under DP the elapsed time is operator-only (summary.json's `operator`).
-        end = med([(s.get("operator") or s).get("elapsed_s") or 0 for s, _ in rows])
+        end = med([(s.get("operator") or s).get("elapsed_s") or 0 for s, _, _ in rows])
         hits = [h[0] for h in results[mode] if h is not None]
         to = med(hits) if len(hits) == len(rows) else None
         eps = med([s["privacy"]["epsilon"] for s, _, _ in rows])
